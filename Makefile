@@ -1,0 +1,45 @@
+# One command each: `make test` (set up + full test suite) and `make demo` (set up + a batch run on the
+# embedded default model). Both create .venv/ and install what they need on a fresh machine.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.trajforge-installed
+# torch is installed first and pinned here (the package itself accepts a range), so machines with a
+# local CPU wheel don't pull a multi-GB CUDA build. Override: make test TORCH_SPEC='torch==X'.
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_ARGS ?=
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: setup system-deps test test-fast demo lint bench clean
+
+$(PY):
+	python3 -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e '.[ml,dev]'
+	touch $(STAMP)
+
+system-deps:
+	@command -v bwrap >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap; }
+
+setup: system-deps $(STAMP)
+
+test: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/pytest -n 2 --dist loadfile -q $(PYTEST_ARGS)
+
+test-fast: setup
+	$(VENV)/bin/pytest -n 2 --dist loadfile -q -m "not slow" $(PYTEST_ARGS)
+
+demo: setup
+	$(VENV)/bin/trajforge batch examples/tasks.jsonl --run-name demo --output-dir data --overwrite --no-require-reasoning --toolsets terminal,file --sandbox bwrap
+	@echo; echo "Trajectories: data/demo/trajectories.jsonl   Statistics: data/demo/statistics.json"
+
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,37 @@
+"""Typed configuration of the agent loop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator
+
+from trajforge.llm.types import SamplingParams
+
+
+class AgentConfig(BaseModel):
+    """How one agent session runs. Validated at construction."""
+
+    max_turns: int = Field(30, ge=1, description="model calls allowed before the session stops")
+    sampling: SamplingParams = Field(default_factory=SamplingParams)
+    system_prompt: str | None = Field(None, description="system prompt, kept in the lossless record")
+    ephemeral_system_prompt: str | None = Field(
+        None, description="sent to the model on every call but never saved in trajectories"
+    )
+    prefill_messages: list[dict[str, Any]] = Field(
+        default_factory=list, description="few-shot messages sent after the system prompt, never saved"
+    )
+    max_parallel_tools: int = Field(8, ge=1, description="concurrent calls of parallel-safe tools")
+    session_timeout_s: float | None = Field(None, gt=0, description="deadline for the whole session")
+    tool_timeout_s: float | None = Field(None, gt=0, description="deadline for one tool call")
+    max_consecutive_parse_errors: int = Field(
+        3, ge=1, description="unparseable tool-call turns in a row before the session ends"
+    )
+
+    @field_validator("prefill_messages")
+    @classmethod
+    def _check_prefill(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for i, msg in enumerate(value):
+            if msg.get("role") not in {"user", "assistant", "system", "tool"}:
+                raise ValueError(f"prefill message {i} needs a role of user/assistant/system/tool")
+        return value

@@ -1,0 +1,1 @@
+"""The ``trajforge`` command: one module per command group, each exposing ``register(app)``."""

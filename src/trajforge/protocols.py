@@ -1,0 +1,71 @@
+"""The four boundaries of trajforge, one Protocol each.
+
+Concrete classes implement these structurally (no inheritance required), so tests and users can
+drop in their own model, sandbox or tool without touching the rest.
+
+- :class:`ChatModel`  -- a model that answers a conversation (HTTP endpoint, token-exact, local).
+- :class:`Sandbox`    -- where a rollout's commands run and its files live.
+- :class:`Tool`       -- something the model may call, confined to the rollout's sandbox.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from trajforge.llm.types import AssistantTurn, SamplingParams
+from trajforge.sandbox.types import ExecResult
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """Answers a conversation with one assistant turn.
+
+    Implementations raise :class:`trajforge.llm.types.ModelError` after their own retries.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        sampling: SamplingParams | None = None,
+    ) -> AssistantTurn: ...
+
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """An isolated place for one rollout: a working directory plus a shell session.
+
+    ``workdir`` is the path of the working directory as commands inside the sandbox see it.
+    Paths given to ``read_bytes``/``write_bytes`` are relative to ``workdir`` or absolute paths
+    inside it; anything else raises ``PermissionError``. They are binary-safe and never truncate
+    (reward code reads results through them).
+    """
+
+    task_id: str
+    workdir: str
+
+    async def exec(
+        self, command: str, *, timeout: float | None = None, cwd: str | None = None
+    ) -> ExecResult:
+        """Run ``command`` in the persistent session (``cd`` and ``export`` carry over)."""
+        ...
+
+    async def read_bytes(self, path: str) -> bytes: ...
+
+    async def write_bytes(self, path: str, data: bytes) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class SandboxFactory(Protocol):
+    """Builds one sandbox per rollout."""
+
+    async def create(
+        self, task_id: str, *, image: str | None = None, cwd: str | None = None
+    ) -> Sandbox: ...

@@ -1,0 +1,59 @@
+"""Value types and config for sandboxes (the ``Sandbox`` protocol is in :mod:`trajforge.protocols`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+SandboxKind = Literal["bwrap", "local", "docker"]
+
+
+class ExecResult(BaseModel):
+    """Outcome of one command.
+
+    ``output`` is stdout and stderr interleaved, capped for the model: when the command printed
+    more than the cap, the head and the tail are kept and ``truncated`` is set. ``exit_code`` is
+    ``None`` when the command was killed at its timeout.
+    """
+
+    exit_code: int | None
+    output: str
+    timed_out: bool = False
+    truncated: bool = False
+    output_bytes: int = 0
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class SandboxLimits(BaseModel):
+    """Resource limits applied to every command in a sandbox."""
+
+    max_processes: int = Field(256, description="tasks (processes+threads) the sandbox may hold")
+    memory_mb: int = Field(2048, description="address-space / memory cap per command")
+    file_size_mb: int = Field(1024, description="largest file a command may write")
+    cpu_seconds: int = Field(600, description="CPU time per command")
+    disk_mb: int | None = Field(None, description="cap on the sandbox directory size (best effort)")
+
+
+class SandboxConfig(BaseModel):
+    """How to build a sandbox. One config serves many sandboxes (one per rollout)."""
+
+    kind: SandboxKind = Field("bwrap", description="bwrap (default), local (no isolation), docker")
+    network: bool = Field(False, description="allow network access (bwrap/docker); off by default")
+    command_timeout_s: float = Field(60.0, description="default per-command timeout")
+    output_cap_bytes: int = Field(
+        16_384, description="bytes of command output shown to the model (head and tail kept)"
+    )
+    limits: SandboxLimits = Field(default_factory=SandboxLimits)
+    root_dir: str | None = Field(
+        None, description="parent directory for sandbox working dirs (default: a temp dir)"
+    )
+    docker_image: str = Field("python:3.11-slim", description="image for the docker backend")
+    keep: bool = Field(False, description="keep the sandbox directory after close (debugging)")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="extra environment variables for commands (no secrets)"
+    )

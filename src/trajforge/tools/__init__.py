@@ -1,0 +1,16 @@
+"""What a model may call: the ``Tool`` protocol, toolsets, a registry instance and built-in tools."""
+
+from trajforge.tools.base import FunctionTool, Tool, ToolContext, ToolOutput, openai_schema
+from trajforge.tools.registry import TOOL_TO_TOOLSET, TOOLSETS, ToolRegistry, default_registry
+
+__all__ = [
+    "TOOLSETS",
+    "TOOL_TO_TOOLSET",
+    "FunctionTool",
+    "Tool",
+    "ToolContext",
+    "ToolOutput",
+    "ToolRegistry",
+    "default_registry",
+    "openai_schema",
+]

@@ -1,0 +1,83 @@
+"""The ``Tool`` boundary: what a model may call, and the context a call runs in."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+from trajforge.protocols import Sandbox
+
+
+@dataclass
+class ToolContext:
+    """Everything a tool call may touch: the rollout's own sandbox and task id.
+
+    ``state`` is per-rollout scratch space owned by tools (the background-process table lives
+    there), so two rollouts never share it and nothing global is mutated.
+    """
+
+    task_id: str
+    sandbox: Sandbox
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+class ToolOutput(BaseModel):
+    """Result of a tool call. ``content`` is what the model sees; ``ok`` feeds tool statistics."""
+
+    content: str
+    ok: bool = True
+    error: str | None = None
+
+    @classmethod
+    def failure(cls, error: str, content: str | None = None) -> ToolOutput:
+        return cls(content=content if content is not None else f"Error: {error}", ok=False, error=error)
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """A callable tool with an OpenAI function schema.
+
+    Tool failures that the model should see are returned as ``ToolOutput.failure``; a raised
+    exception is treated by the agent loop as a tool crash and also reported to the model.
+    """
+
+    name: str
+    toolset: str
+    description: str
+    parameters: dict[str, Any]
+
+    async def __call__(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput: ...
+
+
+Handler = Callable[[dict[str, Any], ToolContext], Awaitable[ToolOutput]]
+
+
+@dataclass(frozen=True)
+class FunctionTool:
+    """A ``Tool`` built from an async function and its JSON schema."""
+
+    name: str
+    toolset: str
+    description: str
+    parameters: dict[str, Any]
+    handler: Handler
+    implemented: bool = True
+    parallel_safe: bool = True
+
+    async def __call__(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        return await self.handler(args, ctx)
+
+
+def openai_schema(tool: Tool) -> dict[str, Any]:
+    """The tool as an entry of the ``tools`` list of a chat-completions request."""
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        },
+    }
