@@ -1,0 +1,48 @@
+"""Where a rollout's commands run: one sandbox per rollout, backends ``bwrap``, ``local``, ``docker``.
+
+``create_sandbox_factory(config)`` picks the backend named by ``config.kind`` (imported lazily from
+a fixed map, so nothing optional is imported up front); ``await factory.create(task_id)`` gives a
+:class:`trajforge.protocols.Sandbox`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from trajforge.sandbox.base import ProcessSandbox, ProcessSandboxFactory, SandboxUnavailableError
+from trajforge.sandbox.types import ExecResult, SandboxConfig, SandboxKind, SandboxLimits
+
+if TYPE_CHECKING:  # protocols imports sandbox.types, which runs this package first
+    from trajforge.protocols import SandboxFactory
+
+_BACKENDS = {
+    "bwrap": ("trajforge.sandbox.bwrap", "BwrapSandboxFactory"),
+    "local": ("trajforge.sandbox.local", "LocalSandboxFactory"),
+    "docker": ("trajforge.sandbox.docker", "DockerSandboxFactory"),
+}
+
+
+def create_sandbox_factory(config: SandboxConfig | None = None) -> SandboxFactory:
+    """The factory for ``config.kind``. Availability is checked on the first ``create``."""
+    config = config or SandboxConfig()
+    try:
+        module_name, class_name = _BACKENDS[config.kind]
+    except KeyError:
+        raise ValueError(
+            f"unknown sandbox backend {config.kind!r}; choose one of {', '.join(_BACKENDS)}"
+        ) from None
+    factory_cls = getattr(importlib.import_module(module_name), class_name)
+    return factory_cls(config)
+
+
+__all__ = [
+    "ExecResult",
+    "ProcessSandbox",
+    "ProcessSandboxFactory",
+    "SandboxConfig",
+    "SandboxKind",
+    "SandboxLimits",
+    "SandboxUnavailableError",
+    "create_sandbox_factory",
+]

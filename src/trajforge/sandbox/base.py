@@ -1,0 +1,281 @@
+"""What every backend shares: directories, the exec agent session, file access, limits and close.
+
+A backend only decides *how the agent is launched* (plain process, inside bubblewrap, inside a
+container) and where the working directory appears inside; see :class:`Launch`. Everything else
+-- session semantics, output caps, timeouts, confined binary-safe file access, cleanup -- lives
+here once, so the three backends cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from trajforge.sandbox.cgroup import SandboxCgroup
+from trajforge.sandbox.paths import PathMap
+from trajforge.sandbox.session import AgentSession
+from trajforge.sandbox.types import ExecResult, SandboxConfig
+
+AGENT_SOURCE = "agent.py"
+
+
+class SandboxUnavailableError(RuntimeError):
+    """The chosen sandbox backend cannot run on this machine; the message says what to do."""
+
+
+@dataclass
+class Layout:
+    """Host directories of one sandbox: ``work`` (the workdir), ``tmp`` (scratch), the agent copy."""
+
+    root: Path
+    work: Path
+    tmp: Path
+    agent: Path
+    log: Path
+
+
+@dataclass
+class Launch:
+    """How a backend runs the agent: its argv and the inside paths of workdir and scratch dir."""
+
+    argv: list[str]
+    workdir: str
+    scratch_dir: str
+    env: dict[str, str] | None = None
+    teardown: Callable[[], Awaitable[None]] | None = None
+    owner: tuple[int, int] | None = None  # uid/gid that must own files the host writes
+    pass_fds: tuple[int, ...] = ()  # fds the launcher refers to (kept open for restarts)
+
+
+def command_env(config: SandboxConfig, workdir: str, scratch: str) -> dict[str, str]:
+    """The environment commands start with: minimal and explicit, never the host's (no secrets)."""
+    env = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": workdir,
+        "TMPDIR": scratch,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TERM": "dumb",
+        "PAGER": "cat",
+        "GIT_PAGER": "cat",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.update(config.env)
+    return env
+
+
+def limit_env(config: SandboxConfig, cgroup: SandboxCgroup, *, nproc_effective: bool) -> dict[str, str]:
+    """rlimits the agent applies (with ``ulimit``) before each command.
+
+    The address-space cap is only a fallback for a missing memory cgroup: it breaks programs that
+    reserve large virtual ranges (JVMs, Go), and the cgroup caps the real thing for all processes.
+    """
+    limits = config.limits
+    env = {
+        "TF_LIMIT_FSIZE_KB": str(limits.file_size_mb * 1024),
+        "TF_LIMIT_CPU_S": str(limits.cpu_seconds),
+    }
+    if not cgroup.limits_memory:
+        env["TF_LIMIT_AS_KB"] = str(limits.memory_mb * 1024)
+    if not cgroup.limits_pids and nproc_effective:
+        env["TF_LIMIT_NPROC"] = str(limits.max_processes)
+    return env
+
+
+def make_layout(root_dir: Path, task_id: str) -> Layout:
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in task_id)[:40]
+    root = Path(tempfile.mkdtemp(prefix=f"{safe}-", dir=root_dir))
+    layout = Layout(root, root / "work", root / "tmp", root / AGENT_SOURCE, root / "agent.log")
+    layout.work.mkdir()
+    layout.tmp.mkdir()
+    source = resources.files("trajforge.sandbox").joinpath(AGENT_SOURCE).read_bytes()
+    layout.agent.write_bytes(source)
+    layout.agent.chmod(0o644)
+    return layout
+
+
+def copy_in(source: str, dest: Path) -> None:
+    """Copy a row's starting directory into the fresh workdir (the original is never touched)."""
+    src = Path(source)
+    if not src.is_dir():
+        raise ValueError(
+            f"cwd {source!r} is not a directory on this machine; give a host directory whose "
+            "contents should be copied into the sandbox, or leave cwd unset"
+        )
+    shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
+
+
+def chown_tree(path: Path, owner: tuple[int, int]) -> None:
+    os.chown(path, *owner, follow_symlinks=False)
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            os.chown(os.path.join(dirpath, name), *owner, follow_symlinks=False)
+
+
+@dataclass
+class ProcessSandbox:
+    """A sandbox whose commands run through a resident exec agent (all three backends)."""
+
+    task_id: str
+    workdir: str
+    scratch_dir: str
+    config: SandboxConfig
+    layout: Layout
+    session: AgentSession
+    cgroup: SandboxCgroup
+    teardown: Callable[[], Awaitable[None]] | None = None
+    owner: tuple[int, int] | None = None
+    _closed: bool = field(default=False, init=False)
+
+    @property
+    def host_workdir(self) -> Path:
+        """Where the workdir lives on the host (for debugging and ``keep``)."""
+        return self.layout.work
+
+    @property
+    def _paths(self) -> PathMap:
+        return PathMap(inside=self.workdir, host=str(self.layout.work))
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (the Sandbox protocol's own parameter)
+        cwd: str | None = None,
+    ) -> ExecResult:
+        if self._closed:
+            raise RuntimeError(f"sandbox {self.task_id} is closed")
+        return await self.session.exec(
+            command,
+            timeout=timeout if timeout is not None else self.config.command_timeout_s,
+            cwd=cwd,
+            cap=self.config.output_cap_bytes,
+        )
+
+    async def read_bytes(self, path: str) -> bytes:
+        return await asyncio.to_thread(self._read, path)
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        await asyncio.to_thread(self._write, path, bytes(data))
+
+    def _read(self, path: str) -> bytes:
+        host = self._paths.resolve(path)
+        fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
+
+    def _write(self, path: str, data: bytes) -> None:
+        host = self._paths.resolve(path)
+        parent = Path(host).parent
+        missing = [p for p in [parent, *parent.parents] if not p.exists()]
+        parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        if self.owner is not None:
+            for p in [*missing, Path(host)]:
+                os.chown(p, *self.owner, follow_symlinks=False)
+
+    async def close(self) -> None:
+        """Kill everything still running in the sandbox and remove its directory (unless ``keep``)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.session.close()
+            await asyncio.to_thread(self.cgroup.remove)
+            if self.teardown is not None:
+                await self.teardown()
+        finally:
+            if not self.config.keep:
+                await asyncio.to_thread(shutil.rmtree, self.layout.root, True)
+
+    async def __aenter__(self) -> ProcessSandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+LaunchBuilder = Callable[[Layout, SandboxCgroup], Awaitable[Launch]]
+
+
+class ProcessSandboxFactory:
+    """Shared ``create``: layout, copy-in, cgroup, launch, start the agent; undo all on failure."""
+
+    kind = "base"
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+        self._root: Path | None = None
+
+    def _root_dir(self) -> Path:
+        if self._root is None:
+            if self.config.root_dir:
+                self._root = Path(self.config.root_dir)
+                self._root.mkdir(parents=True, exist_ok=True)
+            else:
+                self._root = Path(tempfile.mkdtemp(prefix="trajforge-sandboxes-"))
+                self._root.chmod(0o711)  # a sandbox's own uid must be able to traverse it
+        return self._root
+
+    async def _check(self) -> None:
+        """Raise :class:`SandboxUnavailableError` when the backend cannot run (cached by backends)."""
+
+    async def _launch(self, task_id: str, layout: Layout, cgroup: SandboxCgroup, image: str | None) -> Launch:
+        raise NotImplementedError
+
+    async def create(
+        self, task_id: str, *, image: str | None = None, cwd: str | None = None
+    ) -> ProcessSandbox:
+        """A fresh sandbox for one rollout.
+
+        ``cwd``: a host directory whose contents are copied into the new workdir (a per-row
+        starting state); the commands start in the workdir. ``image`` is used by docker only.
+        """
+        await self._check()
+        layout = await asyncio.to_thread(make_layout, self._root_dir(), task_id)
+        cgroup = SandboxCgroup()
+        launch: Launch | None = None
+        try:
+            if cwd is not None:
+                await asyncio.to_thread(copy_in, cwd, layout.work)
+            cgroup = await asyncio.to_thread(
+                SandboxCgroup.create,
+                f"trajforge-{uuid.uuid4().hex[:12]}",
+                max_pids=self.config.limits.max_processes,
+                memory_bytes=self.config.limits.memory_mb * 1024 * 1024,
+            )
+            launch = await self._launch(task_id, layout, cgroup, image)
+            session = AgentSession(launch.argv, log_path=layout.log, env=launch.env, pass_fds=launch.pass_fds)
+            await session.start()
+        except BaseException:
+            await asyncio.to_thread(cgroup.remove)
+            if launch is not None and launch.teardown is not None:
+                with contextlib.suppress(Exception):
+                    await launch.teardown()
+            await asyncio.to_thread(shutil.rmtree, layout.root, True)
+            raise
+        return ProcessSandbox(
+            task_id=task_id,
+            workdir=launch.workdir,
+            scratch_dir=launch.scratch_dir,
+            config=self.config,
+            layout=layout,
+            session=session,
+            cgroup=cgroup,
+            teardown=launch.teardown,
+            owner=launch.owner,
+        )
+
+
+def first_existing(paths: Sequence[str]) -> str | None:
+    return next((p for p in paths if os.path.exists(p)), None)

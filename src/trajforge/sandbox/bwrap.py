@@ -1,0 +1,232 @@
+"""The ``bwrap`` backend (default): each sandbox is a bubblewrap container around its directory.
+
+What a command sees: the system directories (/usr, /etc and the /bin, /lib links) read-only; its
+own working directory at ``/workspace`` and a private ``/tmp`` (both host directories, so nothing
+lands in RAM and the host can read them); fresh /proc and /dev; no network unless
+``config.network``; its own pid namespace (closing the sandbox, or the host process dying, kills
+all of it: ``--die-with-parent``). Nothing else of the host -- no /root, /home, other sandboxes.
+
+Limits: a per-sandbox cgroup (pids, memory) where the host allows one; rlimits for file size, CPU
+time (and address space / process count when the cgroup is missing). When we run as root, bwrap
+is started under ``setpriv`` as a dedicated unprivileged uid for this sandbox: root inside the
+sandbox would ignore RLIMIT_NPROC, keep capabilities, and own every root-owned file on the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import shutil
+
+from trajforge.sandbox.base import (
+    Launch,
+    Layout,
+    ProcessSandboxFactory,
+    SandboxUnavailableError,
+    chown_tree,
+    command_env,
+    first_existing,
+    limit_env,
+)
+from trajforge.sandbox.cgroup import SandboxCgroup
+
+INSIDE_WORKDIR = "/workspace"
+INSIDE_SCRATCH = "/tmp"
+INSIDE_AGENT = "/run/trajforge/agent.py"
+_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
+_SYSTEM_DIRS = ("/usr", "/etc")
+_SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_UID_BASE = 200_000
+_UID_SPAN = 1_000_000_000
+
+INSTALL_HINT = (
+    "Install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: `dnf install "
+    "bubblewrap`) and make sure unprivileged user namespaces are allowed, or choose the unisolated "
+    "backend explicitly with `--sandbox local` (SandboxConfig(kind='local'))."
+)
+
+
+def _system_binds() -> list[str]:
+    args: list[str] = []
+    for path in _SYSTEM_DIRS:
+        if os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for path in _SYSTEM_LINKS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
+def _open_paths(layout: Layout) -> dict[str, int]:
+    """O_PATH fds of the sandbox's host paths, opened by us: bwrap binds them through the fd, so
+    the unprivileged sandbox uid never needs to traverse the (possibly private) parent dirs."""
+    fds: dict[str, int] = {}
+    try:
+        for key, path in (("work", layout.work), ("tmp", layout.tmp), ("agent", layout.agent)):
+            fds[key] = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except BaseException:
+        _close_fds(fds)
+        raise
+    return fds
+
+
+def _close_fds(fds: dict[str, int]) -> None:
+    for fd in fds.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    fds.clear()
+
+
+class BwrapSandboxFactory(ProcessSandboxFactory):
+    """Sandboxes inside bubblewrap; ``workdir`` is ``/workspace`` and ``scratch_dir`` is ``/tmp``."""
+
+    kind = "bwrap"
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self._checked: str | None = None  # None: not yet; "": fine; else the error message
+        self._check_lock = asyncio.Lock()
+
+    def _bwrap_argv(self, fds: dict[str, int], uid: int | None) -> list[str]:
+        python = first_existing(_PYTHONS)
+        if python is None:
+            raise SandboxUnavailableError(
+                "the bwrap sandbox needs a system python3 in /usr/bin or /usr/local/bin to run its "
+                "exec agent (apt-get install python3-minimal), or choose `--sandbox local`"
+            )
+        if uid is None:  # unprivileged: bwrap makes a user namespace and we keep our uid
+            namespaces = ["--unshare-all", *(["--share-net"] if self.config.network else [])]
+            drop: list[str] = []
+        else:  # root: no user namespace, so the uid below is a real host uid of its own
+            namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+            namespaces += [] if self.config.network else ["--unshare-net"]
+            drop = [
+                "/usr/bin/setpriv",
+                f"--reuid={uid}",
+                f"--regid={uid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--",
+            ]
+        return [
+            "bwrap",
+            *namespaces,
+            "--die-with-parent",
+            "--new-session",
+            "--hostname",
+            "sandbox",
+            *_system_binds(),
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--bind-fd",
+            str(fds["tmp"]),
+            INSIDE_SCRATCH,
+            "--bind-fd",
+            str(fds["work"]),
+            INSIDE_WORKDIR,
+            "--tmpfs",
+            "/run",
+            "--perms",
+            "0755",
+            "--dir",
+            os.path.dirname(INSIDE_AGENT),
+            "--ro-bind-fd",
+            str(fds["agent"]),
+            INSIDE_AGENT,
+            "--chdir",
+            INSIDE_WORKDIR,
+            *drop,
+            python,
+            "-I",
+            INSIDE_AGENT,
+            INSIDE_WORKDIR,
+            INSIDE_SCRATCH,
+        ]
+
+    async def _check(self) -> None:
+        async with self._check_lock:
+            if self._checked is None:
+                self._checked = await self._probe()
+        if self._checked:
+            raise SandboxUnavailableError(self._checked)
+
+    async def _probe(self) -> str:
+        """Run a trivial command in a sandbox built exactly like the real ones; '' when it works."""
+        if shutil.which("bwrap") is None:
+            return f"bubblewrap (`bwrap`) is not installed. {INSTALL_HINT}"
+        if os.geteuid() == 0 and shutil.which("setpriv") is None:
+            return "running as root needs `setpriv` (util-linux) to drop to a sandbox uid. " + INSTALL_HINT
+        from trajforge.sandbox.base import make_layout
+
+        layout = await asyncio.to_thread(make_layout, self._root_dir(), "probe")
+        try:
+            uid = self._new_uid()
+            if uid is not None:
+                await asyncio.to_thread(chown_tree, layout.root, (uid, uid))
+            fds = _open_paths(layout)
+            try:
+                argv = self._bwrap_argv(fds, uid)
+                argv[-5:] = ["/bin/sh", "-c", "echo ok > /workspace/probe"]
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT,
+                    env={},
+                    pass_fds=tuple(fds.values()),
+                )
+                out, _ = await asyncio.wait_for(proc.communicate(), 30)
+            finally:
+                _close_fds(fds)
+            if proc.returncode != 0 or not (layout.work / "probe").exists():
+                text = out.decode(errors="replace").strip()[-500:]
+                return f"bubblewrap cannot start a sandbox here ({text or f'exit {proc.returncode}'}). {INSTALL_HINT}"
+        except SandboxUnavailableError as exc:
+            return str(exc)
+        except (OSError, TimeoutError) as exc:
+            return f"bubblewrap cannot start a sandbox here ({exc}). {INSTALL_HINT}"
+        finally:
+            await asyncio.to_thread(shutil.rmtree, layout.root, True)
+        return ""
+
+    @staticmethod
+    def _new_uid() -> int | None:
+        """A fresh unprivileged uid per sandbox when we are root (None: keep our own uid)."""
+        if os.geteuid() != 0:
+            return None
+        return _UID_BASE + secrets.randbelow(_UID_SPAN)
+
+    async def _launch(self, task_id: str, layout: Layout, cgroup: SandboxCgroup, image: str | None) -> Launch:
+        uid = self._new_uid()
+        owner = (uid, uid) if uid is not None else None
+        if owner is not None:
+            await asyncio.to_thread(chown_tree, layout.root, owner)
+            layout.root.chmod(0o700)
+        env = command_env(self.config, INSIDE_WORKDIR, INSIDE_SCRATCH)
+        # RLIMIT_NPROC counts per real uid: meaningful for a uid of our own, not for a shared one.
+        env |= limit_env(self.config, cgroup, nproc_effective=uid is not None)
+        fds = _open_paths(layout)
+        try:
+            argv = [*cgroup.join_command(), *self._bwrap_argv(fds, uid)]
+        except BaseException:
+            _close_fds(fds)
+            raise
+
+        async def teardown() -> None:
+            _close_fds(fds)
+
+        return Launch(
+            argv=argv,
+            workdir=INSIDE_WORKDIR,
+            scratch_dir=INSIDE_SCRATCH,
+            env=env,
+            owner=owner,
+            pass_fds=tuple(fds.values()),
+            teardown=teardown,
+        )

@@ -1,0 +1,168 @@
+"""Host side of the exec agent: start it, send one request at a time, read the answer.
+
+Commands in one sandbox are serialised (a lock): a shell session has one current directory, and
+two commands racing to save it would leave it undefined. File reads/writes do not take the lock.
+If the agent dies (killed by the command it ran, say), the next command starts a fresh one and says
+that the session state was lost, rather than failing the rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from trajforge.sandbox.types import ExecResult
+
+# Time allowed beyond a command's own timeout for the agent to kill it and answer.
+_ANSWER_GRACE_S = 15.0
+_START_TIMEOUT_S = 30.0
+_LINE_LIMIT = 64 * 1024 * 1024  # answers carry at most the output cap, this is only a guard
+
+
+class AgentError(RuntimeError):
+    """The exec agent could not be started or stopped answering."""
+
+
+class AgentSession:
+    """One resident exec agent process and the JSON-line conversation with it."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        log_path: Path | None = None,
+        env: dict[str, str] | None = None,
+        pass_fds: Sequence[int] = (),
+    ) -> None:
+        self._argv = list(argv)
+        self._env = env
+        self._pass_fds = tuple(pass_fds)
+        self._log_path = log_path
+        self._proc: asyncio.subprocess.Process | None = None
+        self._lock = asyncio.Lock()
+        self._next_id = 0
+        self.restarts = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    async def start(self) -> None:
+        # The agent's own stderr (crash tracebacks) goes to a host-side log the sandbox cannot see.
+        log = open(self._log_path, "ab") if self._log_path else None  # noqa: SIM115, ASYNC230
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *self._argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log if log is not None else asyncio.subprocess.DEVNULL,
+                limit=_LINE_LIMIT,
+                env=self._env,
+                pass_fds=self._pass_fds,
+            )
+        finally:
+            if log is not None:
+                log.close()
+        try:
+            hello = await asyncio.wait_for(self._read_line(), _START_TIMEOUT_S)
+        except (TimeoutError, AgentError) as exc:
+            await self.kill()
+            raise AgentError(f"the sandbox exec agent did not start: {exc}{self._log_tail()}") from exc
+        if not hello.get("ready"):
+            await self.kill()
+            raise AgentError(f"unexpected greeting from the sandbox exec agent: {hello!r}")
+
+    def _log_tail(self) -> str:
+        if self._log_path is None:
+            return ""
+        try:
+            text = self._log_path.read_bytes()[-1000:].decode(errors="replace").strip()
+        except OSError:
+            return ""
+        return f" ({text})" if text else ""
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.returncode is None
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout: float,  # noqa: ASYNC109 (the command's timeout, enforced inside the agent)
+        cwd: str | None,
+        cap: int,
+    ) -> ExecResult:
+        async with self._lock:
+            note = ""
+            if not self.alive():
+                await self.kill()
+                await self.start()
+                self.restarts += 1
+                note = "[sandbox shell session was restarted; previous cd/export state was lost]\n"
+            started = time.monotonic()
+            request = {"op": "exec", "command": command, "timeout": timeout, "cwd": cwd, "cap": cap}
+            try:
+                answer = await asyncio.wait_for(self._call(request), timeout + _ANSWER_GRACE_S)
+            except (TimeoutError, AgentError) as exc:
+                await self.kill()
+                return ExecResult(
+                    exit_code=None,
+                    output=f"{note}sandbox exec agent failed: {exc or 'no answer'}",
+                    timed_out=isinstance(exc, TimeoutError),
+                    duration_s=time.monotonic() - started,
+                )
+            if "error" in answer:
+                return ExecResult(
+                    exit_code=None,
+                    output=f"{note}sandbox exec agent error: {answer['error']}",
+                    duration_s=time.monotonic() - started,
+                )
+            answer["output"] = note + answer["output"]
+            return ExecResult.model_validate({k: v for k, v in answer.items() if k != "id"})
+
+    async def _call(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self._proc is not None and self._proc.stdin is not None
+        self._next_id += 1
+        request["id"] = self._next_id
+        try:
+            self._proc.stdin.write(json.dumps(request).encode() + b"\n")
+            await self._proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise AgentError("the sandbox exec agent is gone") from exc
+        answer = await self._read_line()
+        if answer.get("id") != request["id"]:
+            raise AgentError(f"out-of-order answer from the sandbox exec agent: {answer!r}")
+        return answer
+
+    async def _read_line(self) -> dict[str, Any]:
+        assert self._proc is not None and self._proc.stdout is not None
+        line = await self._proc.stdout.readline()
+        if not line:
+            raise AgentError("the sandbox exec agent exited")
+        try:
+            return json.loads(line)
+        except ValueError as exc:
+            raise AgentError(f"unreadable answer from the sandbox exec agent: {line[:200]!r}") from exc
+
+    async def close(self, grace_s: float = 5.0) -> None:
+        """Ask the agent to kill its process groups and exit; kill it if it does not."""
+        if self.alive():
+            with contextlib.suppress(TimeoutError, AgentError, OSError):
+                async with asyncio.timeout(grace_s), self._lock:
+                    await self._call({"op": "close"})
+        await self.kill()
+
+    async def kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), 10)

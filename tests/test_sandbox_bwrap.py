@@ -1,0 +1,283 @@
+"""Containment of the bwrap backend, proven against the real bubblewrap and real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import shutil
+from pathlib import Path
+
+import pytest
+
+from trajforge.sandbox import SandboxConfig, SandboxLimits, create_sandbox_factory
+
+pytestmark = [
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
+
+
+def _config(**kw) -> SandboxConfig:
+    return SandboxConfig(kind="bwrap", command_timeout_s=20, **kw)
+
+
+@pytest.fixture
+async def sandbox(tmp_path):
+    factory = create_sandbox_factory(_config(root_dir=str(tmp_path / "sb")))
+    sb = await factory.create("t-bwrap")
+    yield sb
+    await sb.close()
+
+
+def _host_processes(*argv: str) -> list[int]:
+    """Host pids whose command line is exactly ``argv``."""
+    found = []
+    wanted = "\0".join(argv).encode() + b"\0"
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if Path(f"/proc/{entry}/cmdline").read_bytes() == wanted:
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+async def _wait_gone(*argv: str) -> list[int]:
+    for _ in range(200):
+        left = _host_processes(*argv)
+        if not left:
+            return left
+        await asyncio.sleep(0.05)
+    return _host_processes(*argv)
+
+
+async def test_loopback_server_outside_is_unreachable(sandbox):
+    hits: list[int] = []
+
+    async def on_connect(reader, writer):
+        hits.append(1)
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    probe = (
+        'python3 -c "import socket,sys\n'
+        f"try:\n socket.create_connection(('127.0.0.1', {port}), timeout=3); print('CONNECTED')\n"
+        "except OSError as e:\n print('REFUSED', e)\""
+    )
+    async with server:
+        result = await sandbox.exec(probe)
+        # Control: the same probe from the host does reach the server, so the test can fail.
+        host = await asyncio.create_subprocess_shell(probe, stdout=asyncio.subprocess.PIPE)
+        host_out, _ = await host.communicate()
+    assert "REFUSED" in result.output, result.output
+    assert b"CONNECTED" in host_out
+    assert len(hits) == 1  # only the host's connection arrived
+
+
+async def test_cannot_write_outside_its_directory(sandbox, tmp_path):
+    outside = tmp_path / "outside.txt"
+    result = await sandbox.exec(
+        f"for p in /etc/tf-x /usr/tf-x /tf-x {outside} /run/tf-x; do "
+        'echo data > "$p" 2>/dev/null && echo "WROTE $p"; done; '
+        "echo ok > /workspace/inside.txt && echo ok > /tmp/scratch.txt && echo INSIDE-OK"
+    )
+    assert "WROTE" not in result.output, result.output
+    assert "INSIDE-OK" in result.output
+    for path in (outside, "/etc/tf-x", "/tf-x"):
+        assert not os.path.exists(path)  # noqa: ASYNC240
+    assert await sandbox.read_bytes("inside.txt") == b"ok\n"
+
+
+async def test_no_secret_host_files_visible(sandbox):
+    result = await sandbox.exec(
+        "cat /etc/shadow >/dev/null 2>&1 && echo READ; ls /root /home /work 2>&1; id -u"
+    )
+    assert "READ" not in result.output
+    assert int(result.output.strip().splitlines()[-1]) != 0  # never root inside
+
+
+async def test_timeout_kills_command_and_children(sandbox):
+    result = await sandbox.exec("sleep 1013 & (sleep 1013; echo never) & sleep 1013; wait", timeout=1)
+    assert result.timed_out and result.exit_code is None
+    assert await _wait_gone("sleep", "1013") == []
+    assert (await sandbox.exec("echo still-here")).output == "still-here\n"
+
+
+async def test_fork_bomb_is_contained(tmp_path):
+    limits = SandboxLimits(max_processes=48)
+    factory = create_sandbox_factory(_config(root_dir=str(tmp_path / "sb"), limits=limits))
+    sb = await factory.create("t-bomb")
+    try:
+        assert sb.cgroup.limits_pids, "this host allows a pids cgroup; the sandbox must use it"
+        await sb.exec(":(){ :|:& };:", timeout=3)
+        # The bomb keeps running in the background, but never beyond the limit: forks are refused.
+        refused = 0
+        for _ in range(100):
+            assert len(sb.cgroup.pids()) <= limits.max_processes
+            refused = int(sb.cgroup.read("pids", "pids.events").split()[1])
+            if refused > 0:
+                break
+            await asyncio.sleep(0.05)
+        assert refused > 0
+        host = await asyncio.create_subprocess_exec("true")
+        assert await host.wait() == 0  # ... and the host can still fork
+    finally:
+        await sb.close()
+    assert not sb.cgroup.dirs  # closing killed every process and removed the group
+
+
+# Try to start 100 sleepers (fork failures raise at once, unlike bash's retrying fork), then count.
+_BURST = (
+    'python3 -c "import os, subprocess\n'
+    "for _ in range(100):\n"
+    "    try: subprocess.Popen(['sleep', '{tag}'])\n"
+    "    except OSError: pass\n"
+    "print(sum(p.isdigit() for p in os.listdir('/proc')))\""
+)
+
+
+async def test_process_burst_is_capped(tmp_path):
+    limits = SandboxLimits(max_processes=40)
+    factory = create_sandbox_factory(_config(root_dir=str(tmp_path / "sb"), limits=limits))
+    sb = await factory.create("t-burst")
+    try:
+        burst = await sb.exec(_BURST.format(tag=1015), timeout=20)
+        running = int(burst.output.strip().splitlines()[-1])
+        assert 10 < running <= limits.max_processes, burst.output
+    finally:
+        await sb.close()
+    assert await _wait_gone("sleep", "1015") == []
+
+
+async def test_fork_bomb_contained_without_cgroup(tmp_path, monkeypatch):
+    """Fallback: a dedicated sandbox uid makes RLIMIT_NPROC effective even when we are root."""
+    from trajforge.sandbox import base
+
+    monkeypatch.setattr(base.SandboxCgroup, "create", classmethod(lambda cls, *a, **k: cls()))
+    limits = SandboxLimits(max_processes=40)
+    factory = create_sandbox_factory(_config(root_dir=str(tmp_path / "sb"), limits=limits))
+    sb = await factory.create("t-nproc")
+    try:
+        assert not sb.cgroup.dirs
+        burst = await sb.exec(_BURST.format(tag=1016), timeout=20)
+        running = int(burst.output.strip().splitlines()[-1])
+        # RLIMIT_NPROC counts the sandbox uid's processes; bwrap's pid-1 reaper is not one of them.
+        assert 10 < running <= limits.max_processes + 1, burst.output
+    finally:
+        await sb.close()
+    assert await _wait_gone("sleep", "1016") == []
+
+
+async def test_ten_gigabyte_write_stopped_by_file_size_limit(tmp_path):
+    limits = SandboxLimits(file_size_mb=8)
+    factory = create_sandbox_factory(_config(root_dir=str(tmp_path / "sb"), limits=limits))
+    sb = await factory.create("t-fsize")
+    try:
+        result = await sb.exec("head -c 10G /dev/zero > big; echo rc=$?")
+        assert "rc=0" not in result.output
+        assert (sb.host_workdir / "big").stat().st_size <= 8 * 1024 * 1024
+    finally:
+        await sb.close()
+
+
+def _agent_peak_rss_kb(sb) -> int:
+    for pid in sb.cgroup.pids():
+        try:
+            if b"agent.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                status = Path(f"/proc/{pid}/status").read_text()
+                return int(next(ln for ln in status.splitlines() if ln.startswith("VmHWM")).split()[1])
+        except (OSError, StopIteration):
+            continue
+    raise AssertionError("exec agent process not found in the sandbox cgroup")
+
+
+async def test_fifty_megabytes_of_output_keeps_head_and_tail(sandbox):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = await sandbox.exec("echo START; head -c 50000000 /dev/zero | tr '\\0' x; echo; echo END")
+    grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert result.truncated and result.exit_code == 0
+    assert result.output_bytes == len("START\n") + 50_000_000 + len("\nEND\n")
+    assert result.output.startswith("START\nxxx") and result.output.endswith("xxx\nEND\n")
+    assert "bytes of output omitted" in result.output
+    assert len(result.output) < sandbox.config.output_cap_bytes + 200
+    assert grown_kb < 20_000  # the host never held the 50 MB
+    if sandbox.cgroup.dirs:
+        assert _agent_peak_rss_kb(sandbox) < 64_000  # nor did the agent inside
+
+
+async def test_concurrent_sandboxes_cannot_see_each_other(tmp_path):
+    factory = create_sandbox_factory(_config(root_dir=str(tmp_path / "sb")))
+    a, b = await asyncio.gather(factory.create("a"), factory.create("b"))
+    try:
+        await asyncio.gather(
+            a.exec("echo secret-a > mine.txt; echo a > /tmp/scratch-a"),
+            b.exec("echo secret-b > mine.txt"),
+        )
+        seen = await b.exec(
+            f"cat mine.txt; ls /tmp; cat {a.host_workdir}/mine.txt 2>&1; ls {a.layout.root.parent} 2>&1"
+        )
+        assert "secret-b" in seen.output
+        assert "secret-a" not in seen.output and "scratch-a" not in seen.output
+        assert await a.read_bytes("mine.txt") == b"secret-a\n"
+    finally:
+        await asyncio.gather(a.close(), b.close())
+
+
+async def test_session_state_persists(sandbox):
+    await sandbox.exec("mkdir -p sub/dir && cd sub/dir && export GREETING='hi there'")
+    result = await sandbox.exec('pwd; echo "$GREETING"')
+    assert result.output == "/workspace/sub/dir\nhi there\n"
+    await sandbox.exec("unset GREETING; cd ..")
+    assert (await sandbox.exec('pwd; echo "[$GREETING]"')).output == "/workspace/sub\n[]\n"
+    assert (await sandbox.exec("pwd", cwd="/tmp")).output == "/tmp\n"
+
+
+async def test_background_process_survives_between_calls_and_dies_at_close(tmp_path):
+    factory = create_sandbox_factory(_config(root_dir=str(tmp_path / "sb")))
+    sb = await factory.create("t-bg")
+    started = await sb.exec(f"nohup sleep 1019 > {sb.scratch_dir}/bg.log 2>&1 & echo $!")
+    assert started.exit_code == 0
+    later = await sb.exec("ps -eo args | grep -c '^sleep 1019'")
+    assert later.output.strip() == "1"
+    assert _host_processes("sleep", "1019")
+    root = sb.layout.root
+    await sb.close()
+    assert await _wait_gone("sleep", "1019") == []
+    assert not root.exists()
+
+
+async def test_file_round_trip_and_path_escapes(sandbox):
+    data = os.urandom(200_000) + b"\0\xff\n"  # far beyond output_cap_bytes
+    await sandbox.write_bytes("deep/dir/blob.bin", data)
+    assert await sandbox.read_bytes("/workspace/deep/dir/blob.bin") == data
+    size = await sandbox.exec(
+        "stat -c %s deep/dir/blob.bin && echo more >> deep/dir/blob.bin && echo appended"
+    )
+    assert size.output.splitlines() == [str(len(data)), "appended"]  # the sandbox uid owns it
+    await sandbox.exec("ln -s /etc/passwd to-etc; ln -s .. up; ln -s /workspace/deep inner")
+    assert await sandbox.read_bytes("inner/dir/blob.bin") == data + b"more\n"
+    for bad in ["../x", "/etc/passwd", "to-etc", "up/x", "deep/../../x", "/workspace/../etc/passwd"]:
+        with pytest.raises(PermissionError):
+            await sandbox.read_bytes(bad)
+        with pytest.raises(PermissionError):
+            await sandbox.write_bytes(bad, b"x")
+
+
+async def test_agent_killed_from_inside_restarts_session(sandbox):
+    await sandbox.exec("kill -9 $PPID")
+    result = await sandbox.exec("echo back")
+    assert "restarted" in result.output and result.output.endswith("back\n")
+
+
+async def test_unavailable_bwrap_says_what_to_do(tmp_path, monkeypatch):
+    from trajforge.sandbox import SandboxUnavailableError
+
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    factory = create_sandbox_factory(_config(root_dir=str(tmp_path / "sb")))
+    with pytest.raises(SandboxUnavailableError) as err:
+        await factory.create("t")
+    assert "apt-get install bubblewrap" in str(err.value)
+    assert "--sandbox local" in str(err.value)

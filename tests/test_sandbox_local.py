@@ -1,0 +1,116 @@
+"""The local backend (no isolation, same session semantics) and the shared pieces: output cap,
+path confinement, copy-in, factory selection."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from trajforge.protocols import Sandbox
+from trajforge.sandbox import SandboxConfig, create_sandbox_factory
+from trajforge.sandbox.agent import OutputCap
+from trajforge.sandbox.paths import PathMap
+
+
+@pytest.fixture
+async def sandbox(tmp_path):
+    factory = create_sandbox_factory(
+        SandboxConfig(kind="local", root_dir=str(tmp_path / "sb"), output_cap_bytes=1000, env={"X": "1"})
+    )
+    sb = await factory.create("t-local")
+    yield sb
+    await sb.close()
+
+
+async def test_local_session_semantics(sandbox, monkeypatch):
+    assert isinstance(sandbox, Sandbox)
+    assert sandbox.workdir == str(sandbox.host_workdir)
+    await sandbox.exec("mkdir a && cd a && export Y=2")
+    result = await sandbox.exec('pwd; echo "$X$Y"; exit 7')
+    assert result.output == f"{sandbox.workdir}/a\n12\n" and result.exit_code == 7
+    assert (await sandbox.exec("cd /nonexistent")).exit_code != 0
+    assert (await sandbox.exec("pwd")).output == f"{sandbox.workdir}/a\n"
+
+
+async def test_local_does_not_leak_host_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak")
+    factory = create_sandbox_factory(SandboxConfig(kind="local", root_dir=str(tmp_path / "sb")))
+    sb = await factory.create("t-env")
+    try:
+        assert "sk-should-not-leak" not in (await sb.exec("env")).output
+    finally:
+        await sb.close()
+
+
+async def test_local_timeout_and_output_cap(sandbox):
+    timed = await sandbox.exec("sleep 1031 & sleep 1031", timeout=0.5)
+    assert timed.timed_out and timed.exit_code is None
+    assert "1031" not in (await sandbox.exec("ps -eo args | grep '^sleep 1031' || true")).output
+    big = await sandbox.exec("seq 1 100000")
+    assert big.truncated and big.output.startswith("1\n2\n") and big.output.endswith("99999\n100000\n")
+    assert big.output_bytes == len("".join(f"{i}\n" for i in range(1, 100001)))
+
+
+async def test_local_files_and_close(sandbox):
+    data = os.urandom(5000)  # larger than this sandbox's output cap
+    await sandbox.write_bytes("d/f.bin", data)
+    assert await sandbox.read_bytes(f"{sandbox.workdir}/d/f.bin") == data
+    with pytest.raises(PermissionError):
+        await sandbox.read_bytes("../outside")
+    await sandbox.exec("nohup sleep 1033 >/dev/null 2>&1 &")
+    assert (await sandbox.exec("ps -eo args | grep -c '^sleep 1033'")).output == "1\n"
+    root = sandbox.layout.root
+    await sandbox.close()
+    assert not root.exists()
+    ps = await asyncio.create_subprocess_exec("ps", "-eo", "args", stdout=asyncio.subprocess.PIPE)
+    probe, _ = await ps.communicate()
+    assert b"sleep 1033" not in probe
+
+
+async def test_cwd_contents_are_copied_in(tmp_path):
+    src = tmp_path / "row"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "mod.py").write_text("x = 1\n")
+    factory = create_sandbox_factory(SandboxConfig(kind="local", root_dir=str(tmp_path / "sb")))
+    sb = await factory.create("t-cwd", cwd=str(src))
+    try:
+        assert (await sb.exec("cat pkg/mod.py")).output == "x = 1\n"
+        await sb.exec("echo changed > pkg/mod.py")
+        assert (src / "pkg" / "mod.py").read_text() == "x = 1\n"  # the original is untouched
+    finally:
+        await sb.close()
+    with pytest.raises(ValueError, match="not a directory"):
+        await factory.create("t-bad", cwd=str(tmp_path / "missing"))
+
+
+def test_output_cap_keeps_head_and_tail():
+    cap = OutputCap(10)
+    for chunk in [b"abc", b"defgh", b"x" * 1000, b"12345"]:
+        cap.feed(chunk)
+    text, truncated = cap.render()
+    assert truncated and text.startswith("abcde") and text.endswith("\n\n12345")
+    assert cap.total == 1013
+    small = OutputCap(100)
+    small.feed(b"hello")
+    assert small.render() == ("hello", False)
+
+
+def test_path_map_confines(tmp_path):
+    (tmp_path / "d").mkdir()
+    os.symlink("/ws/d", tmp_path / "abs-in")
+    os.symlink("/etc", tmp_path / "abs-out")
+    os.symlink("../..", tmp_path / "d" / "rel-out")
+    paths = PathMap(inside="/ws", host=str(tmp_path))
+    assert paths.resolve("d/f") == str(tmp_path / "d" / "f")
+    assert paths.resolve("/ws/abs-in/f") == str(tmp_path / "d" / "f")
+    for bad in ["/etc/passwd", "../x", "abs-out/passwd", "d/rel-out/x", "/ws/../x", "a\0b"]:
+        with pytest.raises(PermissionError):
+            paths.resolve(bad)
+
+
+def test_unknown_backend_is_a_clear_error():
+    config = SandboxConfig.model_construct(kind="chroot")
+    with pytest.raises(ValueError, match="unknown sandbox backend"):
+        create_sandbox_factory(config)
