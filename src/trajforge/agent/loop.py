@@ -44,6 +44,7 @@ class AgentLoop:
             history.append({"role": "system", "content": cfg.system_prompt})
         history.extend(dict(m) for m in messages)
         result = AgentResult(messages=history, tools_offered=list(self.tools), model=self.model.name)
+        history = result.messages  # pydantic copied the list; keep appending to the result's own
         started = time.perf_counter()
         try:
             async with asyncio.timeout(cfg.session_timeout_s):
@@ -190,7 +191,9 @@ class AgentLoop:
                 async with asyncio.timeout(self.config.tool_timeout_s):
                     out = await tool(args, self.ctx)
             except TimeoutError:
-                out = ToolOutput.failure(f"tool {call.name!r} took longer than {self.config.tool_timeout_s:g}s")
+                out = ToolOutput.failure(
+                    f"tool {call.name!r} took longer than {self.config.tool_timeout_s:g}s"
+                )
             except Exception as exc:  # a crashing tool is reported to the model, not raised
                 out = ToolOutput.failure(f"tool {call.name!r} crashed: {type(exc).__name__}: {exc}")
         return self._record(call, turn_index, out, result)

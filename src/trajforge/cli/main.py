@@ -18,6 +18,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+@app.callback()
+def _root() -> None:
+    """Agent trajectory factory and RL environments for tool-using LLMs."""
+
+
 # Fixed map of command modules (no import-time registry): each exposes ``register(app)``.
 _COMMAND_MODULES = (
     "trajforge.cli.run",

@@ -109,7 +109,9 @@ async def _patch(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         await ctx.sandbox.write_bytes(path, updated.encode())
     except OSError as exc:
         return _file_error(path, exc)
-    return ToolOutput(content=orjson.dumps({"path": path, "replacements": count if replace_all else 1}).decode())
+    return ToolOutput(
+        content=orjson.dumps({"path": path, "replacements": count if replace_all else 1}).decode()
+    )
 
 
 async def _search_files(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:

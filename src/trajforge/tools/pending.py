@@ -21,20 +21,32 @@ def _obj(required: list[str], **props: str) -> dict[str, Any]:
 
 
 _SPECS: dict[str, tuple[str, dict[str, Any]]] = {
-    "web_search": ("Search the web and return result titles, URLs and snippets.", _obj(["query"], query="Search query.")),
-    "web_extract": ("Fetch web pages and return their main text.", _obj(["urls"], urls="Comma-separated URLs.")),
+    "web_search": (
+        "Search the web and return result titles, URLs and snippets.",
+        _obj(["query"], query="Search query."),
+    ),
+    "web_extract": (
+        "Fetch web pages and return their main text.",
+        _obj(["urls"], urls="Comma-separated URLs."),
+    ),
     "vision_analyze": (
         "Answer a question about an image.",
         _obj(["image_url", "question"], image_url="Image URL or path.", question="What to look for."),
     ),
-    "image_generate": ("Generate an image from a text prompt.", _obj(["prompt"], prompt="Image description.")),
+    "image_generate": (
+        "Generate an image from a text prompt.",
+        _obj(["prompt"], prompt="Image description."),
+    ),
     "mixture_of_agents": (
         "Ask several reference models and aggregate their answers to a hard question.",
         _obj(["user_prompt"], user_prompt="The question."),
     ),
     "browser_navigate": ("Open a URL in the browser.", _obj(["url"], url="Address to open.")),
     "browser_snapshot": ("Return the accessibility snapshot of the current page.", _obj([])),
-    "browser_click": ("Click an element of the page.", _obj(["ref"], ref="Element reference from a snapshot.")),
+    "browser_click": (
+        "Click an element of the page.",
+        _obj(["ref"], ref="Element reference from a snapshot."),
+    ),
     "browser_type": (
         "Type text into an element.",
         _obj(["ref", "text"], ref="Element reference.", text="Text to type."),
@@ -43,12 +55,18 @@ _SPECS: dict[str, tuple[str, dict[str, Any]]] = {
     "browser_back": ("Go back in history.", _obj([])),
     "browser_press": ("Press a key.", _obj(["key"], key="Key name, e.g. Enter.")),
     "browser_get_images": ("List images on the page.", _obj([])),
-    "browser_vision": ("Ask a question about a screenshot of the page.", _obj(["question"], question="Question.")),
+    "browser_vision": (
+        "Ask a question about a screenshot of the page.",
+        _obj(["question"], question="Question."),
+    ),
     "browser_console": ("Read the page's console messages.", _obj([])),
     "rl_list_environments": ("List the available RL environments.", _obj([])),
     "rl_select_environment": ("Select an RL environment.", _obj(["name"], name="Environment name.")),
     "rl_get_current_config": ("Show the current training config.", _obj([])),
-    "rl_edit_config": ("Change a training config field.", _obj(["field", "value"], field="Field.", value="Value.")),
+    "rl_edit_config": (
+        "Change a training config field.",
+        _obj(["field", "value"], field="Field.", value="Value."),
+    ),
     "rl_start_training": ("Start a training run.", _obj([])),
     "rl_check_status": ("Check a training run.", _obj(["run_id"], run_id="Run id.")),
     "rl_stop_training": ("Stop a training run.", _obj(["run_id"], run_id="Run id.")),

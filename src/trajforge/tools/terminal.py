@@ -83,7 +83,12 @@ async def _start_background(command: str, ctx: ToolContext) -> ToolOutput:
     except (ValueError, IndexError):
         return ToolOutput.failure(f"could not start background command: {res.output.strip()[:500]}")
     procs[proc_id] = BackgroundProcess(proc_id, pid, command, log, rc_file, time.time())
-    body = {"id": proc_id, "pid": pid, "status": "running", "hint": "use the process tool to poll/read/wait/kill"}
+    body = {
+        "id": proc_id,
+        "pid": pid,
+        "status": "running",
+        "hint": "use the process tool to poll/read/wait/kill",
+    }
     return ToolOutput(content=orjson.dumps(body).decode())
 
 

@@ -1,0 +1,80 @@
+"""``trajforge run`` end to end: real CLI process, scripted endpoint on loopback, bwrap sandbox."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from trajforge.testing.scripted_server import Reply, ScriptedServer, ToolCallSpec
+
+TRAJFORGE = str(Path(sys.executable).with_name("trajforge"))
+
+
+def _run(args: list[str], cwd: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.run([TRAJFORGE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_run_prints_answer_and_saves_trajectory(tmp_path: Path):
+    script = [
+        Reply(
+            reasoning="I should count with the shell",
+            tool_calls=[ToolCallSpec("terminal", {"command": "printf 'a\\nb\\nc\\n' | wc -l"})],
+        ),
+        Reply(content="There are 3 lines.", reasoning="wc said 3"),
+    ]
+    secret = "sk-test-secret-value-123"
+    with ScriptedServer(script, api_key=secret).in_thread() as srv:
+        proc = _run(
+            [
+                "run",
+                "count lines",
+                "--model",
+                "scripted",
+                "--base-url",
+                srv.base_url,
+                "--api-key-env",
+                "MY_KEY",
+                "--toolsets",
+                "terminal,file",
+                "--output",
+                "out.jsonl",
+            ],
+            tmp_path,
+            {"MY_KEY": secret},
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "There are 3 lines."
+    line = orjson.loads((tmp_path / "out.jsonl").read_bytes())
+    conv = line["conversations"]
+    assert [t["from"] for t in conv] == ["system", "human", "gpt", "tool", "gpt"]
+    assert conv[1]["value"] == "count lines"
+    assert conv[2]["value"].startswith("<think>\nI should count with the shell\n</think>\n<tool_call>")
+    assert '"content": {"output": "3\\n", "exit_code": 0}' in conv[3]["value"]
+    assert line["completed"] is True and line["termination"] == "final_answer"
+    assert line["messages"][0]["role"] == "user"
+    assert secret not in (tmp_path / "out.jsonl").read_text() + proc.stdout + proc.stderr
+
+
+def test_run_reports_bad_key_and_unknown_toolset(tmp_path: Path):
+    with ScriptedServer([Reply(content="hi")], api_key="right").in_thread() as srv:
+        proc = _run(
+            ["run", "hi", "--model", "m", "--base-url", srv.base_url, "--api-key-env", "K"],
+            tmp_path,
+            {"K": "wrong-key-xyz"},
+        )
+        assert proc.returncode == 1
+        failed = orjson.loads((tmp_path / "failed_trajectories.jsonl").read_bytes())
+        assert failed["completed"] is False and failed["termination"] == "model_error"
+        assert "401" in proc.stderr and "wrong-key-xyz" not in proc.stderr
+
+        proc = _run(
+            ["run", "hi", "--model", "m", "--base-url", srv.base_url, "--toolsets", "teleport"], tmp_path
+        )
+        assert proc.returncode == 2 and "unknown toolset 'teleport'" in proc.stderr
+        proc = _run(["run", "hi", "--model", "m"], tmp_path)
+        assert proc.returncode == 2 and "--base-url" in proc.stderr
