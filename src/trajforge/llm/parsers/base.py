@@ -1,0 +1,123 @@
+"""What every tool-call parser returns, and the contract each family implements.
+
+A parser turns the raw text an open model produced into tool calls. The result keeps three
+things apart on purpose: the prose (``content``), the calls that parsed, and the calls that did
+not (``errors``). A malformed call is never dropped as if the model had not called a tool: the
+agent loop shows the error to the model and records it (SPEC section 7: the reference ended the
+episode as if it had finished naturally).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from trajforge.llm.types import ToolCall
+
+Tools = Sequence[dict[str, Any]] | None
+"""An OpenAI-style tools list: ``[{"type": "function", "function": {"name", "parameters"}}]``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedCall:
+    """One tool call that parsed: a name and its decoded arguments (a JSON object)."""
+
+    name: str
+    arguments: Any = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "arguments": self.arguments}
+
+
+@dataclass(frozen=True, slots=True)
+class ParseError:
+    """A tool call the model attempted but that could not be parsed.
+
+    ``fragment`` is the offending text exactly as the model wrote it (so it can be shown back to
+    the model), ``offset`` where it starts in the parsed text.
+    """
+
+    message: str
+    fragment: str
+    offset: int = 0
+
+    def describe(self, max_fragment: int = 200) -> str:
+        """One line for a model or a log: the reason and the start of the offending text."""
+        frag = self.fragment if len(self.fragment) <= max_fragment else self.fragment[:max_fragment] + "..."
+        return f"{self.message}: {frag!r}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"message": self.message, "fragment": self.fragment, "offset": self.offset}
+
+
+@dataclass(frozen=True, slots=True)
+class ParseResult:
+    """The parse of one assistant message.
+
+    ``content`` is the text that is not a tool call, stripped (``None`` when nothing is left);
+    ``parser`` names the family that produced the result (useful after ``auto``).
+    """
+
+    content: str | None
+    calls: list[ParsedCall] = field(default_factory=list)
+    errors: list[ParseError] = field(default_factory=list)
+    parser: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "parser": self.parser,
+            "content": self.content,
+            "calls": [c.to_dict() for c in self.calls],
+            "errors": [e.to_dict() for e in self.errors],
+        }
+
+
+@runtime_checkable
+class ToolCallParser(Protocol):
+    """One model family's tool-call format.
+
+    ``markers`` are the strings whose presence in a text means "this family is calling a tool"
+    (``start_marker`` is the first thing a call begins with); ``format_calls`` writes calls back
+    in the family's own text, for scripted models and token-trace tests.
+    """
+
+    name: str
+    start_marker: str
+    markers: tuple[str, ...]
+
+    def parse(self, text: str, tools: Tools = None) -> ParseResult: ...
+
+    def format_calls(self, calls: Sequence[Any]) -> str: ...
+
+
+def make_content(pieces: Sequence[str]) -> str | None:
+    """Join the non-call pieces of a text; strip; ``None`` when empty."""
+    content = "".join(pieces).strip()
+    return content or None
+
+
+def call_arguments(call: Any) -> Any:
+    """The decoded arguments of a call-like object (a :class:`ParsedCall` or a ``ToolCall``)."""
+    args = call.arguments
+    if isinstance(args, str):
+        return json.loads(args) if args.strip() else {}
+    return args
+
+
+def to_tool_calls(result: ParseResult, *, start: int = 0, prefix: str = "call_") -> list[ToolCall]:
+    """The agent's :class:`ToolCall` list for a parse, with deterministic ids.
+
+    Ids are ``call_<n>`` counted from ``start`` within the message, so re-parsing the same text
+    gives the same ids; pass a running ``start`` to keep them unique across an episode.
+    Arguments are re-encoded as compact JSON (non-ASCII kept as is).
+    """
+    return [
+        ToolCall(
+            id=f"{prefix}{start + i}",
+            name=call.name,
+            arguments=json.dumps(call.arguments, ensure_ascii=False),
+        )
+        for i, call in enumerate(result.calls)
+    ]

@@ -1,0 +1,90 @@
+"""DeepSeek-V3 / R1 format.
+
+::
+
+    <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
+    ```json
+    {"arg": 1}
+    ```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+
+(the bars and underscores are the full-width ``｜`` U+FF5C and ``▁`` U+2581 of DeepSeek's
+special tokens). Each ``tool▁call▁begin ... tool▁call▁end`` block is one call; the section
+markers around them are layout. A section opened without any complete call is an error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from trajforge.llm.parsers._scan import MalformedCall, error, json_call, loads, split_blocks, unclosed
+from trajforge.llm.parsers.base import (
+    ParsedCall,
+    ParseError,
+    ParseResult,
+    Tools,
+    call_arguments,
+    make_content,
+)
+
+CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
+CALLS_END = "<｜tool▁calls▁end｜>"
+CALL_BEGIN = "<｜tool▁call▁begin｜>"
+CALL_END = "<｜tool▁call▁end｜>"
+SEP = "<｜tool▁sep｜>"
+
+
+class DeepseekV3Parser:
+    """``function<｜tool▁sep｜>NAME`` + a fenced JSON block, per call."""
+
+    name = "deepseek_v3"
+    start_marker = CALLS_BEGIN
+    markers = (CALLS_BEGIN, CALL_BEGIN, SEP, CALL_END, CALLS_END)
+
+    def parse(self, text: str, tools: Tools = None) -> ParseResult:
+        pieces, blocks = split_blocks(text, CALL_BEGIN, CALL_END)
+        calls: list[ParsedCall] = []
+        errors: list[ParseError] = []
+        for block in blocks:
+            if not block.closed:
+                errors.append(unclosed(CALL_BEGIN, CALL_END, block))
+                continue
+            try:
+                calls.append(self._read_call(block.body))
+            except MalformedCall as exc:
+                errors.append(error(exc, block.raw, block.offset))
+        if not blocks and CALLS_BEGIN in text:
+            at = text.index(CALLS_BEGIN)
+            errors.append(ParseError(f"{CALLS_BEGIN} without any {CALL_BEGIN}", text[at:], at))
+            pieces = [text[:at]]
+        content = make_content([p.replace(CALLS_BEGIN, "").replace(CALLS_END, "") for p in pieces])
+        return ParseResult(content, calls, errors, self.name)
+
+    def format_calls(self, calls: Sequence[Any]) -> str:
+        if not calls:
+            return ""
+        body = "".join(f"{CALL_BEGIN}{self._format_one(c)}{CALL_END}" for c in calls)
+        return f"{CALLS_BEGIN}{body}{CALLS_END}"
+
+    def _format_one(self, call: Any) -> str:
+        args = json.dumps(call_arguments(call), ensure_ascii=False)
+        return f"function{SEP}{call.name}\n```json\n{args}\n```"
+
+    def _read_call(self, body: str) -> ParsedCall:
+        kind, sep, rest = body.partition(SEP)
+        if not sep:
+            raise MalformedCall(f"no {SEP} in the call")
+        if kind.strip() != "function":
+            raise MalformedCall(f"call type must be 'function', got {kind.strip()!r}")
+        name, newline, args = rest.partition("\n")
+        if not newline:
+            raise MalformedCall("expected a newline and a ```json block after the function name")
+        args = args.strip()
+        if args.startswith("```"):
+            if not args.endswith("```") or len(args) < 6:
+                raise MalformedCall("unclosed ```json fence around the arguments")
+            args = args[3:-3]
+            if args.startswith("json"):
+                args = args[4:]
+        return json_call({"name": name, "arguments": loads(args) if args.strip() else None})

@@ -1,0 +1,33 @@
+"""DeepSeek-V3.1 / V3.2 format: no call type, no code fence.
+
+::
+
+    <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{"arg": 1}<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+
+Scanning and the section rules are DeepSeek-V3's (:mod:`.deepseek_v3`); only a call's body
+differs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from trajforge.llm.parsers._scan import MalformedCall, json_call, loads
+from trajforge.llm.parsers.base import ParsedCall, call_arguments
+from trajforge.llm.parsers.deepseek_v3 import SEP, DeepseekV3Parser
+
+
+class DeepseekV31Parser(DeepseekV3Parser):
+    """``NAME<｜tool▁sep｜>{json}`` per call."""
+
+    name = "deepseek_v31"
+
+    def _format_one(self, call: Any) -> str:
+        return f"{call.name}{SEP}{json.dumps(call_arguments(call), ensure_ascii=False)}"
+
+    def _read_call(self, body: str) -> ParsedCall:
+        name, sep, args = body.partition(SEP)
+        if not sep:
+            raise MalformedCall(f"no {SEP} in the call")
+        return json_call({"name": name, "arguments": loads(args) if args.strip() else None})

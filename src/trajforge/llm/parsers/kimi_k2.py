@@ -1,0 +1,88 @@
+"""Kimi-K2 format.
+
+::
+
+    <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{"a": 1}<|tool_call_end|><|tool_calls_section_end|>
+
+The call id ``functions.NAME:IDX`` carries the name (the ``functions.`` prefix and the ``:IDX``
+suffix are stripped). Each ``tool_call_begin ... tool_call_end`` block is one call; section
+markers (also the singular ``tool_call_section`` spelling some checkpoints emit) are layout.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from trajforge.llm.parsers._scan import MalformedCall, error, json_call, loads, split_blocks, unclosed
+from trajforge.llm.parsers.base import (
+    ParsedCall,
+    ParseError,
+    ParseResult,
+    Tools,
+    call_arguments,
+    make_content,
+)
+
+SECTION_BEGIN = "<|tool_calls_section_begin|>"
+SECTION_END = "<|tool_calls_section_end|>"
+_SECTION_ALIASES = (SECTION_BEGIN, SECTION_END, "<|tool_call_section_begin|>", "<|tool_call_section_end|>")
+CALL_BEGIN = "<|tool_call_begin|>"
+ARG_BEGIN = "<|tool_call_argument_begin|>"
+CALL_END = "<|tool_call_end|>"
+_CALL_ID = re.compile(r"\s*(?:functions\.)?(?P<name>[^\s:<>]+)(?::\d+)?\s*")
+
+
+class KimiK2Parser:
+    """``functions.NAME:IDX<|tool_call_argument_begin|>{json}`` per call."""
+
+    name = "kimi_k2"
+    start_marker = SECTION_BEGIN
+    markers = (SECTION_BEGIN, CALL_BEGIN, ARG_BEGIN, CALL_END, SECTION_END)
+
+    def parse(self, text: str, tools: Tools = None) -> ParseResult:
+        pieces, blocks = split_blocks(text, CALL_BEGIN, CALL_END)
+        calls: list[ParsedCall] = []
+        errors: list[ParseError] = []
+        for block in blocks:
+            if not block.closed:
+                errors.append(unclosed(CALL_BEGIN, CALL_END, block))
+                continue
+            try:
+                calls.append(_read_call(block.body))
+            except MalformedCall as exc:
+                errors.append(error(exc, block.raw, block.offset))
+        if not blocks:
+            at = min((text.find(m) for m in _SECTION_ALIASES[::2] if m in text), default=-1)
+            if at >= 0:
+                errors.append(ParseError(f"tool calls section without any {CALL_BEGIN}", text[at:], at))
+                pieces = [text[:at]]
+        return ParseResult(make_content([_strip_sections(p) for p in pieces]), calls, errors, self.name)
+
+    def format_calls(self, calls: Sequence[Any]) -> str:
+        if not calls:
+            return ""
+        body = "".join(
+            f"{CALL_BEGIN}functions.{c.name}:{i}{ARG_BEGIN}"
+            f"{json.dumps(call_arguments(c), ensure_ascii=False)}{CALL_END}"
+            for i, c in enumerate(calls)
+        )
+        return f"{SECTION_BEGIN}{body}{SECTION_END}"
+
+
+def _strip_sections(piece: str) -> str:
+    for marker in _SECTION_ALIASES:
+        piece = piece.replace(marker, "")
+    return piece
+
+
+def _read_call(body: str) -> ParsedCall:
+    call_id, sep, args = body.partition(ARG_BEGIN)
+    if not sep:
+        raise MalformedCall(f"no {ARG_BEGIN} in the call")
+    match = _CALL_ID.fullmatch(call_id)
+    if match is None:
+        raise MalformedCall(f"invalid call id {call_id.strip()!r} (expected functions.NAME:IDX)")
+    return json_call({"name": match["name"], "arguments": loads(args) if args.strip() else None})
