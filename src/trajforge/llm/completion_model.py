@@ -1,0 +1,555 @@
+"""A token-exact :class:`~trajforge.protocols.ChatModel` over raw completion endpoints.
+
+The conversation is rendered with the model's own chat template (a transformers tokenizer from a
+local directory), sent as token ids to a completion endpoint -- OpenAI ``/v1/completions``,
+vLLM-style ``/generate`` or SGLang ``/generate`` -- and the sampled ids and their logprobs come
+back. We decode them, split ``<think>`` reasoning off, and parse tool calls with the configured
+parser (:mod:`trajforge.llm.parsers`). A malformed call becomes a ``parse_errors`` entry the
+agent loop shows the model; it is never a silent "no call".
+
+Exact tokens across turns, without changing the agent loop: the loop calls
+``complete(messages, ...)`` with the whole history each turn and appends
+``turn.to_message()``. This model remembers, per conversation prefix, the exact ids that prefix
+stands for (prompt + sampled completion). The key is a hash chain over a fingerprint of each
+message (role, text, reasoning, tool-call names/arguments) seeded with the tools, so the key of
+"history + the assistant message we just returned" is known when we return it. On the next
+call the longest remembered prefix that ends in one of our assistant turns is found; the new
+prompt is its ids, then the template segment for what followed (tool results, user turns, the
+generation prompt) tokenized on its own -- sampled text is never re-tokenized. The memory is an
+LRU (``cache_size`` prefixes), one per model instance. If no prefix is remembered (another model
+wrote the history, or it was edited), the prompt is rendered afresh and a warning is logged;
+:func:`trajforge.llm.token_trace.build_episode_trace` then reports the break instead of
+producing a wrong trace.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import collections
+import hashlib
+import logging
+import random
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import aiohttp
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+
+from trajforge.llm.chat_template import ChatTemplate
+from trajforge.llm.keys import redact, resolve_api_key
+from trajforge.llm.parsers import get_parser, to_tool_calls
+from trajforge.llm.reasoning import split_think
+from trajforge.llm.types import AssistantTurn, ModelError, ModelErrorKind, SamplingParams, TokenTrace, Usage
+from trajforge.trajectory.think import content_text, message_reasoning
+
+log = logging.getLogger(__name__)
+
+EndpointKind = Literal["openai_completions", "vllm_generate", "sglang_generate"]
+
+_RETRY_STATUSES = frozenset({408, 409, 425, 429})
+_CONTEXT_PATTERNS = re.compile(
+    r"context[ _-]?length|maximum context|too many tokens|prompt is too long|input is too long"
+    r"|longer than the maximum|exceeds the context",
+    re.IGNORECASE,
+)
+_TOKEN_ID_PREFIX = "token_id:"
+
+
+class CompletionModelConfig(BaseModel):
+    """How to reach one model served by a raw completion endpoint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tokenizer_path: str = Field(description="LOCAL directory with the model's tokenizer and chat template")
+    base_url: str = Field(description="server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine)")
+    endpoint: EndpointKind = Field(
+        default="vllm_generate",
+        description="openai_completions (/v1/completions, prompt as ids, vLLM's return_tokens_as_token_ids), "
+        "vllm_generate (/generate with prompt_token_ids) or sglang_generate (/generate with input_ids)",
+    )
+    model: str | None = Field(
+        default=None, description="model name sent to /v1/completions; default: dir name"
+    )
+    parser: str = Field(default="hermes", description="tool-call parser name (trajforge.llm.parsers)")
+    api_key_env: str | None = Field(default=None, description="env var holding a key; None sends no auth")
+    end_of_turn: str | None = Field(
+        default=None, description="end-of-turn token; default tokenizer.eos_token"
+    )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="extra template variables, e.g. {'enable_thinking': False}"
+    )
+    default_max_tokens: int = Field(default=4096, gt=0, description="when SamplingParams.max_tokens is None")
+    max_context_tokens: int | None = Field(default=None, gt=0, description="refuse prompts that do not fit")
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    max_retries: int = Field(default=5, ge=0, description="retries after the first attempt")
+    backoff_base_s: float = Field(default=1.0, ge=0, description="first backoff; doubles per retry")
+    backoff_max_s: float = Field(default=30.0, ge=0)
+    max_concurrency: int = Field(default=256, ge=1, description="requests in flight through this client")
+    cache_size: int = Field(default=1024, ge=1, description="conversation prefixes whose ids are remembered")
+
+    @field_validator("base_url")
+    @classmethod
+    def _root(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must be an http(s) URL like http://127.0.0.1:8000, got {value!r}")
+        value = value.rstrip("/")
+        return value[: -len("/v1")] if value.endswith("/v1") else value
+
+    def url(self) -> str:
+        path = "/v1/completions" if self.endpoint == "openai_completions" else "/generate"
+        return self.base_url + path
+
+
+# --------------------------------------------------------------------------------------------
+# Conversation memory: message-prefix hash -> exact token ids
+
+
+def _fingerprint(msg: Mapping[str, Any]) -> bytes:
+    """What identifies a message for the token cache: the fields a template renders."""
+    fp: dict[str, Any] = {"role": msg.get("role"), "content": content_text(msg.get("content"))}
+    if msg.get("role") == "assistant":
+        fp["reasoning"] = message_reasoning(msg) or ""
+        fp["calls"] = [
+            [(tc.get("function") or {}).get("name"), (tc.get("function") or {}).get("arguments")]
+            for tc in msg.get("tool_calls") or []
+        ]
+    else:
+        fp["tool_call_id"] = msg.get("tool_call_id")
+        fp["name"] = msg.get("name")
+    return orjson.dumps(fp, option=orjson.OPT_SORT_KEYS, default=str)
+
+
+def _chain(seed: bytes, messages: Sequence[Mapping[str, Any]]) -> list[bytes]:
+    """Prefix keys: ``keys[i]`` identifies ``messages[: i + 1]`` (with the tools in ``seed``)."""
+    keys, h = [], seed
+    for msg in messages:
+        h = hashlib.sha256(h + _fingerprint(msg)).digest()
+        keys.append(h)
+    return keys
+
+
+def _tools_seed(tools: Sequence[Mapping[str, Any]] | None) -> bytes:
+    return hashlib.sha256(orjson.dumps(list(tools or []), option=orjson.OPT_SORT_KEYS, default=str)).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class _Remembered:
+    ids: array.array  # prompt + completion, int32
+    ended_turn: bool  # the completion ended with the end-of-turn token
+
+
+class _PrefixMemory:
+    """A bounded LRU of conversation prefixes; one per model instance, no globals."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._items: collections.OrderedDict[bytes, _Remembered] = collections.OrderedDict()
+
+    def get(self, key: bytes) -> _Remembered | None:
+        item = self._items.get(key)
+        if item is not None:
+            self._items.move_to_end(key)
+        return item
+
+    def put(self, key: bytes, item: _Remembered) -> None:
+        self._items[key] = item
+        self._items.move_to_end(key)
+        while len(self._items) > self._size:
+            self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+# --------------------------------------------------------------------------------------------
+# Wire formats
+
+
+@dataclass(frozen=True, slots=True)
+class Sampled:
+    """What an endpoint sampled: ids, one logprob per id, and why it stopped."""
+
+    ids: list[int]
+    logprobs: list[float]
+    finish_reason: str | None
+
+
+class _BadResponse(Exception):
+    """A 200 response we cannot use; ``permanent`` when the server is misconfigured."""
+
+    def __init__(self, reason: str, *, permanent: bool = False) -> None:
+        super().__init__(reason)
+        self.permanent = permanent
+
+
+def build_body(
+    kind: EndpointKind, prompt_ids: list[int], sampling: SamplingParams, max_tokens: int, model: str
+) -> dict[str, Any]:
+    """The request body for one endpoint kind (``sampling.extra_body`` merged last)."""
+    common = {
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "stop": sampling.stop,
+        "seed": sampling.seed,
+    }
+    if kind == "vllm_generate":
+        body = {"prompt": {"prompt_token_ids": prompt_ids}, "logprobs": 0, "max_tokens": max_tokens, **common}
+    elif kind == "sglang_generate":
+        params = {**common, "max_new_tokens": max_tokens, "sampling_seed": common["seed"]}
+        params.pop("seed")
+        body = {
+            "input_ids": prompt_ids,
+            "sampling_params": {k: v for k, v in params.items() if v is not None},
+            "return_logprob": True,
+        }
+    else:
+        body = {
+            "model": model,
+            "prompt": prompt_ids,
+            "max_tokens": max_tokens,
+            "logprobs": 1,
+            "return_tokens_as_token_ids": True,
+            **common,
+        }
+    body = {k: v for k, v in body.items() if v is not None}
+    return {**body, **sampling.extra_body}
+
+
+def parse_response(kind: EndpointKind, data: Any) -> Sampled:
+    """Sampled ids, logprobs and finish reason from a 200 response of ``kind``."""
+    try:
+        if kind == "vllm_generate":
+            return _parse_vllm(data)
+        if kind == "sglang_generate":
+            return _parse_sglang(data[0] if isinstance(data, list) else data)
+        return _parse_openai(data)
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise _BadResponse(f"unexpected {kind} response shape ({type(exc).__name__}: {exc})") from None
+
+
+def _parse_vllm(data: Mapping[str, Any]) -> Sampled:
+    if "token_ids" not in data or "logprobs" not in data:
+        raise _BadResponse(
+            "the /generate response has no token_ids/logprobs: the server must be a vLLM api_server "
+            "that returns them when 'logprobs' is set (e.g. Atropos' example_trainer/vllm_api_server.py)",
+            permanent=True,
+        )
+    ids = [int(t) for t in data["token_ids"][0]]
+    logprobs = []
+    for tid, step in zip(ids, data["logprobs"][0], strict=True):
+        entry = step[0] if isinstance(step, list) else step
+        value = entry.get(str(tid), entry.get(tid)) if isinstance(entry, Mapping) else None
+        if value is None:
+            raise _BadResponse(f"no logprob for sampled token {tid}", permanent=True)
+        logprobs.append(float(value["logprob"] if isinstance(value, Mapping) else value))
+    reasons = data.get("finish_reasons") or [None]
+    return Sampled(ids, logprobs, reasons[0])
+
+
+def _parse_sglang(data: Mapping[str, Any]) -> Sampled:
+    meta = data["meta_info"]
+    triples = meta.get("output_token_logprobs")
+    if triples is None:
+        raise _BadResponse("the SGLang response has no meta_info.output_token_logprobs", permanent=True)
+    ids = [int(t[1]) for t in triples]
+    if "output_ids" in data and [int(t) for t in data["output_ids"]] != ids:
+        raise _BadResponse("SGLang output_ids disagree with output_token_logprobs", permanent=True)
+    finish = meta.get("finish_reason")
+    reason = finish.get("type") if isinstance(finish, Mapping) else finish
+    return Sampled(ids, [float(t[0]) for t in triples], reason)
+
+
+def _parse_openai(data: Mapping[str, Any]) -> Sampled:
+    choice = data["choices"][0]
+    lp = choice.get("logprobs") or {}
+    logprobs = lp.get("token_logprobs")
+    if logprobs is None:
+        raise _BadResponse("the /v1/completions response has no logprobs.token_logprobs", permanent=True)
+    if choice.get("token_ids") is not None:
+        ids = [int(t) for t in choice["token_ids"]]
+    else:
+        tokens = lp.get("tokens") or []
+        if not all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in tokens):
+            raise _BadResponse(
+                "the /v1/completions response gives tokens as text, not ids: use a vLLM server "
+                "(it honours return_tokens_as_token_ids) or the vllm_generate endpoint",
+                permanent=True,
+            )
+        ids = [int(t[len(_TOKEN_ID_PREFIX) :]) for t in tokens]
+    if len(ids) != len(logprobs):
+        raise _BadResponse(f"{len(ids)} token ids but {len(logprobs)} logprobs", permanent=True)
+    return Sampled(ids, [float(x) for x in logprobs], choice.get("finish_reason"))
+
+
+# --------------------------------------------------------------------------------------------
+# The model
+
+
+class _Transient(Exception):
+    def __init__(self, reason: str, status: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+class CompletionChatModel:
+    """A :class:`trajforge.protocols.ChatModel` that is token-exact across turns.
+
+    One instance per endpoint, shared by the rollouts of a process (it holds the HTTP session,
+    the concurrency limit and the prefix memory). ``AssistantTurn.token_trace`` carries the
+    prompt ids, the sampled ids and their logprobs of every turn; consecutive turns of one
+    conversation extend each other exactly (see the module docstring).
+    """
+
+    def __init__(self, config: CompletionModelConfig, *, template: ChatTemplate | None = None) -> None:
+        self.config = config
+        self.template = template or ChatTemplate.from_path(
+            config.tokenizer_path,
+            end_of_turn=config.end_of_turn,
+            template_kwargs=config.chat_template_kwargs,
+        )
+        self.parser = get_parser(config.parser)
+        self._key = resolve_api_key(config.api_key_env, config.base_url) if config.api_key_env else None
+        self._memory = _PrefixMemory(config.cache_size)
+        self._semaphore = asyncio.Semaphore(config.max_concurrency)
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config.model or Path(self.config.tokenizer_path).name
+
+    @property
+    def endpoint(self) -> str:
+        return self.config.url()
+
+    def __repr__(self) -> str:
+        return f"CompletionChatModel({self.name!r} via {self.config.endpoint} at {self.endpoint})"
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        sampling: SamplingParams | None = None,
+    ) -> AssistantTurn:
+        sampling = sampling or SamplingParams()
+        seed = _tools_seed(tools)
+        recalled = self._recall(messages, seed)
+        prompt_ids = await asyncio.to_thread(self._prompt_ids, messages, tools, recalled)
+        max_tokens = self._max_tokens(len(prompt_ids), sampling)
+        body = build_body(self.config.endpoint, prompt_ids, sampling, max_tokens, self.name)
+        started = time.perf_counter()
+        sampled = await self._with_retries(body)
+        latency = time.perf_counter() - started
+        turn = await asyncio.to_thread(self._turn, messages, tools, prompt_ids, sampled, latency)
+        key = _chain(seed, [*messages, turn.to_message()])[-1]
+        ended = bool(sampled.ids) and sampled.ids[-1] in self.template.stop_ids
+        self._memory.put(key, _Remembered(array.array("i", prompt_ids + sampled.ids), ended))
+        return turn
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    # -- prompt ------------------------------------------------------------------------------
+
+    def _recall(self, messages: list[dict[str, Any]], seed: bytes) -> tuple[int, _Remembered] | None:
+        """The longest remembered prefix ending in one of our assistant turns (event-loop thread only)."""
+        keys = _chain(seed, messages)
+        for j in range(len(messages) - 1, -1, -1):
+            if messages[j].get("role") == "assistant":
+                known = self._memory.get(keys[j])
+                if known is not None:
+                    return j, known
+        return None
+
+    def _prompt_ids(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        recalled: tuple[int, _Remembered] | None,
+    ) -> list[int]:
+        """Remembered ids + the template segment after them; a fresh render when nothing is known."""
+        if recalled is not None:
+            j, known = recalled
+            segment = self.template.continuation_ids(
+                messages[: j + 1], messages[j + 1 :], tools, sampled_end_of_turn=known.ended_turn
+            )
+            return known.ids.tolist() + segment
+        if any(m.get("role") == "assistant" for m in messages):
+            log.warning(
+                "%r: no token history for this conversation (written by another model, edited, or "
+                "evicted from a cache of %d); rendering it afresh, so its token trace is not exact",
+                self,
+                self.config.cache_size,
+            )
+        return self.template.prompt_ids(messages, tools)
+
+    def _max_tokens(self, prompt_len: int, sampling: SamplingParams) -> int:
+        wanted = sampling.max_tokens or self.config.default_max_tokens
+        limit = self.config.max_context_tokens
+        if limit is None:
+            return wanted
+        if prompt_len >= limit:
+            raise ModelError(
+                f"prompt of {prompt_len} tokens does not fit max_context_tokens={limit} of {self.name!r}",
+                kind=ModelErrorKind.CONTEXT_LENGTH,
+                endpoint=self.endpoint,
+            )
+        return min(wanted, limit - prompt_len)
+
+    # -- response ----------------------------------------------------------------------------
+
+    def _turn(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        prompt_ids: list[int],
+        sampled: Sampled,
+        latency: float,
+    ) -> AssistantTurn:
+        ids = sampled.ids
+        body = ids[:-1] if ids and ids[-1] in self.template.stop_ids else ids
+        text = self.template.decode(body)
+        content, reasoning = split_think(text)
+        calls, errors = [], []
+        if content is not None:
+            parsed = self.parser.parse(content, tools)
+            content = parsed.content
+            previous = sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
+            calls = to_tool_calls(parsed, start=previous)
+            errors = [e.describe() for e in parsed.errors]
+        finish = _finish_reason(sampled.finish_reason)
+        return AssistantTurn(
+            content=content,
+            reasoning=reasoning,
+            tool_calls=calls,
+            finish_reason="tool_calls" if calls and finish == "stop" else finish,
+            usage=Usage(
+                prompt_tokens=len(prompt_ids),
+                completion_tokens=len(ids),
+                total_tokens=len(prompt_ids) + len(ids),
+            ),
+            model=self.name,
+            latency_s=latency,
+            parse_errors=errors,
+            token_trace=TokenTrace(
+                prompt_ids=prompt_ids,
+                completion_ids=ids,
+                completion_logprobs=sampled.logprobs,
+                finish_reason=sampled.finish_reason,
+            ),
+        )
+
+    # -- HTTP --------------------------------------------------------------------------------
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            headers = {}
+            if self._key is not None and self._key.secret is not None:
+                headers["Authorization"] = f"Bearer {self._key.secret.get_secret_value()}"
+            self._session = aiohttp.ClientSession(
+                headers=headers, timeout=aiohttp.ClientTimeout(total=self.config.request_timeout_s)
+            )
+        return self._session
+
+    async def _with_retries(self, body: dict[str, Any]) -> Sampled:
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.config.max_retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception_type(_Transient),
+            before_sleep=self._log_retry,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self._attempt(body)
+        except _Transient as exc:
+            attempts = retrying.statistics.get("attempt_number", 1)
+            raise ModelError(
+                f"completion call to {self.endpoint} ({self.name!r}) failed after {attempts} attempt(s): "
+                f"{exc.reason}",
+                kind=ModelErrorKind.TRANSIENT,
+                endpoint=self.endpoint,
+                status=exc.status,
+                attempts=attempts,
+            ) from None
+        raise AssertionError("unreachable: tenacity neither returned nor raised")  # pragma: no cover
+
+    async def _attempt(self, body: dict[str, Any]) -> Sampled:
+        async with self._semaphore:
+            try:
+                async with self._http().post(self.endpoint, json=body) as resp:
+                    raw = await resp.read()
+                    status = resp.status
+            except TimeoutError:
+                raise _Transient(f"timed out after {self.config.request_timeout_s:g}s") from None
+            except aiohttp.ClientError as exc:
+                raise _Transient(f"connection error: {type(exc).__name__}: {exc}") from None
+        text = self._redact(raw.decode("utf-8", "replace")[:500])
+        if status != 200:
+            raise self._status_error(status, text)
+        try:
+            sampled = parse_response(self.config.endpoint, orjson.loads(raw))
+        except orjson.JSONDecodeError:
+            raise _Transient(f"malformed response (not JSON): {text[:200]!r}") from None
+        except _BadResponse as exc:
+            if exc.permanent:
+                raise ModelError(
+                    f"unusable response from {self.endpoint}: {exc}",
+                    kind=ModelErrorKind.PERMANENT,
+                    endpoint=self.endpoint,
+                    status=status,
+                ) from None
+            raise _Transient(f"malformed response: {exc}") from None
+        if sampled.finish_reason == "abort":
+            raise _Transient("the server aborted the request")
+        return sampled
+
+    def _status_error(self, status: int, text: str) -> Exception:
+        if status in _RETRY_STATUSES or status >= 500:
+            return _Transient(f"HTTP {status}: {text}", status=status)
+        if status in (401, 403):
+            kind = ModelErrorKind.AUTH
+        elif status in (400, 413) and _CONTEXT_PATTERNS.search(text):
+            kind = ModelErrorKind.CONTEXT_LENGTH
+        else:
+            kind = ModelErrorKind.PERMANENT
+        return ModelError(
+            f"HTTP {status} from {self.endpoint} ({self.name!r}): {text}",
+            kind=kind,
+            endpoint=self.endpoint,
+            status=status,
+        )
+
+    def _redact(self, text: str) -> str:
+        return redact(text, self._key.secret) if self._key is not None else text
+
+    def _wait(self, state: RetryCallState) -> float:
+        exp = self.config.backoff_base_s * 2 ** (state.attempt_number - 1)
+        return min(self.config.backoff_max_s, exp) * random.uniform(0.5, 1.0)
+
+    def _log_retry(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        log.info(
+            "completion call to %s failed (%s); retry %d/%d",
+            self.endpoint,
+            getattr(exc, "reason", exc),
+            state.attempt_number,
+            self.config.max_retries,
+        )
+
+
+def _finish_reason(raw: str | None) -> str | None:
+    """``stop``/``length`` as OpenAI spells them; anything else passes through."""
+    if raw in ("eos", "stop_token", "stop_str"):
+        return "stop"
+    return raw
