@@ -14,8 +14,6 @@ from pydantic import BaseModel, Field
 
 from trajforge.llm.openai_client import OpenAIChatModel, OpenAIModelConfig
 
-EMBEDDED_MODEL_NAME = "trajforge-tiny"
-
 
 class EndpointConfig(BaseModel):
     """Where the model lives. ``api_key_env`` names an environment variable; keys never travel in argv."""
@@ -81,7 +79,7 @@ async def open_chat_model(
         "`trajforge serve` on loopback. It is for demos and tests; point --base-url at a real endpoint for data."
     )
     async with LocalServer(path) as server:
-        model = _client(cfg, server.base_url, EMBEDDED_MODEL_NAME)
+        model = _client(cfg, server.openai_base_url, server.model_name)
         try:
             yield model
         finally:

@@ -1,0 +1,616 @@
+"""Async client for any OpenAI-compatible chat-completions endpoint.
+
+Built on the ``openai`` SDK (aiohttp transport where installed) with the SDK's own retries
+switched off: the retry policy is ours, so it is observable, logged and testable. Transient
+failures (429 honouring ``Retry-After``, 5xx, timeouts, connection errors, malformed bodies,
+truncated streams) are retried with exponential backoff and jitter; permanent ones (400, 401,
+403, 404, ...) raise at once. Either way the caller gets a :class:`ModelError` whose message
+names the endpoint and the status and never contains the API key.
+
+Streaming and non-streaming calls produce the same :class:`AssistantTurn`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import importlib
+import json
+import logging
+import random
+import re
+import time
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+import openai
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+
+from trajforge.llm.keys import redact, resolve_api_key
+from trajforge.llm.reasoning import extract_reasoning, reasoning_from_fields
+from trajforge.llm.types import AssistantTurn, ModelError, ModelErrorKind, SamplingParams, ToolCall, Usage
+
+log = logging.getLogger(__name__)
+
+ReasoningStyle = Literal["auto", "openai", "openrouter", "chat_template", "none"]
+
+_RETRY_STATUSES = frozenset({408, 409, 425, 429})
+_CONTEXT_PATTERNS = re.compile(
+    r"context[ _-]?length|context window|maximum context|too many tokens|prompt is too long"
+    r"|reduce the length|input is too long|exceeds the context",
+    re.IGNORECASE,
+)
+_ERROR_TEXT_LIMIT = 500
+NO_KEY_PLACEHOLDER = "EMPTY"
+
+
+def _http_error_types() -> tuple[type[Exception], ...]:
+    """The HTTP library's error base class (``httpx2`` for openai 3.x, ``httpx`` before).
+
+    Errors raised while iterating a stream come straight from it, not wrapped by the SDK.
+    """
+    found: list[type[Exception]] = []
+    for module in ("httpx2", "httpx"):
+        try:
+            found.append(importlib.import_module(module).HTTPError)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
+_HTTP_ERRORS = _http_error_types()
+
+
+class OpenAIModelConfig(BaseModel):
+    """How to reach one model on one OpenAI-compatible endpoint.
+
+    The API key itself is never part of the config (configs get logged and saved): only the
+    *name* of the environment variable holding it.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str = Field(description="endpoint root, e.g. https://openrouter.ai/api/v1")
+    model: str = Field(description="model name sent in every request")
+    api_key_env: str | None = Field(
+        default=None,
+        description="env var holding the key; None tries OPENAI_API_KEY then OPENROUTER_API_KEY",
+    )
+    stream: bool = Field(default=False, description="use SSE streaming (same AssistantTurn either way)")
+    request_timeout_s: float = Field(default=600.0, gt=0, description="read timeout of one attempt")
+    connect_timeout_s: float = Field(default=10.0, gt=0, description="TCP/TLS connect timeout")
+    max_retries: int = Field(default=5, ge=0, description="retries after the first attempt")
+    backoff_base_s: float = Field(default=1.0, ge=0, description="first backoff; doubles per retry")
+    backoff_max_s: float = Field(default=60.0, ge=0, description="cap of one backoff wait")
+    max_retry_after_s: float = Field(default=300.0, ge=0, description="cap on a server's Retry-After")
+    max_concurrency: int = Field(default=256, ge=1, description="requests in flight through this client")
+    requests_per_second: float | None = Field(default=None, gt=0, description="request start rate limit")
+    reasoning_style: ReasoningStyle = Field(
+        default="auto",
+        description="how reasoning_effort/reasoning_disabled go on the wire: openai (top-level "
+        "reasoning_effort), openrouter (reasoning: {...}), chat_template (vLLM/SGLang "
+        "chat_template_kwargs), none; auto picks openrouter for openrouter.ai, else openai",
+    )
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = Field(
+        default="max_tokens", description="OpenAI's reasoning models want max_completion_tokens"
+    )
+    stream_include_usage: bool = Field(default=True, description="ask for a usage chunk when streaming")
+    extra_headers: dict[str, str] = Field(default_factory=dict, description="sent with every request")
+    check_timeout_s: float = Field(default=15.0, gt=0, description="timeout of the check() preflight")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parsed = urlparse(value)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ValueError(f"base_url must be an http(s) URL like https://host/v1, got {value!r}")
+        return value.rstrip("/")
+
+    def resolved_reasoning_style(self) -> ReasoningStyle:
+        if self.reasoning_style != "auto":
+            return self.reasoning_style
+        host = urlparse(self.base_url).hostname or ""
+        return "openrouter" if host.endswith("openrouter.ai") else "openai"
+
+
+# --------------------------------------------------------------------------------------------
+# Request
+
+
+def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _reasoning_body(style: ReasoningStyle, effort: str | None, disabled: bool) -> dict[str, Any]:
+    if style == "none" or (effort is None and not disabled):
+        return {}
+    if style == "openrouter":
+        return {"reasoning": {"enabled": False} if disabled else {"effort": effort}}
+    if style == "chat_template":
+        return {
+            "chat_template_kwargs": {"enable_thinking": False} if disabled else {"reasoning_effort": effort}
+        }
+    return {"reasoning_effort": "none" if disabled else effort}
+
+
+def build_request_body(
+    config: OpenAIModelConfig,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    sampling: SamplingParams | None,
+) -> dict[str, Any]:
+    """The JSON body of one chat-completions request, exactly as it goes on the wire.
+
+    Built as a plain dict (and handed to the SDK whole) so what is sent is what this returns:
+    provider-specific keys (``reasoning``, ``provider``, ``chat_template_kwargs``) need no
+    special casing, and ``sampling.extra_body`` is merged last, one level deep.
+    """
+    s = sampling or SamplingParams()
+    body: dict[str, Any] = {"model": config.model, "messages": messages}
+    if tools:
+        body["tools"] = tools
+    optional = {
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        config.max_tokens_field: s.max_tokens,
+        "stop": s.stop,
+        "seed": s.seed,
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
+    body.update(_reasoning_body(config.resolved_reasoning_style(), s.reasoning_effort, s.reasoning_disabled))
+    if config.stream:
+        body["stream"] = True
+        if config.stream_include_usage:
+            body["stream_options"] = {"include_usage": True}
+    return _deep_merge(body, s.extra_body) if s.extra_body else body
+
+
+# --------------------------------------------------------------------------------------------
+# Response
+
+
+class MalformedResponseError(Exception):
+    """The endpoint answered 200 with something that is not a usable completion."""
+
+
+def _new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def usage_from(raw: Any) -> Usage:
+    """Usage from the SDK's ``CompletionUsage`` (or None), details included when present."""
+    if raw is None:
+        return Usage()
+    details = getattr(raw, "completion_tokens_details", None)
+    prompt_details = getattr(raw, "prompt_tokens_details", None)
+    return Usage(
+        prompt_tokens=getattr(raw, "prompt_tokens", 0) or 0,
+        completion_tokens=getattr(raw, "completion_tokens", 0) or 0,
+        total_tokens=getattr(raw, "total_tokens", 0) or 0,
+        reasoning_tokens=(getattr(details, "reasoning_tokens", 0) or 0) if details else 0,
+        cached_tokens=(getattr(prompt_details, "cached_tokens", 0) or 0) if prompt_details else 0,
+    )
+
+
+def turn_from_completion(completion: Any, default_model: str) -> AssistantTurn:
+    """An :class:`AssistantTurn` from a non-streamed ``ChatCompletion``."""
+    choices = getattr(completion, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        raise MalformedResponseError("response has no choices")
+    message = getattr(choices[0], "message", None)
+    if message is None:
+        raise MalformedResponseError("response choice has no message")
+    content, reasoning = extract_reasoning(message.model_extra, message.content or None)
+    calls = []
+    for tc in message.tool_calls or ():
+        fn = getattr(tc, "function", None)
+        if fn is None or not fn.name:
+            raise MalformedResponseError("tool call without a function name")
+        calls.append(ToolCall(id=tc.id or _new_call_id(), name=fn.name, arguments=fn.arguments or "{}"))
+    return AssistantTurn(
+        content=content,
+        reasoning=reasoning,
+        tool_calls=calls,
+        finish_reason=getattr(choices[0], "finish_reason", None),
+        usage=usage_from(getattr(completion, "usage", None)),
+        model=getattr(completion, "model", None) or default_model,
+    )
+
+
+class _PartialCall:
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self, call_id: str | None) -> None:
+        self.id = call_id
+        self.name = ""
+        self.arguments: list[str] = []
+
+
+class StreamAssembler:
+    """Folds ``ChatCompletionChunk``s into one :class:`AssistantTurn`.
+
+    Tool calls arrive as fragments keyed by ``index`` (id and name first, arguments in pieces);
+    some providers omit the index or reuse index 0 for a new call with a new id, so a changed id
+    starts a new call. A stream that ends without any ``finish_reason`` was cut off and is
+    reported as malformed (and so retried) rather than returned half-done.
+    """
+
+    def __init__(self, default_model: str) -> None:
+        self.model = default_model
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[int, _PartialCall] = {}
+        self.finish_reason: str | None = None
+        self.usage: Any = None
+        self._last_key: int | None = None
+
+    def add(self, chunk: Any) -> None:
+        if getattr(chunk, "usage", None) is not None:
+            self.usage = chunk.usage
+        self.model = getattr(chunk, "model", None) or self.model
+        for choice in getattr(chunk, "choices", None) or ():
+            if choice.index not in (0, None):
+                continue
+            if choice.finish_reason:
+                self.finish_reason = choice.finish_reason
+            delta = choice.delta
+            if delta is None:
+                continue
+            if delta.content:
+                self.content.append(delta.content)
+            if (piece := reasoning_from_fields(delta.model_extra)) is not None:
+                self.reasoning.append(piece)
+            for fragment in delta.tool_calls or ():
+                self._add_call_fragment(fragment)
+
+    def _add_call_fragment(self, fragment: Any) -> None:
+        key = fragment.index
+        if key is None:
+            key = len(self.calls) if fragment.id or self._last_key is None else self._last_key
+        call = self.calls.get(key)
+        if call is not None and fragment.id and call.id and fragment.id != call.id:
+            key = max(self.calls) + 1
+            call = None
+        if call is None:
+            call = self.calls[key] = _PartialCall(fragment.id)
+        self._last_key = key
+        fn = fragment.function
+        if fn is not None:
+            if fn.name:
+                call.name = fn.name
+            if fn.arguments:
+                call.arguments.append(fn.arguments)
+
+    def turn(self) -> AssistantTurn:
+        if self.finish_reason is None:
+            raise MalformedResponseError("stream ended before a finish_reason (truncated)")
+        calls = []
+        for _, partial in sorted(self.calls.items()):
+            if not partial.name:
+                raise MalformedResponseError("streamed tool call without a function name")
+            arguments = "".join(partial.arguments) or "{}"
+            calls.append(ToolCall(id=partial.id or _new_call_id(), name=partial.name, arguments=arguments))
+        fields = {"reasoning_content": "".join(self.reasoning)} if self.reasoning else None
+        content, reasoning = extract_reasoning(fields, "".join(self.content) or None)
+        return AssistantTurn(
+            content=content,
+            reasoning=reasoning,
+            tool_calls=calls,
+            finish_reason=self.finish_reason,
+            usage=usage_from(self.usage),
+            model=self.model,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Errors and retry policy
+
+
+class _Transient(Exception):
+    """One failed attempt worth retrying; ``retry_after`` is the server's wish, in seconds."""
+
+    def __init__(self, reason: str, status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+        self.retry_after = retry_after
+
+
+def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = None) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
+    if not headers:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    reference = datetime.now(UTC).timestamp() if now is None else now
+    return max(0.0, when.timestamp() - reference)
+
+
+def _error_text(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping):
+            message = inner.get("message") or inner.get("code")
+            if message:
+                return str(message)[:_ERROR_TEXT_LIMIT]
+        return str(inner)[:_ERROR_TEXT_LIMIT]
+    if isinstance(body, str) and body:
+        return body[:_ERROR_TEXT_LIMIT]
+    return exc.message[:_ERROR_TEXT_LIMIT]
+
+
+def _is_context_error(exc: openai.APIStatusError, text: str) -> bool:
+    body = exc.body if isinstance(exc.body, Mapping) else {}
+    inner = body.get("error", body) if body else {}
+    code = str(inner.get("code") or "") if isinstance(inner, Mapping) else ""
+    return code == "context_length_exceeded" or bool(_CONTEXT_PATTERNS.search(text))
+
+
+class OpenAIChatModel:
+    """A :class:`trajforge.protocols.ChatModel` over an OpenAI-compatible HTTP endpoint.
+
+    One instance per endpoint and model, shared by all rollouts of a process: it holds the
+    connection pool, the concurrency semaphore (``max_concurrency`` requests in flight) and the
+    optional request-rate limiter. The SDK client is created on first use, inside the running
+    event loop.
+    """
+
+    def __init__(self, config: OpenAIModelConfig, *, environ: Mapping[str, str] | None = None) -> None:
+        self.config = config
+        self._key = resolve_api_key(config.api_key_env, config.base_url, environ)
+        self._semaphore = asyncio.Semaphore(config.max_concurrency)
+        self._limiter = _RateLimiter(config.requests_per_second) if config.requests_per_second else None
+        self._client: openai.AsyncOpenAI | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config.model
+
+    @property
+    def endpoint(self) -> str:
+        return self.config.base_url
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel(model={self.config.model!r}, base_url={self.config.base_url!r}, {self._key.describe()})"
+
+    # -- public API ------------------------------------------------------------------------
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        sampling: SamplingParams | None = None,
+    ) -> AssistantTurn:
+        """One assistant turn, after up to ``max_retries`` retries of transient failures.
+
+        ``latency_s`` on the result is the whole call as the caller waited for it, retries and
+        backoff included.
+        """
+        body = build_request_body(self.config, messages, tools, sampling)
+        started = time.perf_counter()
+        turn = await self._with_retries(body)
+        turn.latency_s = time.perf_counter() - started
+        return turn
+
+    async def check(self, *, chat_probe: bool = False) -> list[str]:
+        """Cheap preflight: fail fast on an unreachable endpoint or a rejected key.
+
+        Lists ``/models`` and returns the ids. Endpoints without that route -- and every
+        endpoint when ``chat_probe`` is set -- also get a one-token chat request, the only way
+        to prove a key where ``/models`` is public (OpenRouter). Never retries.
+        """
+        ids = await self._list_models()
+        if ids and self.config.model not in ids:
+            log.warning(
+                "model %r is not listed by %s/models; requests may fail", self.config.model, self.endpoint
+            )
+        if ids is None or chat_probe:
+            await self._probe_chat()
+        return ids or []
+
+    async def _list_models(self) -> list[str] | None:
+        """Model ids from ``/models``; None when the route is missing or answers oddly."""
+        try:
+            page = await self._sdk().models.list(timeout=self.config.check_timeout_s)
+        except openai.APIStatusError as exc:
+            if exc.status_code in (401, 403):
+                raise self._permanent(exc) from None
+            return None
+        except (openai.APIConnectionError, *_HTTP_ERRORS) as exc:
+            raise self._unreachable(exc) from None
+        except (openai.APIError, json.JSONDecodeError):
+            return None
+        return [m.id for m in getattr(page, "data", None) or () if getattr(m, "id", None)]
+
+    async def _probe_chat(self) -> None:
+        config = self.config.model_copy(update={"stream": False})
+        body = build_request_body(
+            config, [{"role": "user", "content": "ping"}], None, SamplingParams(max_tokens=1)
+        )
+        try:
+            await self._attempt(body, read_timeout_s=self.config.check_timeout_s)
+        except _Transient as exc:
+            raise self._final_transient(exc, attempts=1) from None
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _sdk(self) -> openai.AsyncOpenAI:
+        if self._client is None:
+            timeout = openai.Timeout(self.config.request_timeout_s, connect=self.config.connect_timeout_s)
+            try:
+                http_client = openai.DefaultAioHttpClient(timeout=timeout)
+            except RuntimeError:  # SDK installed without the aiohttp extra
+                http_client = openai.DefaultAsyncHttpxClient(timeout=timeout)
+            # No key found: send the placeholder local servers (vLLM, SGLang) conventionally accept.
+            api_key = self._key.secret.get_secret_value() if self._key.secret else NO_KEY_PLACEHOLDER
+            self._client = openai.AsyncOpenAI(
+                api_key=api_key,
+                base_url=self.config.base_url,
+                timeout=timeout,
+                max_retries=0,
+                default_headers=self.config.extra_headers,
+                http_client=http_client,
+            )
+        return self._client
+
+    async def _with_retries(self, body: dict[str, Any]) -> AssistantTurn:
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.config.max_retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception_type(_Transient),
+            before_sleep=self._log_retry,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self._attempt(body)
+        except _Transient as exc:
+            raise self._final_transient(exc, attempts=retrying.statistics.get("attempt_number", 1)) from None
+        raise AssertionError("unreachable: tenacity neither returned nor raised")  # pragma: no cover
+
+    async def _attempt(self, body: dict[str, Any], read_timeout_s: float | None = None) -> AssistantTurn:
+        """One HTTP request; transient failures become :class:`_Transient`, permanent ModelError."""
+        if self._limiter is not None:
+            await self._limiter.acquire()
+        async with self._semaphore:
+            try:
+                return await self._request(body, read_timeout_s)
+            except openai.APIStatusError as exc:
+                raise self._classify_status(exc) from None
+            except openai.APITimeoutError:
+                raise _Transient(
+                    f"timed out after {read_timeout_s or self.config.request_timeout_s:g}s"
+                ) from None
+            except openai.APIConnectionError as exc:
+                raise _Transient(f"connection error: {exc.__cause__ or exc}") from None
+            except _HTTP_ERRORS as exc:  # raised mid-stream, after the SDK handed us the stream
+                raise _Transient(f"connection error while streaming: {type(exc).__name__}: {exc}") from None
+            except openai.APIError as exc:  # e.g. an error event inside an SSE stream
+                raise _Transient(f"endpoint reported an error: {exc.message}") from None
+            except (json.JSONDecodeError, MalformedResponseError) as exc:
+                raise _Transient(f"malformed response: {exc}") from None
+
+    async def _request(self, body: dict[str, Any], read_timeout_s: float | None) -> AssistantTurn:
+        extra = {k: v for k, v in body.items() if k not in ("model", "messages", "stream")}
+        create = self._sdk().chat.completions.create
+        kwargs: dict[str, Any] = {"model": body["model"], "messages": body["messages"], "extra_body": extra}
+        if read_timeout_s is not None:
+            kwargs["timeout"] = read_timeout_s
+        if not body.get("stream"):
+            completion = await create(stream=False, **kwargs)
+            return turn_from_completion(completion, self.config.model)
+        assembler = StreamAssembler(self.config.model)
+        stream = await create(stream=True, **kwargs)
+        try:
+            async for chunk in stream:
+                assembler.add(chunk)
+        finally:
+            await stream.close()
+        return assembler.turn()
+
+    def _classify_status(self, exc: openai.APIStatusError) -> Exception:
+        status = exc.status_code
+        if status in _RETRY_STATUSES or status >= 500:
+            retry_after = parse_retry_after(exc.response.headers if exc.response is not None else None)
+            reason = f"HTTP {status}: {redact(_error_text(exc), self._key.secret)}"
+            return _Transient(reason, status=status, retry_after=retry_after)
+        return self._permanent(exc)
+
+    def _permanent(self, exc: openai.APIStatusError) -> ModelError:
+        status = exc.status_code
+        text = redact(_error_text(exc), self._key.secret)
+        if status in (401, 403):
+            kind, hint = ModelErrorKind.AUTH, f" [{self._key.describe()}]"
+        elif status in (400, 413) and _is_context_error(exc, text):
+            kind, hint = ModelErrorKind.CONTEXT_LENGTH, ""
+        else:
+            kind, hint = ModelErrorKind.PERMANENT, ""
+        message = f"HTTP {status} from {self.endpoint} (model {self.config.model!r}): {text}{hint}"
+        return ModelError(message, kind=kind, endpoint=self.endpoint, status=status)
+
+    def _final_transient(self, exc: _Transient, attempts: int) -> ModelError:
+        message = (
+            f"model call to {self.endpoint} (model {self.config.model!r}) failed after {attempts} "
+            f"attempt(s): {exc.reason}"
+        )
+        return ModelError(
+            message,
+            kind=ModelErrorKind.TRANSIENT,
+            endpoint=self.endpoint,
+            status=exc.status,
+            attempts=attempts,
+        )
+
+    def _unreachable(self, exc: Exception) -> ModelError:
+        return ModelError(
+            f"cannot reach {self.endpoint}: {type(exc).__name__}: {exc} -- is the server running and the URL right?",
+            kind=ModelErrorKind.TRANSIENT,
+            endpoint=self.endpoint,
+        )
+
+    def _wait(self, state: RetryCallState) -> float:
+        """Backoff before the next attempt: the server's Retry-After when given, else exp + jitter."""
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, _Transient) and exc.retry_after is not None:
+            return min(exc.retry_after, self.config.max_retry_after_s) + random.uniform(0, 0.1)
+        exp = self.config.backoff_base_s * 2 ** (state.attempt_number - 1)
+        return min(self.config.backoff_max_s, exp) * random.uniform(0.5, 1.0)
+
+    def _log_retry(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        log.info(
+            "model call to %s failed (%s); retry %d/%d in %.2fs",
+            self.endpoint,
+            getattr(exc, "reason", exc),
+            state.attempt_number,
+            self.config.max_retries,
+            wait,
+        )
+
+
+class _RateLimiter:
+    """Spaces request starts ``1/rate`` seconds apart (per client, within one event loop)."""
+
+    def __init__(self, rate: float) -> None:
+        self._interval = 1.0 / rate
+        self._next = 0.0
+
+    async def acquire(self) -> None:
+        now = asyncio.get_running_loop().time()
+        start = max(now, self._next)
+        self._next = start + self._interval
+        if start > now:
+            await asyncio.sleep(start - now)

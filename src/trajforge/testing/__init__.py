@@ -1,0 +1,57 @@
+"""Public test helpers: a scripted OpenAI-compatible server and an in-process scripted model.
+
+Imported lazily so ``python -m trajforge.testing.scripted_server`` runs cleanly and importing
+:class:`ScriptedModel` does not pull in the aiohttp server.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trajforge.testing.scripted_model import ScriptedCall, ScriptedModel, answer, tool_turn
+    from trajforge.testing.scripted_server import (
+        FaultConfig,
+        Reply,
+        RequestRecord,
+        ScriptedServer,
+        ToolCallSpec,
+        echo_policy,
+        tool_then_answer,
+    )
+
+_EXPORTS = {
+    "ScriptedModel": "trajforge.testing.scripted_model",
+    "ScriptedCall": "trajforge.testing.scripted_model",
+    "answer": "trajforge.testing.scripted_model",
+    "tool_turn": "trajforge.testing.scripted_model",
+    "ScriptedServer": "trajforge.testing.scripted_server",
+    "Reply": "trajforge.testing.scripted_server",
+    "ToolCallSpec": "trajforge.testing.scripted_server",
+    "FaultConfig": "trajforge.testing.scripted_server",
+    "RequestRecord": "trajforge.testing.scripted_server",
+    "echo_policy": "trajforge.testing.scripted_server",
+    "tool_then_answer": "trajforge.testing.scripted_server",
+}
+
+__all__ = [
+    "FaultConfig",
+    "Reply",
+    "RequestRecord",
+    "ScriptedCall",
+    "ScriptedModel",
+    "ScriptedServer",
+    "ToolCallSpec",
+    "answer",
+    "echo_policy",
+    "tool_then_answer",
+    "tool_turn",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trajforge.testing' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
