@@ -1,0 +1,193 @@
+"""The aiohttp application of ``trajforge serve`` and the ways to run it.
+
+Routes (all JSON unless streamed):
+
+- ``GET /health`` -- ``{"status": "ok", "model", "model_version", "weights_path", "device"}``
+- ``GET /v1/models`` -- the one served model, OpenAI list shape
+- ``POST /v1/chat/completions`` -- :mod:`trajforge.serve.routes_chat`
+- ``POST /v1/completions`` -- :mod:`trajforge.serve.routes_completions`
+- ``POST /generate`` -- vLLM and SGLang token-level generation, :mod:`trajforge.serve.routes_generate`
+- ``POST /v1/load_weights`` (aliases ``/reload``, SGLang's ``/update_weights_from_disk``) --
+  ``{"path": DIR}``: new weights without a restart, swapped in between batches; answers the new
+  ``version``.
+
+Every error is OpenAI-shaped: ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from trajforge.llm.parsers import get_parser
+from trajforge.serve.config import READY_PREFIX, ServeConfig
+from trajforge.serve.context import CTX, ServerContext, read_body
+from trajforge.serve.engine import Engine, EngineError, LogitsHook, RequestError
+from trajforge.serve.loading import load_tokenizer
+from trajforge.serve.protocol import APIError, LoadWeightsRequest
+from trajforge.serve.routes_chat import chat_completions
+from trajforge.serve.routes_completions import completions
+from trajforge.serve.routes_generate import generate
+
+log = logging.getLogger(__name__)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: web.Handler) -> web.StreamResponse:
+    """Every failure becomes an OpenAI-shaped JSON error with a message that says what to do."""
+    try:
+        return await handler(request)
+    except APIError as exc:
+        return exc.response()
+    except RequestError as exc:
+        return APIError(400, str(exc)).response()
+    except EngineError as exc:
+        return APIError(500, str(exc)).response()
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        message = f"{exc.reason}: {request.method} {request.path}"
+        if exc.status == 404:
+            message += " (routes: /health, /v1/models, /v1/chat/completions, /v1/completions, /generate, /v1/load_weights)"
+        return APIError(exc.status, message).response()
+    except Exception as exc:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return APIError(500, f"internal server error: {type(exc).__name__}: {exc}").response()
+
+
+async def _health(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    running = ctx.engine.running
+    return web.json_response(
+        {
+            "status": "ok" if running else "error",
+            "model": ctx.model_name,
+            "model_version": ctx.engine.version,
+            "weights_path": str(ctx.engine.weights_path) if ctx.engine.weights_path else None,
+            "device": str(ctx.engine.device),
+            "max_batch": ctx.engine.max_batch,
+            "batches": ctx.engine.stats.batches,
+            "largest_batch": ctx.engine.stats.largest_batch,
+        },
+        status=200 if running else 503,
+    )
+
+
+async def _models(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    card = {
+        "id": ctx.model_name,
+        "object": "model",
+        "created": ctx.created,
+        "owned_by": "trajforge",
+        "root": str(ctx.engine.weights_path) if ctx.engine.weights_path else None,
+        "max_model_len": ctx.engine.context_length,
+        "model_version": ctx.engine.version,
+    }
+    return web.json_response({"object": "list", "data": [card]})
+
+
+async def _load_weights(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    body = await read_body(request, LoadWeightsRequest)
+    version = await ctx.engine.load_weights(body.path)
+    path = str(ctx.engine.weights_path)
+    return web.json_response(
+        {
+            "version": version,
+            "path": path,
+            "model": ctx.model_name,
+            "success": True,
+            "message": f"loaded weights version {version} from {path}",
+        }
+    )
+
+
+def create_app(ctx: ServerContext) -> web.Application:
+    """The routes around an already running engine (the caller owns the engine's lifetime)."""
+    app = web.Application(middlewares=[_errors], client_max_size=64 * 1024 * 1024)
+    app[CTX] = ctx
+    app.router.add_get("/health", _health)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/generate", generate)
+    for path in ("/v1/load_weights", "/reload", "/update_weights_from_disk"):
+        app.router.add_post(path, _load_weights)
+    return app
+
+
+@dataclass
+class RunningServer:
+    """A server listening on ``base_url`` (``http://host:port``, no ``/v1``)."""
+
+    base_url: str
+    engine: Engine
+    app: web.Application
+
+    @property
+    def ctx(self) -> ServerContext:
+        return self.app[CTX]
+
+
+@contextlib.asynccontextmanager
+async def run_server(
+    config: ServeConfig, *, logits_hook: LogitsHook | None = None
+) -> AsyncIterator[RunningServer]:
+    """Load the model, start the engine and the HTTP server; stop both on exit.
+
+    ``config.port == 0`` binds a free port; the actual one is in ``base_url``.
+    """
+    parser = get_parser(config.parser) if config.parser else None
+    engine = await Engine.from_config(config, logits_hook=logits_hook)
+    tokenizer = await asyncio.to_thread(load_tokenizer, config.model_path)
+    ctx = ServerContext(
+        engine=engine,
+        tokenizer=tokenizer,
+        model_name=config.model_name,
+        parser=parser,
+        model_path=config.model_path,
+    )
+    app = create_app(ctx)
+    async with engine:
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, config.host, config.port)
+            await site.start()
+            host, port = _bound_address(runner, config)
+            yield RunningServer(base_url=f"http://{host}:{port}", engine=engine, app=app)
+        finally:
+            await runner.cleanup()
+
+
+def _bound_address(runner: web.AppRunner, config: ServeConfig) -> tuple[str, int]:
+    for addr in runner.addresses:
+        if isinstance(addr, tuple) and len(addr) >= 2:
+            host = addr[0]
+            return (f"[{host}]" if ":" in host else host), int(addr[1])
+    return config.host, config.port
+
+
+async def serve_until_stopped(config: ServeConfig, *, stop: asyncio.Event | None = None) -> None:
+    """Run the server until SIGINT/SIGTERM (or ``stop`` is set), printing the ready line first."""
+    import signal
+
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    async with run_server(config) as server:
+        engine = server.engine
+        print(
+            f"{READY_PREFIX}{server.base_url} (model {config.model_name}, device {engine.device}, "
+            f"parser {config.parser or 'none'}, max batch {config.max_batch})",
+            flush=True,
+        )
+        await stop.wait()

@@ -1,0 +1,72 @@
+"""``trajforge serve`` as a command: argument errors, and a real child process via ``LocalServer``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+import pytest
+from click.testing import Result
+from openai import AsyncOpenAI
+from typer.testing import CliRunner
+
+from trajforge.cli.main import app
+from trajforge.serve.launcher import LocalServer, LocalServerError
+from trajforge.testing.tiny import build_tiny_model, build_tiny_tokenizer
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny")
+    build_tiny_model(out, build_tiny_tokenizer(out))
+    return out
+
+
+def _stderr(result: Result) -> str:
+    try:
+        return result.stderr
+    except ValueError:  # older click: stderr mixed into output
+        return result.output
+
+
+def test_unknown_model_path_is_a_clear_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["serve", "--model", str(tmp_path / "missing")])
+    assert result.exit_code == 2
+    assert "does not exist" in _stderr(result) and "model directory" in _stderr(result)
+
+
+def test_directory_without_config_is_a_clear_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["serve", "--model", str(tmp_path)])
+    assert result.exit_code == 2 and "config.json" in _stderr(result)
+
+
+def test_unknown_parser_lists_the_known_ones(model_dir: Path) -> None:
+    result = CliRunner().invoke(app, ["serve", "--model", str(model_dir), "--parser", "nosuch"])
+    assert result.exit_code == 2 and "hermes" in _stderr(result)
+
+
+async def test_local_server_runs_trajforge_serve_as_a_child(model_dir: Path, tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    server = LocalServer(model_dir, max_batch=4, device="cpu", log_path=log)
+    async with server:
+        assert server.base_url is not None and server.base_url.startswith("http://127.0.0.1:")
+        health = await server.health()
+        assert health["status"] == "ok" and health["model"] == model_dir.name
+        client = AsyncOpenAI(base_url=server.openai_base_url, api_key="unused")
+        reply = await client.chat.completions.create(
+            model=server.model_name, messages=[{"role": "user", "content": "hi"}], max_tokens=3, temperature=0
+        )
+        await client.close()
+        assert reply.usage is not None and 1 <= reply.usage.completion_tokens <= 3
+        url = server.base_url
+    assert server.base_url is None
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await session.get(url + "/health")
+
+
+async def test_local_server_reports_a_child_that_fails(model_dir: Path, tmp_path: Path) -> None:
+    server = LocalServer(model_dir, extra_args=("--dtype", "float64"), log_path=tmp_path / "serve.log")
+    with pytest.raises(LocalServerError, match="exited with code 2") as info:
+        await server.start()
+    assert "dtype" in str(info.value)  # the child's own error message, from its log
