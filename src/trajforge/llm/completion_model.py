@@ -5,7 +5,9 @@ local directory), sent as token ids to a completion endpoint -- OpenAI ``/v1/com
 vLLM-style ``/generate`` or SGLang ``/generate`` -- and the sampled ids and their logprobs come
 back. We decode them, split ``<think>`` reasoning off, and parse tool calls with the configured
 parser (:mod:`trajforge.llm.parsers`). A malformed call becomes a ``parse_errors`` entry the
-agent loop shows the model; it is never a silent "no call".
+agent loop shows the model; it is never a silent "no call". How each endpoint kind spells
+request and response is :mod:`trajforge.llm.completion_wire`; the retry policy and the error
+kinds are :mod:`trajforge.llm.retry` (shared with the OpenAI chat client).
 
 Exact tokens across turns, without changing the agent loop: the loop calls
 ``complete(messages, ...)`` with the whole history each turn and appends
@@ -29,37 +31,44 @@ import asyncio
 import collections
 import hashlib
 import logging
-import random
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from trajforge.llm.chat_template import ChatTemplate
+from trajforge.llm.completion_wire import (
+    BadResponse,
+    EndpointKind,
+    Sampled,
+    build_body,
+    endpoint_path,
+    openai_finish_reason,
+    parse_response,
+)
 from trajforge.llm.keys import redact, resolve_api_key
 from trajforge.llm.parsers import get_parser, to_tool_calls
 from trajforge.llm.reasoning import split_think
+from trajforge.llm.retry import (
+    BackoffBase,
+    BackoffMax,
+    CallSite,
+    MaxRetries,
+    MaxRetryAfter,
+    TransientError,
+    call_with_retries,
+    parse_retry_after,
+    status_error,
+)
 from trajforge.llm.types import AssistantTurn, ModelError, ModelErrorKind, SamplingParams, TokenTrace, Usage
 from trajforge.trajectory.think import content_text, message_reasoning
 
 log = logging.getLogger(__name__)
-
-EndpointKind = Literal["openai_completions", "vllm_generate", "sglang_generate"]
-
-_RETRY_STATUSES = frozenset({408, 409, 425, 429})
-_CONTEXT_PATTERNS = re.compile(
-    r"context[ _-]?length|maximum context|too many tokens|prompt is too long|input is too long"
-    r"|longer than the maximum|exceeds the context",
-    re.IGNORECASE,
-)
-_TOKEN_ID_PREFIX = "token_id:"
 
 
 class CompletionModelConfig(BaseModel):
@@ -88,9 +97,10 @@ class CompletionModelConfig(BaseModel):
     default_max_tokens: int = Field(default=4096, gt=0, description="when SamplingParams.max_tokens is None")
     max_context_tokens: int | None = Field(default=None, gt=0, description="refuse prompts that do not fit")
     request_timeout_s: float = Field(default=600.0, gt=0)
-    max_retries: int = Field(default=5, ge=0, description="retries after the first attempt")
-    backoff_base_s: float = Field(default=1.0, ge=0, description="first backoff; doubles per retry")
-    backoff_max_s: float = Field(default=30.0, ge=0)
+    max_retries: MaxRetries = 5
+    backoff_base_s: BackoffBase = 1.0
+    backoff_max_s: BackoffMax = 30.0
+    max_retry_after_s: MaxRetryAfter = 300.0
     max_concurrency: int = Field(default=256, ge=1, description="requests in flight through this client")
     cache_size: int = Field(default=1024, ge=1, description="conversation prefixes whose ids are remembered")
 
@@ -103,8 +113,7 @@ class CompletionModelConfig(BaseModel):
         return value[: -len("/v1")] if value.endswith("/v1") else value
 
     def url(self) -> str:
-        path = "/v1/completions" if self.endpoint == "openai_completions" else "/generate"
-        return self.base_url + path
+        return self.base_url + endpoint_path(self.endpoint)
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,134 +178,7 @@ class _PrefixMemory:
 
 
 # --------------------------------------------------------------------------------------------
-# Wire formats
-
-
-@dataclass(frozen=True, slots=True)
-class Sampled:
-    """What an endpoint sampled: ids, one logprob per id, and why it stopped."""
-
-    ids: list[int]
-    logprobs: list[float]
-    finish_reason: str | None
-
-
-class _BadResponse(Exception):
-    """A 200 response we cannot use; ``permanent`` when the server is misconfigured."""
-
-    def __init__(self, reason: str, *, permanent: bool = False) -> None:
-        super().__init__(reason)
-        self.permanent = permanent
-
-
-def build_body(
-    kind: EndpointKind, prompt_ids: list[int], sampling: SamplingParams, max_tokens: int, model: str
-) -> dict[str, Any]:
-    """The request body for one endpoint kind (``sampling.extra_body`` merged last)."""
-    common = {
-        "temperature": sampling.temperature,
-        "top_p": sampling.top_p,
-        "stop": sampling.stop,
-        "seed": sampling.seed,
-    }
-    if kind == "vllm_generate":
-        body = {"prompt": {"prompt_token_ids": prompt_ids}, "logprobs": 0, "max_tokens": max_tokens, **common}
-    elif kind == "sglang_generate":
-        params = {**common, "max_new_tokens": max_tokens, "sampling_seed": common["seed"]}
-        params.pop("seed")
-        body = {
-            "input_ids": prompt_ids,
-            "sampling_params": {k: v for k, v in params.items() if v is not None},
-            "return_logprob": True,
-        }
-    else:
-        body = {
-            "model": model,
-            "prompt": prompt_ids,
-            "max_tokens": max_tokens,
-            "logprobs": 1,
-            "return_tokens_as_token_ids": True,
-            **common,
-        }
-    body = {k: v for k, v in body.items() if v is not None}
-    return {**body, **sampling.extra_body}
-
-
-def parse_response(kind: EndpointKind, data: Any) -> Sampled:
-    """Sampled ids, logprobs and finish reason from a 200 response of ``kind``."""
-    try:
-        if kind == "vllm_generate":
-            return _parse_vllm(data)
-        if kind == "sglang_generate":
-            return _parse_sglang(data[0] if isinstance(data, list) else data)
-        return _parse_openai(data)
-    except (KeyError, IndexError, TypeError, ValueError) as exc:
-        raise _BadResponse(f"unexpected {kind} response shape ({type(exc).__name__}: {exc})") from None
-
-
-def _parse_vllm(data: Mapping[str, Any]) -> Sampled:
-    if "token_ids" not in data or "logprobs" not in data:
-        raise _BadResponse(
-            "the /generate response has no token_ids/logprobs: the server must be a vLLM api_server "
-            "that returns them when 'logprobs' is set (e.g. Atropos' example_trainer/vllm_api_server.py)",
-            permanent=True,
-        )
-    ids = [int(t) for t in data["token_ids"][0]]
-    logprobs = []
-    for tid, step in zip(ids, data["logprobs"][0], strict=True):
-        entry = step[0] if isinstance(step, list) else step
-        value = entry.get(str(tid), entry.get(tid)) if isinstance(entry, Mapping) else None
-        if value is None:
-            raise _BadResponse(f"no logprob for sampled token {tid}", permanent=True)
-        logprobs.append(float(value["logprob"] if isinstance(value, Mapping) else value))
-    reasons = data.get("finish_reasons") or [None]
-    return Sampled(ids, logprobs, reasons[0])
-
-
-def _parse_sglang(data: Mapping[str, Any]) -> Sampled:
-    meta = data["meta_info"]
-    triples = meta.get("output_token_logprobs")
-    if triples is None:
-        raise _BadResponse("the SGLang response has no meta_info.output_token_logprobs", permanent=True)
-    ids = [int(t[1]) for t in triples]
-    if "output_ids" in data and [int(t) for t in data["output_ids"]] != ids:
-        raise _BadResponse("SGLang output_ids disagree with output_token_logprobs", permanent=True)
-    finish = meta.get("finish_reason")
-    reason = finish.get("type") if isinstance(finish, Mapping) else finish
-    return Sampled(ids, [float(t[0]) for t in triples], reason)
-
-
-def _parse_openai(data: Mapping[str, Any]) -> Sampled:
-    choice = data["choices"][0]
-    lp = choice.get("logprobs") or {}
-    logprobs = lp.get("token_logprobs")
-    if logprobs is None:
-        raise _BadResponse("the /v1/completions response has no logprobs.token_logprobs", permanent=True)
-    if choice.get("token_ids") is not None:
-        ids = [int(t) for t in choice["token_ids"]]
-    else:
-        tokens = lp.get("tokens") or []
-        if not all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in tokens):
-            raise _BadResponse(
-                "the /v1/completions response gives tokens as text, not ids: use a vLLM server "
-                "(it honours return_tokens_as_token_ids) or the vllm_generate endpoint",
-                permanent=True,
-            )
-        ids = [int(t[len(_TOKEN_ID_PREFIX) :]) for t in tokens]
-    if len(ids) != len(logprobs):
-        raise _BadResponse(f"{len(ids)} token ids but {len(logprobs)} logprobs", permanent=True)
-    return Sampled(ids, [float(x) for x in logprobs], choice.get("finish_reason"))
-
-
-# --------------------------------------------------------------------------------------------
 # The model
-
-
-class _Transient(Exception):
-    def __init__(self, reason: str, status: int | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
 
 
 class CompletionChatModel:
@@ -320,6 +202,7 @@ class CompletionChatModel:
         self._memory = _PrefixMemory(config.cache_size)
         self._semaphore = asyncio.Semaphore(config.max_concurrency)
         self._session: aiohttp.ClientSession | None = None
+        self._site = CallSite("completion call", config.url(), repr(self.name))
 
     @property
     def name(self) -> str:
@@ -345,7 +228,7 @@ class CompletionChatModel:
         max_tokens = self._max_tokens(len(prompt_ids), sampling)
         body = build_body(self.config.endpoint, prompt_ids, sampling, max_tokens, self.name)
         started = time.perf_counter()
-        sampled = await self._with_retries(body)
+        sampled = await call_with_retries(lambda: self._attempt(body), self.config, self._site)
         latency = time.perf_counter() - started
         turn = await asyncio.to_thread(self._turn, messages, tools, prompt_ids, sampled, latency)
         key = _chain(seed, [*messages, turn.to_message()])[-1]
@@ -426,7 +309,7 @@ class CompletionChatModel:
             previous = sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
             calls = to_tool_calls(parsed, start=previous)
             errors = [e.describe() for e in parsed.errors]
-        finish = _finish_reason(sampled.finish_reason)
+        finish = openai_finish_reason(sampled.finish_reason)
         return AssistantTurn(
             content=content,
             reasoning=reasoning,
@@ -460,48 +343,25 @@ class CompletionChatModel:
             )
         return self._session
 
-    async def _with_retries(self, body: dict[str, Any]) -> Sampled:
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.config.max_retries + 1),
-            wait=self._wait,
-            retry=retry_if_exception_type(_Transient),
-            before_sleep=self._log_retry,
-            reraise=True,
-        )
-        try:
-            async for attempt in retrying:
-                with attempt:
-                    return await self._attempt(body)
-        except _Transient as exc:
-            attempts = retrying.statistics.get("attempt_number", 1)
-            raise ModelError(
-                f"completion call to {self.endpoint} ({self.name!r}) failed after {attempts} attempt(s): "
-                f"{exc.reason}",
-                kind=ModelErrorKind.TRANSIENT,
-                endpoint=self.endpoint,
-                status=exc.status,
-                attempts=attempts,
-            ) from None
-        raise AssertionError("unreachable: tenacity neither returned nor raised")  # pragma: no cover
-
     async def _attempt(self, body: dict[str, Any]) -> Sampled:
         async with self._semaphore:
             try:
                 async with self._http().post(self.endpoint, json=body) as resp:
                     raw = await resp.read()
                     status = resp.status
+                    retry_after = parse_retry_after(resp.headers)
             except TimeoutError:
-                raise _Transient(f"timed out after {self.config.request_timeout_s:g}s") from None
+                raise TransientError(f"timed out after {self.config.request_timeout_s:g}s") from None
             except aiohttp.ClientError as exc:
-                raise _Transient(f"connection error: {type(exc).__name__}: {exc}") from None
+                raise TransientError(f"connection error: {type(exc).__name__}: {exc}") from None
         text = self._redact(raw.decode("utf-8", "replace")[:500])
         if status != 200:
-            raise self._status_error(status, text)
+            raise status_error(self._site, status, text, retry_after=retry_after)
         try:
             sampled = parse_response(self.config.endpoint, orjson.loads(raw))
         except orjson.JSONDecodeError:
-            raise _Transient(f"malformed response (not JSON): {text[:200]!r}") from None
-        except _BadResponse as exc:
+            raise TransientError(f"malformed response (not JSON): {text[:200]!r}") from None
+        except BadResponse as exc:
             if exc.permanent:
                 raise ModelError(
                     f"unusable response from {self.endpoint}: {exc}",
@@ -509,47 +369,10 @@ class CompletionChatModel:
                     endpoint=self.endpoint,
                     status=status,
                 ) from None
-            raise _Transient(f"malformed response: {exc}") from None
+            raise TransientError(f"malformed response: {exc}") from None
         if sampled.finish_reason == "abort":
-            raise _Transient("the server aborted the request")
+            raise TransientError("the server aborted the request")
         return sampled
-
-    def _status_error(self, status: int, text: str) -> Exception:
-        if status in _RETRY_STATUSES or status >= 500:
-            return _Transient(f"HTTP {status}: {text}", status=status)
-        if status in (401, 403):
-            kind = ModelErrorKind.AUTH
-        elif status in (400, 413) and _CONTEXT_PATTERNS.search(text):
-            kind = ModelErrorKind.CONTEXT_LENGTH
-        else:
-            kind = ModelErrorKind.PERMANENT
-        return ModelError(
-            f"HTTP {status} from {self.endpoint} ({self.name!r}): {text}",
-            kind=kind,
-            endpoint=self.endpoint,
-            status=status,
-        )
 
     def _redact(self, text: str) -> str:
         return redact(text, self._key.secret) if self._key is not None else text
-
-    def _wait(self, state: RetryCallState) -> float:
-        exp = self.config.backoff_base_s * 2 ** (state.attempt_number - 1)
-        return min(self.config.backoff_max_s, exp) * random.uniform(0.5, 1.0)
-
-    def _log_retry(self, state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
-        log.info(
-            "completion call to %s failed (%s); retry %d/%d",
-            self.endpoint,
-            getattr(exc, "reason", exc),
-            state.attempt_number,
-            self.config.max_retries,
-        )
-
-
-def _finish_reason(raw: str | None) -> str | None:
-    """``stop``/``length`` as OpenAI spells them; anything else passes through."""
-    if raw in ("eos", "stop_token", "stop_str"):
-        return "stop"
-    return raw

@@ -1,11 +1,12 @@
 """Async client for any OpenAI-compatible chat-completions endpoint.
 
 Built on the ``openai`` SDK (aiohttp transport where installed) with the SDK's own retries
-switched off: the retry policy is ours, so it is observable, logged and testable. Transient
-failures (429 honouring ``Retry-After``, 5xx, timeouts, connection errors, malformed bodies,
-truncated streams) are retried with exponential backoff and jitter; permanent ones (400, 401,
-403, 404, ...) raise at once. Either way the caller gets a :class:`ModelError` whose message
-names the endpoint and the status and never contains the API key.
+switched off: the retry policy is ours (:mod:`trajforge.llm.retry`, shared with the token-exact
+client), so it is observable, logged and testable. Transient failures (429 honouring
+``Retry-After``, 5xx, timeouts, connection errors, malformed bodies, truncated streams) are
+retried with exponential backoff and jitter; permanent ones (400, 401, 403, 404, ...) raise at
+once. Either way the caller gets a :class:`ModelError` whose message names the endpoint and the
+status and never contains the API key.
 
 Streaming and non-streaming calls produce the same :class:`AssistantTurn`.
 """
@@ -13,37 +14,38 @@ Streaming and non-streaming calls produce the same :class:`AssistantTurn`.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import importlib
 import json
 import logging
-import random
-import re
 import time
 import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import urlparse
 
 import openai
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from trajforge.llm.keys import redact, resolve_api_key
 from trajforge.llm.reasoning import extract_reasoning, reasoning_from_fields
+from trajforge.llm.retry import (
+    BackoffBase,
+    BackoffMax,
+    CallSite,
+    MaxRetries,
+    MaxRetryAfter,
+    TransientError,
+    call_with_retries,
+    exhausted_error,
+    parse_retry_after,
+    status_error,
+)
 from trajforge.llm.types import AssistantTurn, ModelError, ModelErrorKind, SamplingParams, ToolCall, Usage
 
 log = logging.getLogger(__name__)
 
 ReasoningStyle = Literal["auto", "openai", "openrouter", "chat_template", "none"]
 
-_RETRY_STATUSES = frozenset({408, 409, 425, 429})
-_CONTEXT_PATTERNS = re.compile(
-    r"context[ _-]?length|context window|maximum context|too many tokens|prompt is too long"
-    r"|reduce the length|input is too long|exceeds the context",
-    re.IGNORECASE,
-)
 _ERROR_TEXT_LIMIT = 500
 NO_KEY_PLACEHOLDER = "EMPTY"
 
@@ -83,10 +85,10 @@ class OpenAIModelConfig(BaseModel):
     stream: bool = Field(default=False, description="use SSE streaming (same AssistantTurn either way)")
     request_timeout_s: float = Field(default=600.0, gt=0, description="read timeout of one attempt")
     connect_timeout_s: float = Field(default=10.0, gt=0, description="TCP/TLS connect timeout")
-    max_retries: int = Field(default=5, ge=0, description="retries after the first attempt")
-    backoff_base_s: float = Field(default=1.0, ge=0, description="first backoff; doubles per retry")
-    backoff_max_s: float = Field(default=60.0, ge=0, description="cap of one backoff wait")
-    max_retry_after_s: float = Field(default=300.0, ge=0, description="cap on a server's Retry-After")
+    max_retries: MaxRetries = 5
+    backoff_base_s: BackoffBase = 1.0
+    backoff_max_s: BackoffMax = 60.0
+    max_retry_after_s: MaxRetryAfter = 300.0
     max_concurrency: int = Field(default=256, ge=1, description="requests in flight through this client")
     requests_per_second: float | None = Field(default=None, gt=0, description="request start rate limit")
     reasoning_style: ReasoningStyle = Field(
@@ -313,42 +315,7 @@ class StreamAssembler:
 
 
 # --------------------------------------------------------------------------------------------
-# Errors and retry policy
-
-
-class _Transient(Exception):
-    """One failed attempt worth retrying; ``retry_after`` is the server's wish, in seconds."""
-
-    def __init__(self, reason: str, status: int | None = None, retry_after: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
-        self.retry_after = retry_after
-
-
-def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = None) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
-    if not headers:
-        return None
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    reference = datetime.now(UTC).timestamp() if now is None else now
-    return max(0.0, when.timestamp() - reference)
+# Errors (the retry policy itself is trajforge.llm.retry)
 
 
 def _error_text(exc: openai.APIStatusError) -> str:
@@ -365,11 +332,12 @@ def _error_text(exc: openai.APIStatusError) -> str:
     return exc.message[:_ERROR_TEXT_LIMIT]
 
 
-def _is_context_error(exc: openai.APIStatusError, text: str) -> bool:
+def _error_code(exc: openai.APIStatusError) -> str | None:
+    """The ``error.code`` of an OpenAI-style error body, when there is one."""
     body = exc.body if isinstance(exc.body, Mapping) else {}
     inner = body.get("error", body) if body else {}
-    code = str(inner.get("code") or "") if isinstance(inner, Mapping) else ""
-    return code == "context_length_exceeded" or bool(_CONTEXT_PATTERNS.search(text))
+    code = inner.get("code") if isinstance(inner, Mapping) else None
+    return str(code) if code else None
 
 
 class OpenAIChatModel:
@@ -387,6 +355,7 @@ class OpenAIChatModel:
         self._semaphore = asyncio.Semaphore(config.max_concurrency)
         self._limiter = _RateLimiter(config.requests_per_second) if config.requests_per_second else None
         self._client: openai.AsyncOpenAI | None = None
+        self._site = CallSite("model call", config.base_url, f"model {config.model!r}")
 
     @property
     def name(self) -> str:
@@ -414,7 +383,7 @@ class OpenAIChatModel:
         """
         body = build_request_body(self.config, messages, tools, sampling)
         started = time.perf_counter()
-        turn = await self._with_retries(body)
+        turn = await call_with_retries(lambda: self._attempt(body), self.config, self._site)
         turn.latency_s = time.perf_counter() - started
         return turn
 
@@ -440,7 +409,7 @@ class OpenAIChatModel:
             page = await self._sdk().models.list(timeout=self.config.check_timeout_s)
         except openai.APIStatusError as exc:
             if exc.status_code in (401, 403):
-                raise self._permanent(exc) from None
+                raise self._status_error(exc) from None
             return None
         except (openai.APIConnectionError, *_HTTP_ERRORS) as exc:
             raise self._unreachable(exc) from None
@@ -455,8 +424,8 @@ class OpenAIChatModel:
         )
         try:
             await self._attempt(body, read_timeout_s=self.config.check_timeout_s)
-        except _Transient as exc:
-            raise self._final_transient(exc, attempts=1) from None
+        except TransientError as exc:
+            raise exhausted_error(self._site, exc, attempts=1) from None
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -484,43 +453,29 @@ class OpenAIChatModel:
             )
         return self._client
 
-    async def _with_retries(self, body: dict[str, Any]) -> AssistantTurn:
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.config.max_retries + 1),
-            wait=self._wait,
-            retry=retry_if_exception_type(_Transient),
-            before_sleep=self._log_retry,
-            reraise=True,
-        )
-        try:
-            async for attempt in retrying:
-                with attempt:
-                    return await self._attempt(body)
-        except _Transient as exc:
-            raise self._final_transient(exc, attempts=retrying.statistics.get("attempt_number", 1)) from None
-        raise AssertionError("unreachable: tenacity neither returned nor raised")  # pragma: no cover
-
     async def _attempt(self, body: dict[str, Any], read_timeout_s: float | None = None) -> AssistantTurn:
-        """One HTTP request; transient failures become :class:`_Transient`, permanent ModelError."""
+        """One HTTP request; transient failures become :class:`TransientError`, permanent ModelError."""
         if self._limiter is not None:
             await self._limiter.acquire()
         async with self._semaphore:
             try:
                 return await self._request(body, read_timeout_s)
             except openai.APIStatusError as exc:
-                raise self._classify_status(exc) from None
+                raise self._status_error(exc) from None
             except openai.APITimeoutError:
-                raise _Transient(
+                raise TransientError(
                     f"timed out after {read_timeout_s or self.config.request_timeout_s:g}s"
                 ) from None
             except openai.APIConnectionError as exc:
-                raise _Transient(f"connection error: {exc.__cause__ or exc}") from None
+                raise TransientError(f"connection error: {exc.__cause__ or exc}") from None
             except _HTTP_ERRORS as exc:  # raised mid-stream, after the SDK handed us the stream
-                raise _Transient(f"connection error while streaming: {type(exc).__name__}: {exc}") from None
+                raise TransientError(
+                    f"connection error while streaming: {type(exc).__name__}: {exc}"
+                ) from None
             except openai.APIError as exc:  # e.g. an error event inside an SSE stream
-                raise _Transient(f"endpoint reported an error: {exc.message}") from None
+                raise TransientError(f"endpoint reported an error: {exc.message}") from None
             except (json.JSONDecodeError, MalformedResponseError) as exc:
-                raise _Transient(f"malformed response: {exc}") from None
+                raise TransientError(f"malformed response: {exc}") from None
 
     async def _request(self, body: dict[str, Any], read_timeout_s: float | None) -> AssistantTurn:
         extra = {k: v for k, v in body.items() if k not in ("model", "messages", "stream")}
@@ -540,37 +495,14 @@ class OpenAIChatModel:
             await stream.close()
         return assembler.turn()
 
-    def _classify_status(self, exc: openai.APIStatusError) -> Exception:
-        status = exc.status_code
-        if status in _RETRY_STATUSES or status >= 500:
-            retry_after = parse_retry_after(exc.response.headers if exc.response is not None else None)
-            reason = f"HTTP {status}: {redact(_error_text(exc), self._key.secret)}"
-            return _Transient(reason, status=status, retry_after=retry_after)
-        return self._permanent(exc)
-
-    def _permanent(self, exc: openai.APIStatusError) -> ModelError:
-        status = exc.status_code
-        text = redact(_error_text(exc), self._key.secret)
-        if status in (401, 403):
-            kind, hint = ModelErrorKind.AUTH, f" [{self._key.describe()}]"
-        elif status in (400, 413) and _is_context_error(exc, text):
-            kind, hint = ModelErrorKind.CONTEXT_LENGTH, ""
-        else:
-            kind, hint = ModelErrorKind.PERMANENT, ""
-        message = f"HTTP {status} from {self.endpoint} (model {self.config.model!r}): {text}{hint}"
-        return ModelError(message, kind=kind, endpoint=self.endpoint, status=status)
-
-    def _final_transient(self, exc: _Transient, attempts: int) -> ModelError:
-        message = (
-            f"model call to {self.endpoint} (model {self.config.model!r}) failed after {attempts} "
-            f"attempt(s): {exc.reason}"
-        )
-        return ModelError(
-            message,
-            kind=ModelErrorKind.TRANSIENT,
-            endpoint=self.endpoint,
-            status=exc.status,
-            attempts=attempts,
+    def _status_error(self, exc: openai.APIStatusError) -> TransientError | ModelError:
+        return status_error(
+            self._site,
+            exc.status_code,
+            redact(_error_text(exc), self._key.secret),
+            retry_after=parse_retry_after(exc.response.headers if exc.response is not None else None),
+            error_code=_error_code(exc),
+            auth_hint=f" [{self._key.describe()}]",
         )
 
     def _unreachable(self, exc: Exception) -> ModelError:
@@ -578,26 +510,6 @@ class OpenAIChatModel:
             f"cannot reach {self.endpoint}: {type(exc).__name__}: {exc} -- is the server running and the URL right?",
             kind=ModelErrorKind.TRANSIENT,
             endpoint=self.endpoint,
-        )
-
-    def _wait(self, state: RetryCallState) -> float:
-        """Backoff before the next attempt: the server's Retry-After when given, else exp + jitter."""
-        exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, _Transient) and exc.retry_after is not None:
-            return min(exc.retry_after, self.config.max_retry_after_s) + random.uniform(0, 0.1)
-        exp = self.config.backoff_base_s * 2 ** (state.attempt_number - 1)
-        return min(self.config.backoff_max_s, exp) * random.uniform(0.5, 1.0)
-
-    def _log_retry(self, state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
-        wait = state.next_action.sleep if state.next_action else 0.0
-        log.info(
-            "model call to %s failed (%s); retry %d/%d in %.2fs",
-            self.endpoint,
-            getattr(exc, "reason", exc),
-            state.attempt_number,
-            self.config.max_retries,
-            wait,
         )
 
 

@@ -1,15 +1,18 @@
 """Shared, linear-time building blocks for the family parsers.
 
 Every family wraps calls in some start/end markers and encodes arguments either as JSON or as
-tagged strings. These helpers do the two things they all need -- cut a text into prose and
-marked blocks, and decode a JSON call -- in one pass over the text, so no parser is quadratic
-on long outputs (see ``benchmarks/parse_throughput.py``).
+tagged strings. These helpers do the things they all need -- cut a text into prose and marked
+blocks, read each block with the family's own reader while turning its failures into
+:class:`ParseError`s, and decode a JSON call -- in one pass over the text, so no parser is
+quadratic on long outputs (see ``benchmarks/parse_throughput.py``). A family module keeps only
+what is specific to its format: its markers and how one call's body is read.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +71,59 @@ def split_blocks(text: str, start: str, end: str) -> tuple[list[str], list[Block
     return pieces, blocks
 
 
+@dataclass(slots=True)
+class BlockScan:
+    """What :func:`scan_blocks` found: the prose, the blocks, and the calls and errors they gave."""
+
+    pieces: list[str]
+    blocks: list[Block]
+    calls: list[ParsedCall]
+    errors: list[ParseError]
+
+    def flag_empty_section(self, text: str, openers: tuple[str, ...], message: str) -> None:
+        """A call *section* opened without any call block inside is an error, not prose.
+
+        For formats that wrap their call blocks in a section (DeepSeek, Kimi): when no block was
+        found but one of ``openers`` is in ``text``, the text from the first opener on becomes
+        the error's fragment and the prose stops there.
+        """
+        if self.blocks:
+            return
+        at = min((text.find(m) for m in openers if m in text), default=-1)
+        if at >= 0:
+            self.errors.append(ParseError(message, text[at:], at))
+            self.pieces = [text[:at]]
+
+
+def scan_blocks(
+    text: str, start: str, end: str, read: Callable[[str], ParsedCall | list[ParsedCall]]
+) -> BlockScan:
+    """Cut ``text`` into ``start ... end`` blocks (:func:`split_blocks`) and read each one.
+
+    The loop every block-delimited family shares: an unclosed block is an error naming both
+    markers; a closed block's body goes to ``read`` (the family's reader, returning one call or,
+    when a body may hold several, a list), and a :class:`MalformedCall` it raises becomes an
+    error carrying the block's raw text and offset. Nothing is dropped silently.
+    """
+    pieces, blocks = split_blocks(text, start, end)
+    calls: list[ParsedCall] = []
+    errors: list[ParseError] = []
+    for block in blocks:
+        if not block.closed:
+            errors.append(unclosed(start, end, block))
+            continue
+        try:
+            found = read(block.body)
+        except MalformedCall as exc:
+            errors.append(ParseError(str(exc), block.raw, block.offset))
+            continue
+        if isinstance(found, ParsedCall):
+            calls.append(found)
+        else:
+            calls.extend(found)
+    return BlockScan(pieces, blocks, calls, errors)
+
+
 def _positions(text: str, marker: str) -> list[int]:
     out: list[int] = []
     i = text.find(marker)
@@ -115,6 +171,11 @@ def object_arguments(value: Any) -> dict[str, Any]:
     return value
 
 
+def named_call(name: str, arguments: str) -> ParsedCall:
+    """A call whose format writes the name and the JSON arguments apart (blank: no arguments)."""
+    return json_call({"name": name, "arguments": loads(arguments) if arguments.strip() else None})
+
+
 def json_call(obj: Any, *, arg_keys: tuple[str, ...] = ("arguments", "parameters")) -> ParsedCall:
     """A call from a decoded ``{"name": ..., "arguments": {...}}`` object."""
     if not isinstance(obj, dict):
@@ -128,10 +189,6 @@ def json_call(obj: Any, *, arg_keys: tuple[str, ...] = ("arguments", "parameters
             args = obj[key]
             break
     return ParsedCall(name.strip(), object_arguments(args))
-
-
-def error(exc: MalformedCall | str, fragment: str, offset: int) -> ParseError:
-    return ParseError(str(exc), fragment, offset)
 
 
 def unclosed(start: str, end: str, block: Block) -> ParseError:

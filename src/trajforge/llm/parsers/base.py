@@ -106,6 +106,16 @@ def call_arguments(call: Any) -> Any:
     return args
 
 
+def arguments_json(call: Any) -> str:
+    """A call's arguments as JSON text for ``format_calls`` (non-ASCII kept as is)."""
+    return json.dumps(call_arguments(call), ensure_ascii=False)
+
+
+def render_value(value: Any) -> str:
+    """One argument value as the tag-based formats write it: strings raw, the rest as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
 def to_tool_calls(result: ParseResult, *, start: int = 0, prefix: str = "call_") -> list[ToolCall]:
     """The agent's :class:`ToolCall` list for a parse, with deterministic ids.
 

@@ -14,19 +14,11 @@ markers around them are layout. A section opened without any complete call is an
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from trajforge.llm.parsers._scan import MalformedCall, error, json_call, loads, split_blocks, unclosed
-from trajforge.llm.parsers.base import (
-    ParsedCall,
-    ParseError,
-    ParseResult,
-    Tools,
-    call_arguments,
-    make_content,
-)
+from trajforge.llm.parsers._scan import MalformedCall, named_call, scan_blocks
+from trajforge.llm.parsers.base import ParsedCall, ParseResult, Tools, arguments_json, make_content
 
 CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
 CALLS_END = "<｜tool▁calls▁end｜>"
@@ -43,23 +35,10 @@ class DeepseekV3Parser:
     markers = (CALLS_BEGIN, CALL_BEGIN, SEP, CALL_END, CALLS_END)
 
     def parse(self, text: str, tools: Tools = None) -> ParseResult:
-        pieces, blocks = split_blocks(text, CALL_BEGIN, CALL_END)
-        calls: list[ParsedCall] = []
-        errors: list[ParseError] = []
-        for block in blocks:
-            if not block.closed:
-                errors.append(unclosed(CALL_BEGIN, CALL_END, block))
-                continue
-            try:
-                calls.append(self._read_call(block.body))
-            except MalformedCall as exc:
-                errors.append(error(exc, block.raw, block.offset))
-        if not blocks and CALLS_BEGIN in text:
-            at = text.index(CALLS_BEGIN)
-            errors.append(ParseError(f"{CALLS_BEGIN} without any {CALL_BEGIN}", text[at:], at))
-            pieces = [text[:at]]
-        content = make_content([p.replace(CALLS_BEGIN, "").replace(CALLS_END, "") for p in pieces])
-        return ParseResult(content, calls, errors, self.name)
+        scan = scan_blocks(text, CALL_BEGIN, CALL_END, self._read_call)
+        scan.flag_empty_section(text, (CALLS_BEGIN,), f"{CALLS_BEGIN} without any {CALL_BEGIN}")
+        content = make_content([p.replace(CALLS_BEGIN, "").replace(CALLS_END, "") for p in scan.pieces])
+        return ParseResult(content, scan.calls, scan.errors, self.name)
 
     def format_calls(self, calls: Sequence[Any]) -> str:
         if not calls:
@@ -68,8 +47,7 @@ class DeepseekV3Parser:
         return f"{CALLS_BEGIN}{body}{CALLS_END}"
 
     def _format_one(self, call: Any) -> str:
-        args = json.dumps(call_arguments(call), ensure_ascii=False)
-        return f"function{SEP}{call.name}\n```json\n{args}\n```"
+        return f"function{SEP}{call.name}\n```json\n{arguments_json(call)}\n```"
 
     def _read_call(self, body: str) -> ParsedCall:
         kind, sep, rest = body.partition(SEP)
@@ -87,4 +65,4 @@ class DeepseekV3Parser:
             args = args[3:-3]
             if args.startswith("json"):
                 args = args[4:]
-        return json_call({"name": name, "arguments": loads(args) if args.strip() else None})
+        return named_call(name, args)

@@ -10,11 +10,10 @@ differs.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from trajforge.llm.parsers._scan import MalformedCall, json_call, loads
-from trajforge.llm.parsers.base import ParsedCall, call_arguments
+from trajforge.llm.parsers._scan import MalformedCall, named_call
+from trajforge.llm.parsers.base import ParsedCall, arguments_json
 from trajforge.llm.parsers.deepseek_v3 import SEP, DeepseekV3Parser
 
 
@@ -24,10 +23,10 @@ class DeepseekV31Parser(DeepseekV3Parser):
     name = "deepseek_v31"
 
     def _format_one(self, call: Any) -> str:
-        return f"{call.name}{SEP}{json.dumps(call_arguments(call), ensure_ascii=False)}"
+        return f"{call.name}{SEP}{arguments_json(call)}"
 
     def _read_call(self, body: str) -> ParsedCall:
         name, sep, args = body.partition(SEP)
         if not sep:
             raise MalformedCall(f"no {SEP} in the call")
-        return json_call({"name": name, "arguments": loads(args) if args.strip() else None})
+        return named_call(name, args)

@@ -15,19 +15,18 @@ variant (no newline needed after the name, literal ``\\n`` between tags tolerate
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import Any
 
-from trajforge.llm.parsers._scan import MalformedCall, error, split_blocks, unclosed
+from trajforge.llm.parsers._scan import MalformedCall, scan_blocks
 from trajforge.llm.parsers.base import (
     ParsedCall,
-    ParseError,
     ParseResult,
     Tools,
     call_arguments,
     make_content,
+    render_value,
 )
 from trajforge.llm.parsers.schema import ToolSchemas
 
@@ -48,25 +47,17 @@ class Glm45Parser:
 
     def parse(self, text: str, tools: Tools = None) -> ParseResult:
         schemas = ToolSchemas(tools)
-        pieces, blocks = split_blocks(text, self.start_marker, self.end_marker)
-        calls: list[ParsedCall] = []
-        errors: list[ParseError] = []
-        for block in blocks:
-            if not block.closed:
-                errors.append(unclosed(self.start_marker, self.end_marker, block))
-                continue
-            try:
-                calls.append(self._read_call(block.body, schemas))
-            except MalformedCall as exc:
-                errors.append(error(exc, block.raw, block.offset))
-        return ParseResult(make_content(pieces), calls, errors, self.name)
+        scan = scan_blocks(
+            text, self.start_marker, self.end_marker, lambda body: self._read_call(body, schemas)
+        )
+        return ParseResult(make_content(scan.pieces), scan.calls, scan.errors, self.name)
 
     def format_calls(self, calls: Sequence[Any]) -> str:
         nl = self.layout
         out = []
         for call in calls:
             pairs = "".join(
-                f"<arg_key>{k}</arg_key>{nl}<arg_value>{_render(v)}</arg_value>{nl}"
+                f"<arg_key>{k}</arg_key>{nl}<arg_value>{render_value(v)}</arg_value>{nl}"
                 for k, v in call_arguments(call).items()
             )
             out.append(f"<tool_call>{call.name}{nl if pairs else ''}{pairs}</tool_call>")
@@ -112,7 +103,3 @@ class Glm45Parser:
         if not self.separator.fullmatch(body[pos:]):
             raise MalformedCall(f"unexpected text {body[pos:].strip()[:40]!r} after the arguments")
         return args
-
-
-def _render(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)

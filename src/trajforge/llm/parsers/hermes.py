@@ -11,15 +11,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from trajforge.llm.parsers._scan import MalformedCall, error, json_call, loads, split_blocks, unclosed
-from trajforge.llm.parsers.base import (
-    ParsedCall,
-    ParseError,
-    ParseResult,
-    Tools,
-    call_arguments,
-    make_content,
-)
+from trajforge.llm.parsers._scan import json_call, loads, scan_blocks
+from trajforge.llm.parsers.base import ParsedCall, ParseResult, Tools, call_arguments, make_content
 
 
 class HermesParser:
@@ -34,18 +27,8 @@ class HermesParser:
         return (self.start_marker, self.end_marker)
 
     def parse(self, text: str, tools: Tools = None) -> ParseResult:
-        pieces, blocks = split_blocks(text, self.start_marker, self.end_marker)
-        calls: list[ParsedCall] = []
-        errors: list[ParseError] = []
-        for block in blocks:
-            if not block.closed:
-                errors.append(unclosed(self.start_marker, self.end_marker, block))
-                continue
-            try:
-                calls.append(json_call(loads(block.body.strip())))
-            except MalformedCall as exc:
-                errors.append(error(exc, block.raw, block.offset))
-        return ParseResult(make_content(pieces), calls, errors, self.name)
+        scan = scan_blocks(text, self.start_marker, self.end_marker, _read_call)
+        return ParseResult(make_content(scan.pieces), scan.calls, scan.errors, self.name)
 
     def format_calls(self, calls: Sequence[Any]) -> str:
         return "\n".join(
@@ -54,3 +37,8 @@ class HermesParser:
             + f"\n{self.end_marker}"
             for c in calls
         )
+
+
+def _read_call(body: str) -> ParsedCall:
+    """One block holds one JSON object; whitespace around it is layout."""
+    return json_call(loads(body.strip()))

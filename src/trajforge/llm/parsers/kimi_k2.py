@@ -11,20 +11,12 @@ markers (also the singular ``tool_call_section`` spelling some checkpoints emit)
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import Any
 
-from trajforge.llm.parsers._scan import MalformedCall, error, json_call, loads, split_blocks, unclosed
-from trajforge.llm.parsers.base import (
-    ParsedCall,
-    ParseError,
-    ParseResult,
-    Tools,
-    call_arguments,
-    make_content,
-)
+from trajforge.llm.parsers._scan import MalformedCall, named_call, scan_blocks
+from trajforge.llm.parsers.base import ParsedCall, ParseResult, Tools, arguments_json, make_content
 
 SECTION_BEGIN = "<|tool_calls_section_begin|>"
 SECTION_END = "<|tool_calls_section_end|>"
@@ -43,30 +35,16 @@ class KimiK2Parser:
     markers = (SECTION_BEGIN, CALL_BEGIN, ARG_BEGIN, CALL_END, SECTION_END)
 
     def parse(self, text: str, tools: Tools = None) -> ParseResult:
-        pieces, blocks = split_blocks(text, CALL_BEGIN, CALL_END)
-        calls: list[ParsedCall] = []
-        errors: list[ParseError] = []
-        for block in blocks:
-            if not block.closed:
-                errors.append(unclosed(CALL_BEGIN, CALL_END, block))
-                continue
-            try:
-                calls.append(_read_call(block.body))
-            except MalformedCall as exc:
-                errors.append(error(exc, block.raw, block.offset))
-        if not blocks:
-            at = min((text.find(m) for m in _SECTION_ALIASES[::2] if m in text), default=-1)
-            if at >= 0:
-                errors.append(ParseError(f"tool calls section without any {CALL_BEGIN}", text[at:], at))
-                pieces = [text[:at]]
-        return ParseResult(make_content([_strip_sections(p) for p in pieces]), calls, errors, self.name)
+        scan = scan_blocks(text, CALL_BEGIN, CALL_END, _read_call)
+        scan.flag_empty_section(text, _SECTION_ALIASES[::2], f"tool calls section without any {CALL_BEGIN}")
+        content = make_content([_strip_sections(p) for p in scan.pieces])
+        return ParseResult(content, scan.calls, scan.errors, self.name)
 
     def format_calls(self, calls: Sequence[Any]) -> str:
         if not calls:
             return ""
         body = "".join(
-            f"{CALL_BEGIN}functions.{c.name}:{i}{ARG_BEGIN}"
-            f"{json.dumps(call_arguments(c), ensure_ascii=False)}{CALL_END}"
+            f"{CALL_BEGIN}functions.{c.name}:{i}{ARG_BEGIN}{arguments_json(c)}{CALL_END}"
             for i, c in enumerate(calls)
         )
         return f"{SECTION_BEGIN}{body}{SECTION_END}"
@@ -85,4 +63,4 @@ def _read_call(body: str) -> ParsedCall:
     match = _CALL_ID.fullmatch(call_id)
     if match is None:
         raise MalformedCall(f"invalid call id {call_id.strip()!r} (expected functions.NAME:IDX)")
-    return json_call({"name": match["name"], "arguments": loads(args) if args.strip() else None})
+    return named_call(match["name"], args)

@@ -13,7 +13,6 @@ error.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -24,7 +23,7 @@ from trajforge.llm.parsers.base import (
     ParseError,
     ParseResult,
     Tools,
-    call_arguments,
+    arguments_json,
     make_content,
 )
 
@@ -60,9 +59,7 @@ class MistralParser:
 
     def format_calls(self, calls: Sequence[Any]) -> str:
         """The v11+ spelling, ``[TOOL_CALLS]NAME[ARGS]{json}`` per call."""
-        return "".join(
-            f"{TOOL_CALLS}{c.name}{ARGS}{json.dumps(call_arguments(c), ensure_ascii=False)}" for c in calls
-        )
+        return "".join(f"{TOOL_CALLS}{c.name}{ARGS}{arguments_json(c)}" for c in calls)
 
 
 def _read_segment(part: str) -> tuple[list[ParsedCall], int]:

@@ -19,19 +19,18 @@ the value unambiguous (Qwen3-Coder models do drop it); a missing ``</function>``
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import Any
 
-from trajforge.llm.parsers._scan import MalformedCall, error, split_blocks, unclosed
+from trajforge.llm.parsers._scan import MalformedCall, scan_blocks
 from trajforge.llm.parsers.base import (
     ParsedCall,
-    ParseError,
     ParseResult,
     Tools,
     call_arguments,
     make_content,
+    render_value,
 )
 from trajforge.llm.parsers.schema import ToolSchemas
 
@@ -48,32 +47,20 @@ class Qwen3CoderParser:
 
     def parse(self, text: str, tools: Tools = None) -> ParseResult:
         schemas = ToolSchemas(tools)
-        pieces, blocks = split_blocks(text, self.start_marker, self.end_marker)
-        calls: list[ParsedCall] = []
-        errors: list[ParseError] = []
-        for block in blocks:
-            if not block.closed:
-                errors.append(unclosed(self.start_marker, self.end_marker, block))
-                continue
-            try:
-                calls.extend(_read_functions(block.body, schemas))
-            except MalformedCall as exc:
-                errors.append(error(exc, block.raw, block.offset))
-        return ParseResult(make_content(pieces), calls, errors, self.name)
+        scan = scan_blocks(
+            text, self.start_marker, self.end_marker, lambda body: _read_functions(body, schemas)
+        )
+        return ParseResult(make_content(scan.pieces), scan.calls, scan.errors, self.name)
 
     def format_calls(self, calls: Sequence[Any]) -> str:
         out = []
         for call in calls:
             params = "".join(
-                f"<parameter={key}>\n{_render(value)}\n</parameter>\n"
+                f"<parameter={key}>\n{render_value(value)}\n</parameter>\n"
                 for key, value in call_arguments(call).items()
             )
             out.append(f"<tool_call>\n<function={call.name}>\n{params}</function>\n</tool_call>")
         return "\n".join(out)
-
-
-def _render(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def _read_functions(body: str, schemas: ToolSchemas) -> list[ParsedCall]:
