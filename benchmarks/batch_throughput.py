@@ -1,0 +1,147 @@
+"""Batch factory throughput against a latency-bound scripted endpoint.
+
+The endpoint runs in a SEPARATE process (``python -m trajforge.testing.scripted_server``) with
+200 ms latency per call; every sample makes 3 model calls and 2 ``terminal`` calls in its own
+sandbox. Prints trajectories/s, CPU seconds per trajectory (this process + its reaped children:
+workers and sandboxes; the endpoint is not counted) and the ratio to the latency-bound ideal
+``concurrency / (calls x latency)``.
+
+    .venv/bin/python benchmarks/batch_throughput.py --samples 1200 --sandbox bwrap
+    .venv/bin/python benchmarks/batch_throughput.py --samples 1200 --sandbox local --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+from trajforge.batch.config import load_config
+from trajforge.batch.progress import PlainProgress
+from trajforge.batch.runner import run_batch
+
+CALLS = 3
+
+
+def _cpu() -> float:
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _start_server(latency: float, port_file: Path) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "trajforge.testing.scripted_server",
+        "--latency",
+        str(latency),
+        "--policy",
+        "tool_then_answer",
+        "--calls-per-sample",
+        str(CALLS - 1),
+        "--command",
+        "echo hi",
+        "--port-file",
+        str(port_file),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode()
+    if not line.startswith("READY"):
+        proc.kill()
+        raise SystemExit(f"scripted server did not start: {line!r}")
+    return proc
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--samples", type=int, default=1200)
+    p.add_argument("--latency", type=float, default=0.2)
+    p.add_argument("--sandbox", default="bwrap")
+    p.add_argument("--concurrency", type=int, default=None, help="default: the batch default")
+    p.add_argument("--workers", type=int, default=None, help="default: the batch default")
+    p.add_argument("--no-fsync", action="store_true")
+    p.add_argument("--profile", default=None, help="write a cProfile of the parent to this file")
+    args = p.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="tf-bench-"))
+    server = _start_server(args.latency, tmp / "port")
+    try:
+        port = int((tmp / "port").read_text())
+        dataset = tmp / "prompts.jsonl"
+        dataset.write_bytes(
+            b"".join(orjson.dumps({"prompt": f"task {i}"}) + b"\n" for i in range(args.samples))
+        )
+        os.environ.setdefault("BENCH_KEY", "unused")
+        cfg = load_config(
+            None,
+            {
+                "dataset": dataset,
+                "run_name": "bench",
+                "output_dir": tmp / "data",
+                "model": "scripted",
+                "base_url": f"http://127.0.0.1:{port}/v1",
+                "api_key_env": "BENCH_KEY",
+                "toolsets": ["terminal"],
+                "sandbox": args.sandbox,
+                "concurrency": args.concurrency,
+                "workers": args.workers,
+                "fsync": False if args.no_fsync else None,
+                "progress": "plain",
+            },
+        )
+        cpu0, t0 = _cpu(), time.perf_counter()
+        if args.profile:
+            import cProfile
+
+            prof = cProfile.Profile()
+            summary = prof.runcall(asyncio.run, run_batch(cfg, progress=PlainProgress("bench", every_s=5)))
+            prof.dump_stats(args.profile)
+        else:
+            summary = asyncio.run(run_batch(cfg, progress=PlainProgress("bench", every_s=5)))
+        wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
+    finally:
+        server.terminate()
+        server.wait()
+    stats = summary.statistics
+    done = stats["status_counts"].get("completed", 0)
+    session = stats["session"]
+    rate = session["throughput_per_s"]
+    ideal = cfg.concurrency * cfg.workers / (CALLS * args.latency)
+    print(
+        orjson.dumps(
+            {
+                "sandbox": args.sandbox,
+                "workers": cfg.workers,
+                "concurrency_per_worker": cfg.concurrency,
+                "samples": args.samples,
+                "completed": done,
+                "status_counts": stats["status_counts"],
+                "wall_s_incl_startup": round(wall, 2),
+                "trajectories_per_s": rate,
+                "cpu_s_per_trajectory": round(cpu / max(args.samples, 1), 4),
+                "ideal_per_s": round(ideal, 1),
+                "ratio_to_ideal": round(rate / ideal, 3),
+                "latency_p50_s": stats["latency_s"]["p50"],
+                "mean_sample_s": stats["latency_s"]["mean"],
+                "mean_model_s": round(stats["model_time_s"] / max(args.samples, 1), 3),
+                "mean_tool_s": round(stats["tool_time_s"] / max(args.samples, 1), 3),
+            },
+            option=orjson.OPT_INDENT_2,
+        ).decode()
+    )
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""The batch run's configuration: one pydantic model, from flags, a YAML file, or both.
+
+Every impossible combination is rejected when the model is built, with a message that says what
+to change, so nothing half-starts. The YAML file uses the same keys as the flags (dashes or
+underscores); flags given on the command line win over the file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from trajforge.llm.types import SamplingParams
+from trajforge.sandbox.types import SandboxConfig, SandboxKind
+
+ProgressMode = Literal["auto", "rich", "plain", "none"]
+
+
+def default_workers() -> int:
+    """One worker process: measured on 2 cores, one asyncio process already saturates the
+    latency-bound workload (see docs/benchmarks.md); more processes only add IPC and memory."""
+    return 1
+
+
+class ConfigError(ValueError):
+    """A configuration the run cannot start with; the message says what to change."""
+
+
+class BatchConfig(BaseModel):
+    """Everything a ``trajforge batch`` run needs. API keys are never part of it (only the name
+    of the environment variable that holds one)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+    dataset: Path = Field(description="JSONL file, one object with a 'prompt' per line")
+    run_name: str = Field(description="name of the run directory under output_dir")
+    output_dir: Path = Field(Path("data"), description="parent of the run directory")
+    model: str = Field(description="model name sent to the endpoint")
+    base_url: str = Field("http://127.0.0.1:8000/v1", description="OpenAI-compatible endpoint")
+    api_key_env: str | None = Field(
+        None,
+        description="name of the env var holding the API key (never the key); default: the usual "
+        "variable for the endpoint (OPENAI_API_KEY, OPENROUTER_API_KEY, ...), optional for local servers",
+    )
+    distribution: str | None = Field(None, description="toolset distribution (default: 'default')")
+    toolsets: list[str] | None = Field(None, description="fixed toolsets for every sample")
+    concurrency: int = Field(64, ge=1, le=4096, description="rollouts at once per worker process")
+    workers: int = Field(default_factory=default_workers, ge=1, le=256, description="worker processes")
+    max_turns: int = Field(30, ge=1, description="assistant turns per sample")
+    max_samples: int | None = Field(None, ge=1, description="only the first N dataset rows")
+    resume: bool = Field(False, description="continue an existing run directory")
+    seed: int = Field(0, description="base seed; per-sample seeds derive from it and the key")
+    sandbox: SandboxKind = Field("bwrap", description="sandbox backend: bwrap, local, docker")
+    sandbox_network: bool = Field(False, description="allow network inside sandboxes")
+    command_timeout: float = Field(60.0, gt=0, description="default timeout of one sandbox command")
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0)
+    reasoning_effort: str | None = Field(None, description="low|medium|high")
+    no_reasoning: bool = Field(False, description="ask the provider not to reason")
+    system_prompt: str | None = Field(None, description="saved system prompt")
+    ephemeral_system_prompt: str | None = Field(None, description="sent, never saved")
+    prefill_messages: Path | None = Field(None, description="JSON file of messages sent, never saved")
+    provider_allow: list[str] | None = None
+    provider_ignore: list[str] | None = None
+    provider_order: list[str] | None = None
+    provider_sort: str | None = None
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    require_reasoning: bool = Field(True, description="filter samples with no reasoning at all")
+    sample_timeout: float = Field(600.0, gt=0, description="deadline of one sample attempt, seconds")
+    max_attempts: int = Field(3, ge=1, description="attempts per sample for transient failures")
+    retry_backoff: float = Field(1.0, ge=0, description="first retry delay, doubled each time")
+    rate_limit: float | None = Field(None, gt=0, description="endpoint requests/s across all workers")
+    max_concurrent_requests: int | None = Field(None, ge=1, description="across all workers")
+    request_timeout: float = Field(120.0, gt=0, description="timeout of one model request")
+    request_retries: int = Field(5, ge=0, description="client retries of one transient request failure")
+    skip_bad_rows: bool = Field(False, description="record bad dataset rows as failed samples")
+    fsync: bool = Field(True, description="fsync shard files before the ledger marks samples done")
+    progress: ProgressMode = Field("auto", description="rich on a TTY, plain log lines otherwise")
+
+    @model_validator(mode="after")
+    def _check(self) -> BatchConfig:
+        if self.distribution is not None and self.toolsets is not None:
+            raise ValueError("give either --distribution or --toolsets, not both")
+        if self.toolsets is not None and not self.toolsets:
+            raise ValueError("--toolsets is empty; name at least one toolset (e.g. terminal,file)")
+        if self.no_reasoning and self.reasoning_effort:
+            raise ValueError("--no-reasoning and --reasoning-effort contradict each other; drop one")
+        if not self.run_name or "/" in self.run_name or self.run_name in {".", ".."}:
+            raise ValueError(f"--run-name {self.run_name!r} must be a plain directory name")
+        if self.api_key_env == "":  # `--api-key-env ''`: an endpoint that needs no key
+            self.api_key_env = None
+        if self.api_key_env is not None and not self.api_key_env.isidentifier():
+            raise ValueError(
+                "--api-key-env takes the NAME of an environment variable (e.g. OPENAI_API_KEY), not a key"
+            )
+        return self
+
+    @property
+    def run_dir(self) -> Path:
+        return self.output_dir / self.run_name
+
+    @property
+    def distribution_name(self) -> str | None:
+        """The distribution in use, ``None`` when fixed toolsets are given."""
+        if self.toolsets is not None:
+            return None
+        return self.distribution or "default"
+
+    def sampling(self) -> SamplingParams:
+        """Per-request sampling settings, provider routing folded into ``extra_body``."""
+        extra = dict(self.extra_body)
+        provider: dict[str, Any] = dict(extra.get("provider") or {})
+        for key, value in (
+            ("only", self.provider_allow),
+            ("ignore", self.provider_ignore),
+            ("order", self.provider_order),
+            ("sort", self.provider_sort),
+        ):
+            if value:
+                provider[key] = value
+        if provider:
+            extra["provider"] = provider
+        return SamplingParams(
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            reasoning_effort=self.reasoning_effort,
+            reasoning_disabled=self.no_reasoning,
+            extra_body=extra,
+        )
+
+    def sandbox_config(self, root_dir: Path | None = None) -> SandboxConfig:
+        return SandboxConfig(
+            kind=self.sandbox,
+            network=self.sandbox_network,
+            command_timeout_s=self.command_timeout,
+            root_dir=str(root_dir) if root_dir else None,
+        )
+
+    def public_dict(self) -> dict[str, Any]:
+        """The config as saved in run.json (paths as strings; holds no secret by construction)."""
+        return self.model_dump(mode="json")
+
+
+def _normalise_keys(data: dict[str, Any]) -> dict[str, Any]:
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def load_config(config_file: Path | None, overrides: dict[str, Any]) -> BatchConfig:
+    """Build the config from an optional YAML file and the flags actually given (``None`` = not
+    given), flags winning. Raises :class:`ConfigError` with a readable message."""
+    data: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            loaded = yaml.safe_load(Path(config_file).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {config_file}: {exc}") from exc
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {config_file} must hold a mapping of option: value")
+        data = _normalise_keys(loaded)
+        if "api_key" in data:
+            raise ConfigError(
+                f"config file {config_file} contains an API key; put it in an environment "
+                "variable and name it with api_key_env instead"
+            )
+    data.update({k: v for k, v in _normalise_keys(overrides).items() if v is not None})
+    try:
+        return BatchConfig(**data)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation(exc)) from exc
+
+
+def _format_validation(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "config"
+        msg = err["msg"].removeprefix("Value error, ")
+        parts.append(f"--{loc.replace('_', '-')}: {msg}" if err["loc"] else msg)
+    return "invalid batch configuration: " + "; ".join(parts)
+
+
+def api_key_present(cfg: BatchConfig) -> bool:
+    return cfg.api_key_env is None or bool(os.environ.get(cfg.api_key_env))

@@ -1,0 +1,174 @@
+"""One finished sample -> its status, reason, output line and statistics summary.
+
+The line is reference-compatible (prompt_index, conversations, metadata, completed, partial,
+api_calls, toolsets_used, tool_stats, tool_error_counts) plus key, status, reason, usage and
+timings. Two deliberate differences keep lines small and loadable by Arrow:
+
+* the canonical system turn listing every tool schema is not repeated on each line; the schemas
+  are stored once in ``run.json`` and ``trajforge export --format hermes`` puts them back;
+* ``tool_stats`` / ``tool_error_counts`` are padded over this run's tools only (fixed per run,
+  so every line has one schema), not over every tool ever known.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from trajforge.agent.result import AgentResult, Termination
+from trajforge.batch.dataset import BadRow, Sample
+from trajforge.trajectory import evaluate_filters, reasoning_coverage, to_sharegpt
+
+_PARTIAL = {
+    Termination.MAX_TURNS,
+    Termination.TIMEOUT,
+    Termination.TOOL_PARSE_ERROR,
+    Termination.CONTEXT_LENGTH,
+    *([Termination("truncated")] if "truncated" in Termination._value2member_map_ else []),
+}
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What became of a sample: status in completed|partial|failed|filtered, with a reason."""
+
+    status: str
+    reason: str
+    reason_kind: str
+
+
+@dataclass(slots=True)
+class Attempting:
+    """Facts about the sample's run that are not on the AgentResult."""
+
+    toolsets: list[str]
+    offered: list[str]
+    attempts: int
+    started_at: float
+    finished_at: float
+    worker: int
+    seed: int
+
+
+def classify(result: AgentResult, offered: Sequence[str], require_reasoning: bool) -> Outcome:
+    """Status and reason of a finished agent session (transient errors are retried upstream)."""
+    term = result.termination
+    if term is Termination.FINAL_ANSWER:
+        verdicts = evaluate_filters(result.messages, offered, require_reasoning=require_reasoning)
+        if verdicts:
+            return Outcome(
+                "filtered",
+                "; ".join(f"{v.name}: {v.reason}" for v in verdicts),
+                ",".join(v.name for v in verdicts),
+            )
+        return Outcome("completed", "final_answer", "final_answer")
+    if term in _PARTIAL:
+        detail = f": {result.error}" if result.error else ""
+        return Outcome("partial", f"{term.value}{detail}", term.value)
+    kind = f"{term.value}({result.error_kind})" if result.error_kind else term.value
+    return Outcome("failed", f"{kind}: {result.error or 'no detail'}", kind)
+
+
+def _padded_stats(run_tools: Sequence[str], result: AgentResult | None) -> tuple[dict, dict]:
+    stats = result.tool_stats if result else {}
+    errors: dict[str, int] = {}
+    if result:
+        for err in result.tool_errors:
+            errors[err.tool_name] = errors.get(err.tool_name, 0) + 1
+    tool_stats = {}
+    for name in run_tools:
+        s = stats.get(name)
+        tool_stats[name] = (
+            {"count": s.count, "success": s.success, "failure": s.failure}
+            if s
+            else {"count": 0, "success": 0, "failure": 0}
+        )
+    return tool_stats, {name: errors.get(name, 0) for name in run_tools}
+
+
+def _iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="milliseconds")
+
+
+def build_line(
+    sample: Sample | BadRow,
+    outcome: Outcome,
+    result: AgentResult | None,
+    run: Attempting,
+    *,
+    model: str,
+    run_tools: Sequence[str],
+) -> tuple[bytes, dict[str, Any]]:
+    """(the JSONL line, the summary for statistics)."""
+    prompt = sample.prompt if isinstance(sample, Sample) else sample.raw
+    if result is not None and result.messages:
+        conversations = to_sharegpt(result.messages, (), prompt=prompt)[1:]  # schemas live in run.json
+    else:
+        conversations = [{"from": "human", "value": prompt}]
+    tool_stats, tool_error_counts = _padded_stats(run_tools, result)
+    usage = result.usage.model_dump() if result else {}
+    wall = round(run.finished_at - run.started_at, 4)
+    timings = {
+        "wall_s": wall,
+        "model_s": round(result.model_time_s, 4) if result else 0.0,
+        "tool_s": round(result.tool_time_s, 4) if result else 0.0,
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+    }
+    record = {
+        "prompt_index": sample.index,
+        "key": sample.key,
+        "status": outcome.status,
+        "reason": outcome.reason,
+        "conversations": conversations,
+        "metadata": {
+            "batch_num": run.worker,
+            "timestamp": timings["finished_at"],
+            "model": model,
+            "seed": run.seed,
+        },
+        "completed": outcome.status == "completed",
+        "partial": outcome.status == "partial",
+        "api_calls": result.api_calls if result else 0,
+        "toolsets_used": run.toolsets,
+        "tool_stats": tool_stats,
+        "tool_error_counts": tool_error_counts,
+        "usage": {
+            k: usage.get(k, 0)
+            for k in (
+                "prompt_tokens",
+                "completion_tokens",
+                "total_tokens",
+                "reasoning_tokens",
+                "cached_tokens",
+            )
+        },
+        "timings": timings,
+        "attempts": run.attempts,
+        "termination": result.termination.value if result else "not_run",
+    }
+    coverage = reasoning_coverage(result.messages) if result else None
+    summary = {
+        "status": outcome.status,
+        "reason_kind": outcome.reason_kind,
+        "tool_stats": {
+            n: (s.count, s.success, s.failure) for n, s in (result.tool_stats.items() if result else ())
+        },
+        "tool_errors": {n: c for n, c in tool_error_counts.items() if c},
+        "toolsets": run.toolsets,
+        "turns_with_reasoning": coverage.with_reasoning if coverage else 0,
+        "turns_without_reasoning": coverage.without_reasoning if coverage else 0,
+        "usage": {k: v for k, v in record["usage"].items() if v},
+        "api_calls": record["api_calls"],
+        "attempts": run.attempts,
+        "wall_s": wall,
+        "model_s": timings["model_s"],
+        "tool_s": timings["tool_s"],
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+    }
+    return orjson.dumps(record) + b"\n", summary

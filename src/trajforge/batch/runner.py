@@ -1,0 +1,406 @@
+"""Start, resume and finish a batch run: checks first, then workers, then merged outputs.
+
+Everything that can make a run fail for a reason the user must fix (unknown distribution or
+toolset, bad dataset row, unreachable endpoint, bad key, unusable sandbox, a run directory that
+already holds a run, a second run on the same directory) fails here, before any sample starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import fcntl
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+import trajforge
+from trajforge.batch.config import BatchConfig
+from trajforge.batch.dataset import BadRow, DatasetError, LoadedDataset, Sample, load_dataset
+from trajforge.batch.ledger import Ledger
+from trajforge.batch.progress import NullProgress, ProgressSink, Snapshot
+from trajforge.batch.records import Attempting, Outcome, build_line
+from trajforge.batch.scheduler import LEDGER_FILE, WorkerSpec, build_model, run_worker, worker_process_main
+from trajforge.batch.stats import Aggregate, build_statistics, merge_all
+from trajforge.batch.writer import (
+    SHARDS_DIR,
+    Finished,
+    ShardWriter,
+    merge_outputs,
+    repair_shards,
+    write_atomic,
+)
+from trajforge.distributions import UnknownDistributionError, get_distribution
+from trajforge.protocols import ChatModel, SandboxFactory
+from trajforge.sandbox import create_sandbox_factory
+from trajforge.tools.registry import ToolRegistry, UnknownToolsetError, check_toolsets, default_registry
+
+RUN_FILE = "run.json"
+STATS_FILE = "statistics.json"
+LOCK_FILE = ".lock"
+
+
+class RunError(RuntimeError):
+    """The run cannot start or finish; the message says what to do."""
+
+
+@dataclass
+class RunSummary:
+    run_dir: Path
+    statistics: dict[str, Any]
+    output_counts: dict[str, int]
+    session: int
+    truncated_bytes: int
+
+
+@dataclass
+class Prepared:
+    """The run's fixed facts, computed once before any worker starts."""
+
+    dataset: LoadedDataset
+    run_tools: list[str]
+    tool_schemas: list[dict[str, Any]]
+    prefill: list[dict[str, Any]]
+
+
+def _toolsets_of_run(cfg: BatchConfig) -> list[str]:
+    try:
+        if cfg.distribution_name is not None:
+            return list(get_distribution(cfg.distribution_name).toolsets)
+        return check_toolsets(cfg.toolsets or ())
+    except (UnknownDistributionError, UnknownToolsetError) as exc:
+        raise RunError(str(exc)) from None
+
+
+def _load_prefill(path: Path | None) -> list[dict[str, Any]]:
+    if path is None:
+        return []
+    try:
+        data = orjson.loads(Path(path).read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise RunError(f"cannot read --prefill-messages {path}: {exc}") from None
+    if not isinstance(data, list) or not all(isinstance(m, dict) and "role" in m for m in data):
+        raise RunError(f"--prefill-messages {path} must hold a JSON list of messages with a 'role'")
+    return data
+
+
+def prepare(cfg: BatchConfig, registry: ToolRegistry) -> Prepared:
+    toolsets = _toolsets_of_run(cfg)
+    tools = registry.for_toolsets(toolsets)
+    prefill = _load_prefill(cfg.prefill_messages)
+    try:
+        dataset = load_dataset(cfg.dataset, skip_bad_rows=cfg.skip_bad_rows, max_samples=cfg.max_samples)
+    except DatasetError as exc:
+        raise RunError(str(exc)) from None
+    return Prepared(dataset, [t.name for t in tools], registry.schemas(tools), prefill)
+
+
+def check_run_dir(cfg: BatchConfig) -> None:
+    run_dir = cfg.run_dir
+    if cfg.resume or not run_dir.exists():
+        return
+    if (run_dir / LEDGER_FILE).exists():
+        raise RunError(
+            f"{run_dir} already holds a run; pass --resume to continue it, "
+            "or choose another --run-name / --output-dir"
+        )
+    if any(run_dir.iterdir()):
+        raise RunError(f"{run_dir} exists and is not empty; choose another --run-name or empty it")
+
+
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on the run directory for the whole run (released by the kernel
+    even on ``kill -9``)."""
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise RunError(
+                f"another trajforge batch (pid {holder}) is running on {run_dir}; wait for it or "
+                "stop it before starting another"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+async def preflight(cfg: BatchConfig, model: ChatModel | None, factory: SandboxFactory | None) -> None:
+    """Fail fast on an unreachable endpoint, a bad key, or a sandbox backend that cannot start."""
+    if model is None:
+        try:
+            probe = build_model(cfg)
+        except Exception as exc:  # missing key, bad URL: the message says what to do
+            raise RunError(str(exc)) from None
+        try:
+            await probe.check()  # type: ignore[attr-defined]
+        except Exception as exc:
+            raise RunError(f"endpoint check failed: {exc}") from None
+        finally:
+            await probe.aclose()
+    factory = factory or create_sandbox_factory(cfg.sandbox_config())
+    try:
+        sandbox = await factory.create("trajforge-preflight")
+        await sandbox.close()
+    except Exception as exc:
+        raise RunError(
+            f"sandbox backend {cfg.sandbox!r} cannot start: {exc}; choose another with --sandbox"
+        ) from None
+
+
+_SAMPLE_DEFINING = ("distribution", "toolsets", "seed")
+
+
+def _check_same_run(cfg: BatchConfig, run_dir: Path) -> None:
+    """A resume must draw the same toolsets and pad the same tool columns as the run it
+    continues; otherwise old and new lines would disagree (and one file hold two schemas)."""
+    path = run_dir / RUN_FILE
+    if not path.exists():
+        return
+    saved = orjson.loads(path.read_bytes()).get("config", {})
+    now = cfg.public_dict()
+    changed = [k for k in _SAMPLE_DEFINING if saved.get(k) != now.get(k)]
+    if changed:
+        diffs = ", ".join(f"--{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in changed)
+        raise RunError(
+            f"cannot resume {run_dir} with different sampling settings ({diffs}); use the original "
+            "values or start a new --run-name"
+        )
+
+
+def _write_run_file(cfg: BatchConfig, prep: Prepared, run_dir: Path) -> None:
+    if (run_dir / RUN_FILE).exists():
+        return
+    info = {
+        "trajforge_version": trajforge.__version__,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "config": cfg.public_dict(),
+        "run_tools": prep.run_tools,
+        "tools": prep.tool_schemas,
+        "total_rows": prep.dataset.total_rows,
+    }
+    write_atomic(run_dir / RUN_FILE, orjson.dumps(info, option=orjson.OPT_INDENT_2))
+
+
+def _commit_bad_rows(
+    cfg: BatchConfig, ledger: Ledger, rows: list[BadRow], session: int, run_tools: list[str]
+) -> None:
+    """Bad rows are samples too: recorded failed with their reason, never silently skipped."""
+    if not rows:
+        return
+    owner = f"s{session:04d}-bad"
+    writer = ShardWriter(ledger, cfg.run_dir / SHARDS_DIR / f"{owner}.jsonl", owner, fsync=cfg.fsync)
+    now = time.time()
+    for row in rows:
+        outcome = Outcome("failed", f"bad_row: {row.reason}", "bad_row")
+        line, summary = build_line(
+            row, outcome, None, Attempting([], [], 0, now, now, -1, 0), model=cfg.model, run_tools=run_tools
+        )
+        writer.submit(Finished(row.key, "failed", outcome.reason, line, summary))
+    writer.finish_sync()
+
+
+class _Monitor:
+    """Reads durable progress from the ledger; writes statistics.json; feeds the display."""
+
+    def __init__(self, cfg: BatchConfig, total: int, session: int, progress: ProgressSink) -> None:
+        self.cfg = cfg
+        self.total = total
+        self.prefix = f"s{session:04d}-"
+        self.progress = progress
+        self.started = time.monotonic()
+        self.ledger = Ledger(cfg.run_dir / LEDGER_FILE)
+        self.last: Snapshot | None = None
+        # A refresh cancelled mid-way keeps running in its thread; the final one waits for it.
+        self._lock = threading.Lock()
+
+    def refresh(self, finished: bool = False) -> dict[str, Any]:
+        with self._lock:
+            return self._refresh(finished)
+
+    def _refresh(self, finished: bool) -> dict[str, Any]:
+        raws = self.ledger.aggregates()
+        agg = merge_all(raws)
+        session = merge_all(raws, self.prefix)
+        elapsed = time.monotonic() - self.started
+        stats = build_statistics(
+            agg,
+            run_name=self.cfg.run_name,
+            model=self.cfg.model,
+            distribution=self.cfg.distribution_name,
+            toolsets=self.cfg.toolsets,
+            total_samples=self.total,
+            session=session,
+            session_elapsed_s=elapsed,
+            finished=finished,
+        )
+        write_atomic(self.cfg.run_dir / STATS_FILE, orjson.dumps(stats, option=orjson.OPT_INDENT_2))
+        self.last = _snapshot(agg, session, self.total, elapsed)
+        self.progress.update(self.last)
+        return stats
+
+    async def watch(self, interval_s: float = 1.0) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            await asyncio.to_thread(self.refresh)
+
+
+def _snapshot(agg: Aggregate, session: Aggregate, total: int, elapsed: float) -> Snapshot:
+    s = agg.status
+    return Snapshot(
+        total=total,
+        completed=s.get("completed", 0),
+        failed=s.get("failed", 0),
+        partial=s.get("partial", 0),
+        filtered=s.get("filtered", 0),
+        session_done=session.done,
+        elapsed_s=elapsed,
+        tokens=agg.tokens.get("total_tokens", 0),
+    )
+
+
+def _plan(
+    done: dict[str, int], data: LoadedDataset
+) -> tuple[list[Sample], list[BadRow], list[tuple[str, int]]]:
+    """(samples to run, bad rows to record, ledger upserts) in one pass over the dataset.
+
+    Samples not done become (or stay) pending; done ones whose row moved take their new index,
+    so a reordered dataset merges in its new order.
+    """
+    todo: list[Sample] = []
+    bad: list[BadRow] = []
+    upserts: list[tuple[str, int]] = []
+    for items, out in ((data.samples, todo), (data.bad_rows, bad)):
+        for item in items:
+            idx = done.get(item.key)
+            if idx is None:
+                out.append(item)  # type: ignore[arg-type]
+                upserts.append((item.key, item.index))
+            elif idx != item.index:
+                upserts.append((item.key, item.index))
+    return todo, bad, upserts
+
+
+def _partition(items: list[Any], parts: int) -> list[list[Any]]:
+    return [items[i::parts] for i in range(parts)]
+
+
+async def _run_processes(specs: list[WorkerSpec]) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    procs = [
+        ctx.Process(target=worker_process_main, args=(spec,), name=f"trajforge-w{spec.worker_id}")
+        for spec in specs
+    ]
+    for proc in procs:
+        proc.start()
+    try:
+        await asyncio.gather(*(asyncio.to_thread(p.join) for p in procs))
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in procs:
+            await asyncio.to_thread(proc.join, 10)
+    bad = [(s.worker_id, p.exitcode) for s, p in zip(specs, procs, strict=True) if p.exitcode]
+    if bad:
+        raise RunError(
+            "worker(s) exited abnormally: "
+            + ", ".join(f"w{w} code {c}" for w, c in bad)
+            + "; their unfinished samples stay pending, rerun with --resume"
+        )
+
+
+async def run_batch(
+    cfg: BatchConfig,
+    *,
+    progress: ProgressSink | None = None,
+    model_factory: Callable[[], ChatModel] | None = None,
+    sandbox_factory: SandboxFactory | None = None,
+    registry: ToolRegistry | None = None,
+) -> RunSummary:
+    """Run (or resume) a batch to the end. ``model_factory``/``sandbox_factory`` let tests and
+    embedders inject backends (in-process workers only)."""
+    registry = registry or default_registry()
+    if model_factory is not None and cfg.workers > 1:
+        raise RunError("an injected model only works with workers=1")
+    prep = prepare(cfg, registry)
+    check_run_dir(cfg)
+    await preflight(cfg, model_factory() if model_factory else None, sandbox_factory)
+    run_dir = cfg.run_dir
+    (run_dir / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
+    with run_lock(run_dir):
+        return await _run_locked(
+            cfg, prep, registry, progress or NullProgress(), model_factory, sandbox_factory
+        )
+
+
+async def _run_locked(
+    cfg: BatchConfig,
+    prep: Prepared,
+    registry: ToolRegistry,
+    progress: ProgressSink,
+    model_factory: Callable[[], ChatModel] | None,
+    sandbox_factory: SandboxFactory | None,
+) -> RunSummary:
+    run_dir = cfg.run_dir
+    ledger = Ledger(run_dir / LEDGER_FILE)
+    try:
+        _check_same_run(cfg, run_dir)
+        _write_run_file(cfg, prep, run_dir)
+        cut = repair_shards(run_dir, ledger)
+        session = ledger.next_session()
+        data = prep.dataset
+        todo, bad, upserts = _plan(ledger.done_indexes(), data)
+        ledger.add_pending(upserts)
+        _commit_bad_rows(cfg, ledger, bad, session, prep.run_tools)
+    finally:
+        ledger.close()
+    monitor = _Monitor(cfg, data.total_rows, session, progress)
+    specs = [
+        WorkerSpec(cfg, w, session, part, prep.run_tools, prep.prefill)
+        for w, part in enumerate(_partition(todo, cfg.workers))
+        if part
+    ]
+    try:
+        async with asyncio.TaskGroup() as tg:
+            watcher = tg.create_task(monitor.watch())
+            try:
+                if len(specs) == 1 and (cfg.workers == 1 or model_factory):
+                    await run_worker(
+                        specs[0],
+                        model=model_factory() if model_factory else None,
+                        sandbox_factory=sandbox_factory,
+                        registry=registry,
+                    )
+                elif specs:
+                    await _run_processes(specs)
+            finally:
+                watcher.cancel()
+    finally:
+        ledger = Ledger(run_dir / LEDGER_FILE)
+        try:
+            counts = await asyncio.to_thread(merge_outputs, run_dir, ledger)
+        finally:
+            ledger.close()
+        stats = monitor.refresh(finished=True)
+        monitor.ledger.close()
+        progress.close(monitor.last)
+    return RunSummary(run_dir, stats, counts, session, sum(cut.values()))
+
+
+def clear_stale_tmp(run_dir: Path) -> None:
+    for tmp in run_dir.glob(".*.tmp"):
+        with suppress(OSError):
+            tmp.unlink()

@@ -1,0 +1,219 @@
+"""Shard files (append-only, one per worker and session) and the merged outputs built from them.
+
+Write path (group commit): finished samples queue up; one task appends them to the worker's
+shard in a single ``write``, fsyncs, and only then commits them to the ledger in one
+transaction. A crash between the two leaves bytes past the shard's committed end, which
+:func:`repair_shards` truncates on resume. Nothing else ever writes a shard, and the merged
+``trajectories.jsonl`` / ``failed.jsonl`` / ``filtered.jsonl`` are rebuilt from the ledger's
+line locations and swapped in atomically, so every output file is always whole JSON lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from trajforge.batch.ledger import Commit, Ledger
+from trajforge.batch.stats import Aggregate
+
+SHARDS_DIR = "shards"
+OUTPUT_FILES = {
+    "completed": "trajectories.jsonl",
+    "partial": "failed.jsonl",
+    "failed": "failed.jsonl",
+    "filtered": "filtered.jsonl",
+}
+
+
+@dataclass(slots=True)
+class Finished:
+    """A sample's final line, ready to be made durable."""
+
+    key: str
+    status: str
+    reason: str
+    line: bytes
+    summary: dict[str, Any]
+
+
+class ShardWriter:
+    """Makes finished samples durable: shard append + fsync, then one ledger transaction."""
+
+    def __init__(
+        self, ledger: Ledger, shard_path: Path, owner: str, *, fsync: bool = True, interval_s: float = 0.05
+    ) -> None:
+        self._ledger = ledger
+        self._shard = shard_path.name
+        self._fd = os.open(shard_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._end = os.fstat(self._fd).st_size
+        self._owner = owner
+        self._fsync = fsync
+        self._interval = interval_s
+        self._finished: list[Finished] = []
+        self._starts: list[str] = []
+        self._wake = asyncio.Event()
+        self._closing = False
+        self.aggregate = Aggregate()
+        self.committed = 0
+        # A flush cancelled mid-way keeps running in its thread; the final flush waits for it.
+        self._lock = threading.Lock()
+
+    def started(self, key: str) -> None:
+        """Record (lazily, in the next transaction) that a sample is running."""
+        self._starts.append(key)
+        self._wake.set()
+
+    def submit(self, item: Finished) -> None:
+        self._finished.append(item)
+        self._wake.set()
+
+    async def run(self) -> None:
+        """The commit loop; returns after :meth:`close` once everything queued is durable."""
+        try:
+            while True:
+                await self._wake.wait()
+                if not self._closing:
+                    await asyncio.sleep(self._interval)  # let more samples join this commit
+                self._wake.clear()
+                starts, self._starts = self._starts, []
+                batch, self._finished = self._finished, []
+                if starts or batch:
+                    await asyncio.to_thread(self._flush, starts, batch)
+                if self._closing and not self._starts and not self._finished:
+                    return
+        finally:
+            # Cancelled mid-way: what is queued is still complete data; make it durable.
+            if self._starts or self._finished:
+                starts, self._starts = self._starts, []
+                batch, self._finished = self._finished, []
+                self._flush(starts, batch)
+            with self._lock:
+                os.close(self._fd)
+
+    def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+
+    def finish_sync(self) -> None:
+        """Make everything queued durable and close the shard, without an event loop (for
+        callers that commit before any worker runs)."""
+        starts, self._starts = self._starts, []
+        batch, self._finished = self._finished, []
+        self._flush(starts, batch)
+        with self._lock:
+            os.close(self._fd)
+
+    def _flush(self, starts: list[str], batch: list[Finished]) -> None:
+        with self._lock:
+            self._flush_locked(starts, batch)
+
+    def _flush_locked(self, starts: list[str], batch: list[Finished]) -> None:
+        commits: list[Commit] = []
+        if batch:
+            buf = b"".join(item.line for item in batch)
+            view = memoryview(buf)
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+            if self._fsync:
+                os.fsync(self._fd)
+            off = self._end
+            for item in batch:
+                s = item.summary
+                commits.append(
+                    Commit(
+                        key=item.key,
+                        state=item.status,
+                        reason=item.reason,
+                        off=off,
+                        length=len(item.line),
+                        finished=s["finished_at"],
+                        usage=orjson.dumps(s["usage"]),
+                        timings=orjson.dumps(
+                            {"wall_s": s["wall_s"], "model_s": s["model_s"], "tool_s": s["tool_s"]}
+                        ),
+                    )
+                )
+                off += len(item.line)
+                self.aggregate.add(s)
+            self._end = off
+        self._ledger.commit(self._shard, self._end, commits, starts, self._owner, self.aggregate.to_bytes())
+        self.committed += len(commits)
+
+
+def repair_shards(run_dir: Path, ledger: Ledger) -> dict[str, int]:
+    """Make shards agree with the ledger after a crash. Returns {shard: bytes truncated}.
+
+    Bytes past a shard's committed end belong to samples the ledger does not show as done (a
+    torn last line, or lines written just before a kill): they are cut, and those samples run
+    again. A shard shorter than its committed end (only possible after a power cut with fsync
+    off) sends the samples it lost back to pending.
+    """
+    shard_dir = run_dir / SHARDS_DIR
+    ends = ledger.committed_ends()
+    cut: dict[str, int] = {}
+    for path in sorted(shard_dir.glob("*.jsonl")) if shard_dir.exists() else []:
+        end = ends.get(path.name, 0)
+        size = path.stat().st_size
+        if size > end:
+            with open(path, "r+b") as fh:
+                fh.truncate(end)
+                fh.flush()
+                os.fsync(fh.fileno())
+            cut[path.name] = size - end
+        elif size < end:
+            ledger.reset_beyond(path.name, size)
+    for name in ends:
+        if not (shard_dir / name).exists():
+            ledger.reset_beyond(name, 0)
+    return cut
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file + rename, so readers never see half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def merge_outputs(run_dir: Path, ledger: Ledger) -> dict[str, int]:
+    """Rebuild the merged output files from the ledger, in dataset order. Returns line counts."""
+    shard_dir = run_dir / SHARDS_DIR
+    names = sorted(set(OUTPUT_FILES.values()))
+    tmps = {name: run_dir / f".{name}.tmp" for name in names}
+    outs = {name: open(tmps[name], "wb", buffering=1 << 20) for name in names}  # noqa: SIM115
+    fds: dict[str, int] = {}
+    counts = dict.fromkeys(names, 0)
+    try:
+        for loc in ledger.stored_lines():
+            fd = fds.get(loc.shard)
+            if fd is None:
+                fd = fds[loc.shard] = os.open(shard_dir / loc.shard, os.O_RDONLY)
+            data = os.pread(fd, loc.length, loc.off)
+            if len(data) != loc.length or not data.endswith(b"\n"):
+                raise RuntimeError(
+                    f"shard {loc.shard} is damaged at byte {loc.off}; run with --resume to repair it"
+                )
+            name = OUTPUT_FILES[loc.state]
+            outs[name].write(data)
+            counts[name] += 1
+        for fh in outs.values():
+            fh.flush()
+            os.fsync(fh.fileno())
+    finally:
+        for fh in outs.values():
+            fh.close()
+        for fd in fds.values():
+            os.close(fd)
+    for name in names:
+        os.replace(tmps[name], run_dir / name)
+    return counts

@@ -1,0 +1,90 @@
+"""`trajforge batch` / `trajforge export` on the command line: errors, config files, a full run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from trajforge.cli.main import app
+from trajforge.testing.scripted_server import ScriptedServer, tool_then_answer
+
+runner = CliRunner()
+
+
+def _dataset(path: Path, lines: list[bytes]) -> Path:
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+def test_bad_row_is_reported_with_line_number(tmp_path: Path) -> None:
+    ds = _dataset(tmp_path / "d.jsonl", [b'{"prompt": "a"}', b"", b'{"prompt": oops}'])
+    result = runner.invoke(
+        app, ["batch", str(ds), "--run-name", "r", "--model", "m", "--output-dir", str(tmp_path)]
+    )
+    assert result.exit_code == 2
+    assert "line 3: malformed JSON" in result.output and "--skip-bad-rows" in result.output
+    assert not (tmp_path / "r").exists()
+
+
+def test_mutually_exclusive_flags(tmp_path: Path) -> None:
+    ds = _dataset(tmp_path / "d.jsonl", [b'{"prompt": "a"}'])
+    args = [
+        "batch",
+        str(ds),
+        "--run-name",
+        "r",
+        "--model",
+        "m",
+        "--distribution",
+        "default",
+        "--toolsets",
+        "web",
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "either --distribution or --toolsets" in result.output
+
+
+def test_api_key_is_not_a_flag(tmp_path: Path) -> None:
+    ds = _dataset(tmp_path / "d.jsonl", [b'{"prompt": "a"}'])
+    result = runner.invoke(app, ["batch", str(ds), "--run-name", "r", "--model", "m", "--api-key", "sk-123"])
+    assert result.exit_code != 0 and "No such option" in result.output
+
+
+def test_missing_key_env_fails_fast(tmp_path: Path) -> None:
+    ds = _dataset(tmp_path / "d.jsonl", [b'{"prompt": "a"}'])
+    args = ["batch", str(ds), "--run-name", "r", "--model", "m", "--api-key-env", "TF_UNSET_KEY_XYZ"]
+    result = runner.invoke(app, [*args, "--output-dir", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "TF_UNSET_KEY_XYZ" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_config_file_run_and_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TF_CLI_KEY", "secret-value-123")
+    ds = _dataset(tmp_path / "d.jsonl", [orjson.dumps({"prompt": f"p{i}"}) for i in range(4)])
+    with ScriptedServer(tool_then_answer(calls_per_sample=1)).in_thread() as srv:
+        config = tmp_path / "batch.yaml"
+        config.write_text(
+            f"dataset: {ds}\nrun_name: fromyaml\noutput-dir: {tmp_path / 'data'}\nmodel: scripted\n"
+            f"base_url: {srv.base_url}\napi_key_env: TF_CLI_KEY\ntoolsets: [terminal]\nsandbox: local\n"
+            "concurrency: 2\n"
+        )
+        result = runner.invoke(
+            app, ["batch", "--config", str(config), "--concurrency", "3", "--progress", "plain"]
+        )
+        assert result.exit_code == 0, result.output
+        assert "4/4 done (completed 4" in result.output
+    run_dir = tmp_path / "data" / "fromyaml"
+    saved = orjson.loads((run_dir / "run.json").read_bytes())
+    assert saved["config"]["concurrency"] == 3  # the flag won over the file
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert b"secret-value-123" not in path.read_bytes(), f"API key leaked into {path}"
+    result = runner.invoke(app, ["export", str(run_dir), "--format", "sharegpt"])
+    assert result.exit_code == 0 and "wrote 4 rows" in result.output
+    result = runner.invoke(app, ["export", str(run_dir), "--format", "nope"])
+    assert result.exit_code == 2 and "unknown format" in result.output
+    result = runner.invoke(app, ["export", str(tmp_path), "--format", "messages"])
+    assert result.exit_code == 2 and "not a trajforge batch run" in result.output
