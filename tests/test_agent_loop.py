@@ -200,3 +200,16 @@ async def test_run_session_uses_a_fresh_sandbox_and_closes_it(registry):
     )
     assert result.finished_naturally and result.tool_stats["write_file"].success == 1
     assert result.tools_offered == ["read_file", "write_file", "patch", "search_files"]
+
+
+async def test_run_session_writes_setup_files_before_the_first_turn(registry):
+    model = ScriptedModel([tool_turn(("read_file", {"path": "data/in.txt"})), answer("read it")])
+    result = await run_session(
+        "read the file",
+        model=model,
+        registry=registry,
+        toolsets=["file"],
+        sandbox_factory=create_sandbox_factory(SandboxConfig(kind="local")),
+        setup_files={"data/in.txt": "hello from the row"},
+    )
+    assert result.messages[-2]["content"] == "hello from the row"

@@ -220,3 +220,16 @@ def test_progress_displays() -> None:
     rich_bar.update(snap)
     rich_bar.close(snap)
     assert "6/10" in buf.getvalue() and "ok 4 fail 1" in buf.getvalue() and "tok 99" in buf.getvalue()
+
+
+def test_setup_files_rows_are_validated(tmp_path):
+    from trajforge.batch.dataset import DatasetError, load_dataset
+
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"prompt": "count", "setup_files": {"data/a.txt": "x\\ny\\n"}}\n')
+    data = load_dataset(good)
+    assert data.samples[0].setup_files == {"data/a.txt": "x\ny\n"}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "ok"}\n{"prompt": "escape", "setup_files": {"../x": "boom"}}\n')
+    with pytest.raises(DatasetError, match="line 2.*must be relative"):
+        load_dataset(bad)

@@ -24,9 +24,11 @@ async def run_session(
     task_id: str = "task",
     image: str | None = None,
     cwd: str | None = None,
+    setup_files: dict[str, str] | None = None,
 ) -> AgentResult:
     """Run a fresh agent (no memory, no context files) in its own sandbox.
 
+    ``setup_files`` (relative path -> text) are written into the sandbox before the first turn.
     Sandbox creation failures propagate (they are infrastructure failures the caller may retry);
     everything after that ends up in the returned result.
     """
@@ -34,6 +36,8 @@ async def run_session(
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
     sandbox = await sandbox_factory.create(task_id, image=image, cwd=cwd)
     try:
+        for path, content in (setup_files or {}).items():
+            await sandbox.write_bytes(path, content.encode())
         loop = AgentLoop(model, tools, ToolContext(task_id=task_id, sandbox=sandbox), config)
         return await loop.run(messages)
     finally:

@@ -30,6 +30,9 @@ class ConfigError(ValueError):
     """A configuration the run cannot start with; the message says what to change."""
 
 
+LOCAL_ENDPOINT = "http://127.0.0.1:8000/v1"
+
+
 class BatchConfig(BaseModel):
     """Everything a ``trajforge batch`` run needs. API keys are never part of it (only the name
     of the environment variable that holds one)."""
@@ -39,8 +42,12 @@ class BatchConfig(BaseModel):
     dataset: Path = Field(description="JSONL file, one object with a 'prompt' per line")
     run_name: str = Field(description="name of the run directory under output_dir")
     output_dir: Path = Field(Path("data"), description="parent of the run directory")
-    model: str = Field(description="model name sent to the endpoint")
-    base_url: str = Field("http://127.0.0.1:8000/v1", description="OpenAI-compatible endpoint")
+    model: str | None = Field(
+        None, description="model name sent to the endpoint; omit with base_url for the embedded policy"
+    )
+    base_url: str | None = Field(
+        None, description=f"OpenAI-compatible endpoint root (with --model only: {LOCAL_ENDPOINT})"
+    )
     api_key_env: str | None = Field(
         None,
         description="name of the env var holding the API key (never the key); default: the usual "
@@ -87,6 +94,10 @@ class BatchConfig(BaseModel):
             raise ValueError("give either --distribution or --toolsets, not both")
         if self.toolsets is not None and not self.toolsets:
             raise ValueError("--toolsets is empty; name at least one toolset (e.g. terminal,file)")
+        if self.model is None and self.base_url is not None:
+            raise ValueError("--base-url needs --model (the model name the endpoint serves)")
+        if self.model is not None and self.base_url is None:
+            self.base_url = LOCAL_ENDPOINT  # a local vLLM/SGLang/`trajforge serve` on its usual port
         if self.no_reasoning and self.reasoning_effort:
             raise ValueError("--no-reasoning and --reasoning-effort contradict each other; drop one")
         if not self.run_name or "/" in self.run_name or self.run_name in {".", ".."}:
@@ -98,6 +109,11 @@ class BatchConfig(BaseModel):
                 "--api-key-env takes the NAME of an environment variable (e.g. OPENAI_API_KEY), not a key"
             )
         return self
+
+    @property
+    def embedded(self) -> bool:
+        """No endpoint given: the run serves the embedded tiny policy itself."""
+        return self.model is None and self.base_url is None
 
     @property
     def run_dir(self) -> Path:

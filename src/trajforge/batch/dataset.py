@@ -32,6 +32,7 @@ class Sample:
     prompt: str
     image: str | None = None
     cwd: str | None = None
+    setup_files: dict[str, str] | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -55,8 +56,8 @@ def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=10).hexdigest()
 
 
-def _check_row(row: object) -> tuple[str, str | None, str | None]:
-    """(prompt, image, cwd) of a row, or ValueError with what is wrong."""
+def _check_row(row: object) -> tuple[str, str | None, str | None, dict[str, str] | None]:
+    """(prompt, image, cwd, setup_files) of a row, or ValueError with what is wrong."""
     if not isinstance(row, dict):
         raise ValueError(f"expected a JSON object, got {type(row).__name__}")
     prompt = row.get("prompt")
@@ -67,7 +68,15 @@ def _check_row(row: object) -> tuple[str, str | None, str | None]:
     for name, value in (("image", image), ("cwd", cwd)):
         if value is not None and not isinstance(value, str):
             raise ValueError(f"'{name}' must be a string")
-    return prompt, image, cwd
+    files = row.get("setup_files")
+    if files is not None and (
+        not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values())
+    ):
+        raise ValueError("'setup_files' must be an object of relative path -> text content")
+    for path in files or {}:
+        if not path or path.startswith("/") or ".." in path.split("/"):
+            raise ValueError(f"setup_files path {path!r} must be relative and stay inside the task directory")
+    return prompt, image, cwd, files or None
 
 
 def _parse(raw: bytes) -> object:
@@ -121,9 +130,9 @@ def _load(path: Path, skip_bad_rows: bool, max_samples: int | None) -> LoadedDat
             row = _parse(raw)
             prompt = row.get("prompt") if type(row) is dict else None
             if type(prompt) is str and prompt.strip() and len(row) == 1:  # the common, fast case
-                image = cwd = None
+                image = cwd = files = None
             else:
-                prompt, image, cwd = _check_row(row)
+                prompt, image, cwd, files = _check_row(row)
         except ValueError as exc:
             reason = f"line {lineno}: {exc}"
             if not skip_bad_rows:
@@ -136,7 +145,7 @@ def _load(path: Path, skip_bad_rows: bool, max_samples: int | None) -> LoadedDat
             continue
         digest = _digest(orjson.dumps(row, option=orjson.OPT_SORT_KEYS))
         seen[digest] += 1
-        samples.append(Sample(f"{digest}-{seen[digest] - 1}", index, prompt, image, cwd))
+        samples.append(Sample(f"{digest}-{seen[digest] - 1}", index, prompt, image, cwd, files))
     if rows == 0:
         raise DatasetError(f"{path}: the dataset is empty; expected one JSON object per line with a 'prompt'")
     return LoadedDataset(samples, bad, rows)

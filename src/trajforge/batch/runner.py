@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import fcntl
+import logging
 import multiprocessing
 import os
 import threading
@@ -39,9 +40,12 @@ from trajforge.batch.writer import (
     write_atomic,
 )
 from trajforge.distributions import UnknownDistributionError, get_distribution
+from trajforge.llm.endpoint import embedded_endpoint
 from trajforge.protocols import ChatModel, SandboxFactory
 from trajforge.sandbox import create_sandbox_factory
 from trajforge.tools.registry import ToolRegistry, UnknownToolsetError, check_toolsets, default_registry
+
+log = logging.getLogger(__name__)
 
 RUN_FILE = "run.json"
 STATS_FILE = "statistics.json"
@@ -329,9 +333,17 @@ async def run_batch(
     model_factory: Callable[[], ChatModel] | None = None,
     sandbox_factory: SandboxFactory | None = None,
     registry: ToolRegistry | None = None,
+    announce: Callable[[str], None] = log.info,
 ) -> RunSummary:
     """Run (or resume) a batch to the end. ``model_factory``/``sandbox_factory`` let tests and
-    embedders inject backends (in-process workers only)."""
+    embedders inject backends (in-process workers only). Without an endpoint in ``cfg`` the
+    embedded policy is served on loopback for the duration of the run (``announce`` says so)."""
+    if cfg.embedded and model_factory is None:
+        async with embedded_endpoint(announce=announce) as (base_url, name):
+            cfg = cfg.model_copy(update={"base_url": base_url, "model": name})
+            return await run_batch(
+                cfg, progress=progress, sandbox_factory=sandbox_factory, registry=registry, announce=announce
+            )
     registry = registry or default_registry()
     if model_factory is not None and cfg.workers > 1:
         raise RunError("an injected model only works with workers=1")

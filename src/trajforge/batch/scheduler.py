@@ -180,6 +180,7 @@ class Worker:
                     task_id=f"{sample.key}-{n}",
                     image=sample.image,
                     cwd=sample.cwd,
+                    setup_files=sample.setup_files,
                 )
         except TimeoutError as exc:
             if deadline.expired():

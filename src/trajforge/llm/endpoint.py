@@ -70,6 +70,22 @@ async def open_chat_model(
             await model.aclose()
         return
 
+    async with embedded_endpoint(announce=announce) as (base_url, name):
+        model = _client(cfg, base_url, name)
+        try:
+            yield model
+        finally:
+            await model.aclose()
+
+
+EMBEDDED_MODEL_NAME = "trajforge-tiny"
+
+
+@contextlib.asynccontextmanager
+async def embedded_endpoint(
+    *, announce: Callable[[str], None] = lambda _msg: None
+) -> AsyncIterator[tuple[str, str]]:
+    """Serve the embedded tiny policy on a free loopback port; yields ``(base_url, model_name)``."""
     from trajforge.models.tiny import weights_path
     from trajforge.serve.launcher import LocalServer
 
@@ -78,9 +94,5 @@ async def open_chat_model(
         f"No --model/--base-url given: using the embedded tiny policy ({path}) served by "
         "`trajforge serve` on loopback. It is for demos and tests; point --base-url at a real endpoint for data."
     )
-    async with LocalServer(path) as server:
-        model = _client(cfg, server.openai_base_url, server.model_name)
-        try:
-            yield model
-        finally:
-            await model.aclose()
+    async with LocalServer(path, extra_args=("--served-model-name", EMBEDDED_MODEL_NAME)) as server:
+        yield server.openai_base_url, EMBEDDED_MODEL_NAME
