@@ -75,7 +75,7 @@ def test_config_file_run_and_export(tmp_path: Path, monkeypatch: pytest.MonkeyPa
             app, ["batch", "--config", str(config), "--concurrency", "3", "--progress", "plain"]
         )
         assert result.exit_code == 0, result.output
-        assert "4/4 done (completed 4" in result.output
+        assert "4/4 done" in result.output and "statistics.json" in result.output
     run_dir = tmp_path / "data" / "fromyaml"
     saved = orjson.loads((run_dir / "run.json").read_bytes())
     assert saved["config"]["concurrency"] == 3  # the flag won over the file

@@ -158,14 +158,34 @@ def batch(
             f"interrupted; continue with: trajforge batch ... --run-name {cfg.run_name} --resume", err=True
         )
         raise typer.Exit(code=130) from None
-    stats = summary.statistics
+    _print_summary(summary.run_dir, summary.statistics)
+
+
+def _print_summary(run_dir: Path, stats: dict) -> None:
+    """A short table of how the run went and where its files are."""
+    from rich.console import Console
+    from rich.table import Table
+
     counts = stats["status_counts"]
-    typer.echo(
-        f"{summary.run_dir}: {stats['total_done']}/{stats['total_prompts']} done "
-        f"(completed {counts.get('completed', 0)}, failed {counts.get('failed', 0)}, "
-        f"partial {counts.get('partial', 0)}, filtered {counts.get('filtered', 0)}); "
-        f"{stats['session']['throughput_per_s']} samples/s this session"
+    table = Table(title=f"trajforge batch: {run_dir}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("samples", f"{stats['total_done']}/{stats['total_prompts']} done")
+    for status in ("completed", "partial", "failed", "filtered"):
+        reasons = stats.get(f"{status}_reasons") or stats.get(
+            {"filtered": "filter_reasons", "failed": "failure_reasons"}.get(status, ""), {}
+        )
+        why = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:3])
+        table.add_row(status, f"{counts.get(status, 0)}" + (f"  ({why})" if why else ""))
+    tokens = stats.get("tokens", {})
+    table.add_row(
+        "tokens", f"{tokens.get('total_tokens', 0):,} total, {stats.get('api_calls', 0):,} model calls"
     )
+    table.add_row("throughput", f"{stats['session']['throughput_per_s']} samples/s this session")
+    table.add_row("trajectories", str(run_dir / "trajectories.jsonl"))
+    table.add_row("failed / filtered", f"{run_dir / 'failed.jsonl'}, {run_dir / 'filtered.jsonl'}")
+    table.add_row("statistics", str(run_dir / "statistics.json"))
+    Console().print(table)
 
 
 def register(app: typer.Typer) -> None:
