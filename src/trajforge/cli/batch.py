@@ -169,7 +169,7 @@ def _print_summary(run_dir: Path, stats: dict) -> None:
     counts = stats["status_counts"]
     table = Table(title=f"trajforge batch: {run_dir}", show_header=False)
     table.add_column(style="bold")
-    table.add_column()
+    table.add_column(overflow="fold")
     table.add_row("samples", f"{stats['total_done']}/{stats['total_prompts']} done")
     for status in ("completed", "partial", "failed", "filtered"):
         reasons = stats.get(f"{status}_reasons") or stats.get(
