@@ -545,3 +545,29 @@ def _tool_schema(name: str) -> dict[str, Any]:
         "type": "function",
         "function": {"name": name, "parameters": {"type": "object", "properties": {}}},
     }
+
+
+def test_turn_from_payload_normalises_odd_but_usable_bodies():
+    from trajforge.llm.openai_client import MalformedResponseError, turn_from_payload
+
+    payload = {
+        "model": "m",
+        "choices": [
+            {
+                "finish_reason": "tool_calls",
+                "message": {
+                    "content": "",
+                    "reasoning": "think first",
+                    "tool_calls": [{"id": "c1", "function": {"name": "terminal", "arguments": {"command": "ls"}}}],
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    }
+    turn = turn_from_payload(payload, "default")
+    assert turn.content is None and turn.reasoning == "think first"
+    assert turn.tool_calls[0].arguments == '{"command":"ls"}'
+    assert turn.usage.total_tokens == 5 and turn.model == "m"
+    for bad in ([], {"choices": []}, {"error": {"message": "overloaded"}}, {"choices": [{"message": None}]}):
+        with pytest.raises(MalformedResponseError):
+            turn_from_payload(bad, "default")
