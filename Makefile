@@ -33,9 +33,12 @@ test: setup
 test-fast: setup
 	$(VENV)/bin/pytest -n 2 --dist loadfile -q -m "not slow" $(PYTEST_ARGS)
 
+# The main job on the embedded default: the tiny policy is served on loopback by `trajforge serve`
+# (no --model/--base-url), every task runs in its own bubblewrap sandbox. data/demo is recreated.
 demo: setup
-	$(VENV)/bin/trajforge batch examples/tasks.jsonl --run-name demo --output-dir data --overwrite --no-require-reasoning --toolsets terminal,file --sandbox bwrap
-	@echo; echo "Trajectories: data/demo/trajectories.jsonl   Statistics: data/demo/statistics.json"
+	rm -rf data/demo
+	$(VENV)/bin/trajforge batch examples/tasks.jsonl --run-name demo --output-dir data \
+		--toolsets terminal,file --progress plain
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

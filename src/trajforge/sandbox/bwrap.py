@@ -145,6 +145,7 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             *drop,
             python,
             "-I",
+            "-S",  # no site import: halves interpreter start-up (the agent is stdlib-only)
             INSIDE_AGENT,
             INSIDE_WORKDIR,
             INSIDE_SCRATCH,
@@ -173,7 +174,8 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             fds = _open_paths(layout)
             try:
                 argv = self._bwrap_argv(fds, uid)
-                argv[-5:] = ["/bin/sh", "-c", "echo ok > /workspace/probe"]
+                python_at = argv.index(first_existing(_PYTHONS) or "", len(argv) - 8)
+                argv[python_at:] = ["/bin/sh", "-c", "echo ok > /workspace/probe"]  # the agent's place
                 proc = await asyncio.create_subprocess_exec(
                     *argv,
                     stdout=asyncio.subprocess.PIPE,

@@ -99,6 +99,6 @@ class DockerSandboxFactory(ProcessSandboxFactory):
         env_args = [arg for k, v in env.items() for arg in ("-e", f"{k}={v}")]
         argv = [
             "docker", "exec", "-i", "-w", INSIDE_WORKDIR, *env_args, name,
-            "python3", "-I", INSIDE_AGENT, INSIDE_WORKDIR, INSIDE_SCRATCH,
+            "python3", "-I", "-S", INSIDE_AGENT, INSIDE_WORKDIR, INSIDE_SCRATCH,
         ]  # fmt: skip
         return Launch(argv=argv, workdir=INSIDE_WORKDIR, scratch_dir=INSIDE_SCRATCH, teardown=teardown)

@@ -25,5 +25,5 @@ class LocalSandboxFactory(ProcessSandboxFactory):
         workdir, scratch = str(layout.work), str(layout.tmp)
         env = command_env(self.config, workdir, scratch)
         env |= limit_env(self.config, cgroup, nproc_effective=os.geteuid() != 0)
-        argv = [*cgroup.join_command(), sys.executable, "-I", str(layout.agent), workdir, scratch]
+        argv = [*cgroup.join_command(), sys.executable, "-I", "-S", str(layout.agent), workdir, scratch]
         return Launch(argv=argv, workdir=workdir, scratch_dir=scratch, env=env)
