@@ -1,0 +1,108 @@
+"""``trajforge model``: build the embedded tiny policy and measure a policy on held-out tasks."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+model_app = typer.Typer(
+    help="Build and evaluate the embedded tiny tool-calling policy.", no_args_is_help=True
+)
+_err = Console(stderr=True, soft_wrap=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    _err.print(f"[red]error:[/red] {message}")
+    return typer.Exit(code=2)
+
+
+@model_app.command("build-tiny")
+def build_tiny_cmd(
+    out: Path = typer.Option(..., "--out", help="Directory to write the model into (created if missing)."),
+    steps: int | None = typer.Option(None, "--steps", min=1, help="SFT steps (default: the recipe's)."),
+    quick: bool = typer.Option(False, "--quick", help="A seconds-long smoke build (tiny model, few steps)."),
+    examples: int | None = typer.Option(None, "--examples", min=1, help="Synthetic trajectories to build."),
+    sandbox: str = typer.Option("bwrap", "--sandbox", help="Sandbox backend that runs the tool calls."),
+    eval_n: int = typer.Option(0, "--eval", min=0, help="Evaluate on this many held-out tasks afterwards."),
+) -> None:
+    """Train the tiny policy from scratch: real-tool synthetic data, BPE tokenizer, TRL SFT."""
+    from dataclasses import replace
+
+    from trajforge.models.tiny.build import BuildConfig, build_tiny, write_model_card
+
+    if sandbox not in {"bwrap", "local", "docker"}:
+        raise _fail(f"unknown sandbox backend {sandbox!r}; use bwrap, local or docker")
+    if out.exists() and not out.is_dir():
+        raise _fail(f"--out {out} exists and is not a directory; pick a directory path")
+    cfg = (BuildConfig.quick() if quick else BuildConfig()).with_steps(steps)
+    cfg = replace(cfg, sandbox_kind=sandbox, examples=examples or cfg.examples)
+    report = build_tiny(out, cfg)
+    quality = None
+    if eval_n:
+        from trajforge.models.tiny.evaluate import evaluate
+
+        quality = asyncio.run(evaluate(out, eval_n, sandbox_kind=sandbox))
+    write_model_card(out, report, quality)
+    typer.echo(
+        f"wrote {out}: {report.parameters:,} parameters, {report.weights_bytes / 1e6:.1f} MB, "
+        f"{report.conversations} trajectories ({len(report.rejected)} rejected), "
+        f"loss {report.first_loss:.3f} -> {report.last_loss:.3f}, {report.seconds['total']:.0f} s"
+    )
+    if quality is not None:
+        _print_quality(quality)
+
+
+@model_app.command("eval")
+def eval_cmd(
+    model: Path | None = typer.Option(
+        None, "--model", help="Model directory (default: the embedded policy)."
+    ),
+    n: int = typer.Option(100, "--n", min=1, help="Held-out tasks to run."),
+    seed: int | None = typer.Option(None, "--seed", help="Task seed (default: the held-out seed)."),
+    temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 = greedy decoding."),
+    sandbox: str = typer.Option("bwrap", "--sandbox", help="Sandbox backend for the tool calls."),
+) -> None:
+    """Run a policy on held-out generated tasks through the agent loop; print format and success rates."""
+    from trajforge.models.tiny import weights_path
+    from trajforge.models.tiny.evaluate import EVAL_SEED, evaluate
+
+    if model is None:
+        try:
+            model = weights_path()
+        except FileNotFoundError as exc:
+            raise _fail(str(exc)) from None
+    if not (model / "config.json").is_file():
+        raise _fail(f"{model} is not a model directory (no config.json); pass --model DIR")
+    report = asyncio.run(
+        evaluate(
+            model, n, seed=EVAL_SEED if seed is None else seed, temperature=temperature, sandbox_kind=sandbox
+        )
+    )
+    _print_quality(report)
+
+
+def _print_quality(report: object) -> None:
+    from trajforge.models.tiny.evaluate import QualityReport
+
+    assert isinstance(report, QualityReport)
+    table = Table(title=f"{report.model_dir} on {report.n_tasks} held-out tasks ({report.decoding})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row(
+        "well-formed assistant turns",
+        f"{report.well_formed_rate:.1%} ({report.well_formed_turns}/{report.assistant_turns})",
+    )
+    table.add_row("task success", f"{report.success_rate:.1%}")
+    for fam, rate in report.success_by_family.items():
+        table.add_row(f"  {fam}", f"{rate:.1%}")
+    table.add_row("terminations", ", ".join(f"{k}={v}" for k, v in report.terminations.items()))
+    table.add_row("wall time", f"{report.wall_s:.0f} s")
+    Console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(model_app, name="model")

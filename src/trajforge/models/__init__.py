@@ -1,0 +1,1 @@
+"""Models trajforge builds and ships itself (the embedded tiny tool-calling policy)."""

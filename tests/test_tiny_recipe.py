@@ -1,0 +1,74 @@
+"""A miniature run of the tiny-policy recipe: real tools, real BPE, real TRL SFT, real generation."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from trajforge.cli.main import app
+from trajforge.models.tiny.build import BuildConfig, build_tiny, write_model_card
+from trajforge.models.tiny.evaluate import LocalPolicy
+from trajforge.models.tiny.train import ModelShape, TrainSettings
+from trajforge.tasks import generate
+from trajforge.tools.registry import default_registry
+
+pytestmark = pytest.mark.slow
+
+MINI = BuildConfig(
+    examples=6,
+    vocab_size=400,
+    families=("arithmetic",),
+    sandbox_kind="bwrap" if shutil.which("bwrap") else "local",
+    shape=ModelShape(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128),
+    train=TrainSettings(steps=120, batch_size=6, learning_rate=1e-2, logging_steps=10),
+)
+
+
+@pytest.fixture(scope="module")
+def mini_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
+    out = tmp_path_factory.mktemp("tiny")
+    report = build_tiny(out, MINI)
+    write_model_card(out, report)
+    return out, report
+
+
+def test_loss_falls_and_files_are_written(mini_model: tuple[Path, object]) -> None:
+    out, report = mini_model
+    assert report.conversations == MINI.examples and not report.rejected
+    assert report.first_loss is not None and report.last_loss < 0.5 * report.first_loss
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja", "README.md"):
+        assert (out / name).is_file(), name
+    recipe = json.loads((out / "recipe.json").read_text())
+    assert recipe["config"]["train"]["steps"] == 120
+    assert "Measured quality" not in (out / "README.md").read_text()
+
+
+async def test_trained_model_emits_a_parseable_hermes_call(mini_model: tuple[Path, object]) -> None:
+    out, _ = mini_model
+    task = generate("arithmetic", 1, seed=0)[0]  # the first training prompt
+    registry = default_registry()
+    tools = registry.schemas(registry.for_toolsets(["terminal", "file"]))
+    policy = LocalPolicy.load(out)
+    turn = await policy.complete([{"role": "user", "content": task.prompt}], tools)
+    assert turn.parse_errors == []
+    assert [c.name for c in turn.tool_calls] == ["terminal"]
+    assert "command" in json.loads(turn.tool_calls[0].arguments)
+    assert turn.reasoning  # the <think> block was produced and split off
+    assert policy.records[-1].well_formed
+
+
+def test_cli_eval_runs_the_agent_loop(mini_model: tuple[Path, object]) -> None:
+    out, _ = mini_model
+    result = CliRunner().invoke(app, ["model", "eval", "--model", str(out), "--n", "1", "--sandbox", "local"])
+    assert result.exit_code == 0, result.output
+    assert "well-formed assistant turns" in result.output and "task success" in result.output
+
+
+def test_cli_eval_rejects_a_non_model_directory(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["model", "eval", "--model", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "not a model directory" in result.output
