@@ -81,8 +81,16 @@ async def test_run_resume_refuse_and_load_with_datasets(tmp_path: Path, scripted
         "failure": 0,
     }
     assert set(first["tool_stats"]) == set(TOOLSETS["terminal"])  # padded over this run's tools only
-    assert [t["from"] for t in first["conversations"]] == ["human", "gpt", "tool", "gpt", "tool", "gpt"]
-    assert "<tools>" not in orjson.dumps(first).decode()  # schemas are kept once, in run.json
+    assert [t["from"] for t in first["conversations"]] == [
+        "system",
+        "human",
+        "gpt",
+        "tool",
+        "gpt",
+        "tool",
+        "gpt",
+    ]
+    assert len(orjson.dumps(first)) < 8000  # only the offered tools, not every known schema
     assert {t["function"]["name"] for t in orjson.loads((run_dir / "run.json").read_bytes())["tools"]} >= {
         "terminal"
     }
@@ -96,7 +104,7 @@ async def test_run_resume_refuse_and_load_with_datasets(tmp_path: Path, scripted
     ds = datasets.load_dataset(
         "json", data_files=str(run_dir / "trajectories.jsonl"), split="train", cache_dir=str(tmp_path / "hf")
     )
-    assert ds.num_rows == 11 and ds[0]["conversations"][0]["from"] == "human"
+    assert ds.num_rows == 11 and ds[0]["conversations"][1]["from"] == "human"
 
     calls = srv.counters["requests"] if "requests" in srv.counters else len(srv.requests)
     await run_batch(cfg.model_copy(update={"resume": True}))  # nothing left: no request is made
@@ -120,7 +128,7 @@ async def test_extended_dataset_resumes_by_content_key(tmp_path: Path, scripted_
     assert len(srv.requests) - before == 2  # only "c" and the second "a" ran
     recs = _lines(cfg.run_dir / "trajectories.jsonl")
     # merged outputs follow the current dataset order; each line keeps the index it ran with
-    assert [r["conversations"][0]["value"] for r in recs] == ["c", "b", "a", "a"]
+    assert [r["conversations"][1]["value"] for r in recs] == ["c", "b", "a", "a"]
 
 
 async def test_filters_keep_records_with_reasons(tmp_path: Path, scripted_server: Callable) -> None:
@@ -163,6 +171,8 @@ async def test_distribution_toolsets_are_seeded_and_offered(
     for cfg in (cfg_a, cfg_b, cfg_c):
         await run_batch(cfg)
 
+    TOOLSETS_FLAT = [n for names in TOOLSETS.values() for n in names]
+
     def by_key(cfg: BatchConfig) -> dict[str, list[str]]:
         return {r["key"]: r["toolsets_used"] for r in _lines(cfg.run_dir / "trajectories.jsonl")}
 
@@ -174,7 +184,11 @@ async def test_distribution_toolsets_are_seeded_and_offered(
     }
     for rec in _lines(cfg_a.run_dir / "trajectories.jsonl"):
         expected = sorted(n for ts in rec["toolsets_used"] for n in TOOLSETS[ts])
-        assert set(offered[rec["conversations"][0]["value"]]) <= set(expected)
+        assert set(offered[rec["conversations"][1]["value"]]) <= set(expected)
+        # the line's system turn lists exactly the tools this sample was offered
+        system = rec["conversations"][0]["value"]
+        listed = sorted(n for n in TOOLSETS_FLAT if f'"name": "{n}"' in system)
+        assert listed == sorted(offered[rec["conversations"][1]["value"]])
 
 
 async def test_fail_fast_before_any_sample(tmp_path: Path, scripted_server: Callable) -> None:

@@ -150,8 +150,17 @@ def sharegpt_to_messages(conversations: list[dict[str, str]]) -> list[dict[str, 
 
 # -- formats ------------------------------------------------------------------------------------
 def _with_system(line: dict[str, Any], run: RunInfo) -> list[dict[str, str]]:
+    """The conversation with its canonical tools system turn (older lines were saved without)."""
+    conversations = line["conversations"]
+    if conversations and conversations[0]["from"] == "system":
+        return list(conversations)
     system = {"from": "system", "value": system_prompt(run.tools_for(line["toolsets_used"]))}
-    return [system, *line["conversations"]]
+    return [system, *conversations]
+
+
+def _chat(line: dict[str, Any]) -> list[dict[str, Any]]:
+    """OpenAI messages without the canonical system turn: trainers render ``tools`` themselves."""
+    return [m for m in sharegpt_to_messages(line["conversations"]) if m["role"] != "system"]
 
 
 def _all_known_tools(run: RunInfo) -> list[str]:
@@ -171,7 +180,7 @@ def to_hermes(line: dict[str, Any], run: RunInfo, known: list[str]) -> dict[str,
 
 def to_messages(line: dict[str, Any], run: RunInfo) -> dict[str, Any]:
     return {
-        "messages": sharegpt_to_messages(line["conversations"]),
+        "messages": _chat(line),
         "tools": run.tools_for(line["toolsets_used"]),
     }
 
@@ -188,13 +197,13 @@ def dpo_pairs(run: RunInfo) -> Iterator[dict[str, Any]]:
             good = chosen.get(prompt)
             if good is None or prompt in used:
                 continue
-            rejected = sharegpt_to_messages(line["conversations"])[1:]
+            rejected = _chat(line)[1:]
             if not rejected:
                 continue  # failed before the model answered: nothing to reject
             used.add(prompt)
             yield {
                 "prompt": [{"role": "user", "content": prompt}],
-                "chosen": sharegpt_to_messages(good["conversations"])[1:],
+                "chosen": _chat(good)[1:],
                 "rejected": rejected,
                 "tools": run.tools_for(good["toolsets_used"]),
                 "rejected_status": line["status"],

@@ -4,8 +4,8 @@ The line is reference-compatible (prompt_index, conversations, metadata, complet
 api_calls, toolsets_used, tool_stats, tool_error_counts) plus key, status, reason, usage and
 timings. Two deliberate differences keep lines small and loadable by Arrow:
 
-* the canonical system turn listing every tool schema is not repeated on each line; the schemas
-  are stored once in ``run.json`` and ``trajforge export --format hermes`` puts them back;
+* the canonical system turn lists only the tools offered to *that* sample (the reference lists
+  every tool it knows); ``run.json`` also keeps the run's schemas once;
 * ``tool_stats`` / ``tool_error_counts`` are padded over this run's tools only (fixed per run,
   so every line has one schema), not over every tool ever known.
 """
@@ -21,7 +21,7 @@ import orjson
 
 from trajforge.agent.result import AgentResult, Termination
 from trajforge.batch.dataset import BadRow, Sample
-from trajforge.trajectory import evaluate_filters, reasoning_coverage, to_sharegpt
+from trajforge.trajectory import evaluate_filters, reasoning_coverage, system_prompt, to_sharegpt
 
 _PARTIAL = {
     Termination.MAX_TURNS,
@@ -102,13 +102,17 @@ def build_line(
     *,
     model: str,
     run_tools: Sequence[str],
+    tools: Sequence[dict[str, Any]] = (),
 ) -> tuple[bytes, dict[str, Any]]:
-    """(the JSONL line, the summary for statistics)."""
+    """(the JSONL line, the summary for statistics); ``tools`` are the schemas offered to the sample."""
     prompt = sample.prompt if isinstance(sample, Sample) else sample.raw
     if result is not None and result.messages:
-        conversations = to_sharegpt(result.messages, (), prompt=prompt)[1:]  # schemas live in run.json
+        conversations = to_sharegpt(result.messages, tools, prompt=prompt)
     else:
-        conversations = [{"from": "human", "value": prompt}]
+        conversations = [
+            {"from": "system", "value": system_prompt(tools)},
+            {"from": "human", "value": prompt},
+        ]
     tool_stats, tool_error_counts = _padded_stats(run_tools, result)
     usage = result.usage.model_dump() if result else {}
     wall = round(run.finished_at - run.started_at, 4)

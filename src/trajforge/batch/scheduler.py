@@ -143,7 +143,8 @@ class Worker:
         # 63 bits: the recorded seed must fit Arrow/Parquet int64; random.Random(seed) replays it.
         seed = derive_seed(self.cfg.seed, sample.key) & ((1 << 63) - 1)
         toolsets = self._toolsets(sample, seed)
-        offered = [t.name for t in self.registry.for_toolsets(toolsets)]
+        offered_tools = self.registry.for_toolsets(toolsets)
+        offered = [t.name for t in offered_tools]
         started = time.time()
         self.writer.started(sample.key)
         attempts = 0
@@ -162,7 +163,13 @@ class Worker:
             )
         run = Attempting(toolsets, offered, attempts, started, time.time(), self.spec.worker_id, seed)
         line, summary = build_line(
-            sample, outcome, attempt.result, run, model=self.cfg.model, run_tools=self.spec.run_tools
+            sample,
+            outcome,
+            attempt.result,
+            run,
+            model=self.cfg.model,
+            run_tools=self.spec.run_tools,
+            tools=self.registry.schemas(offered_tools),
         )
         self.writer.submit(Finished(sample.key, outcome.status, outcome.reason, line, summary))
 
