@@ -213,3 +213,82 @@ async def test_run_session_writes_setup_files_before_the_first_turn(registry):
         setup_files={"data/in.txt": "hello from the row"},
     )
     assert result.messages[-2]["content"] == "hello from the row"
+
+
+class _FailingFactory:
+    async def create(self, task_id, *, image=None, cwd=None):
+        raise OSError("no room for another sandbox")
+
+
+class _SlowFactory:
+    """Counts creations/closes and takes a while to start, like a busy machine."""
+
+    def __init__(self):
+        self.inner = create_sandbox_factory(SandboxConfig(kind="local"))
+        self.closed = 0
+        self.started = asyncio.Event()
+
+    async def create(self, task_id, *, image=None, cwd=None):
+        self.started.set()
+        await asyncio.sleep(0.2)
+        sandbox = await self.inner.create(task_id)
+        factory = self
+        close = sandbox.close
+
+        async def counted_close():
+            factory.closed += 1
+            await close()
+
+        sandbox.close = counted_close
+        return sandbox
+
+
+async def test_sandbox_start_overlaps_the_first_model_call(registry):
+    factory = _SlowFactory()
+    seen_started = []
+
+    async def policy(messages, tools, sampling):
+        seen_started.append(factory.started.is_set())
+        if len(seen_started) == 1:
+            return tool_turn(("terminal", {"command": "echo ok"}))
+        return answer("done")
+
+    result = await run_session(
+        "go",
+        model=ScriptedModel(policy, delay_s=0.05),  # a model with latency, like any endpoint
+        registry=registry,
+        toolsets=["terminal"],
+        sandbox_factory=factory,
+    )
+    assert seen_started[0] is True  # the sandbox was starting while the first model call was in flight
+    assert result.finished_naturally and result.tool_stats["terminal"].success == 1
+    assert factory.closed == 1
+
+    # no tool call at all: the start that is no longer needed is cancelled, nothing is left open
+    result = await run_session(
+        "hi",
+        model=ScriptedModel([answer("hello")]),
+        registry=registry,
+        toolsets=["terminal"],
+        sandbox_factory=factory,
+    )
+    assert result.finished_naturally and factory.closed == 1
+
+
+async def test_sandbox_start_failure_is_infrastructure_not_a_tool_error(registry):
+    from trajforge.sandbox import SandboxStartError
+
+    model = ScriptedModel([tool_turn(("terminal", {"command": "echo ok"})), answer("unreachable")])
+    with pytest.raises(SandboxStartError, match="no room for another sandbox"):
+        await run_session(
+            "go", model=model, registry=registry, toolsets=["terminal"], sandbox_factory=_FailingFactory()
+        )
+    # a session that never needs the sandbox is not failed by it
+    result = await run_session(
+        "hi",
+        model=ScriptedModel([answer("fine")]),
+        registry=registry,
+        toolsets=["terminal"],
+        sandbox_factory=_FailingFactory(),
+    )
+    assert result.finished_naturally

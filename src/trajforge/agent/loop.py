@@ -107,6 +107,7 @@ class AgentLoop:
                     result.termination = Termination.FINAL_ANSWER
                 return
 
+            await self.ctx.ensure_sandbox()  # started during the first model call; failures propagate
             tool_started = time.perf_counter()
             outputs = await self._run_calls(turn.tool_calls, turn_index, result)
             result.tool_time_s += time.perf_counter() - tool_started

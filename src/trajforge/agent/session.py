@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 from trajforge.agent.config import AgentConfig
 from trajforge.agent.loop import AgentLoop
 from trajforge.agent.result import AgentResult
-from trajforge.protocols import ChatModel, SandboxFactory
+from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
 from trajforge.tools.base import ToolContext
 from trajforge.tools.registry import ToolRegistry
 
@@ -29,16 +30,38 @@ async def run_session(
     """Run a fresh agent (no memory, no context files) in its own sandbox.
 
     ``setup_files`` (relative path -> text) are written into the sandbox before the first turn.
-    Sandbox creation failures propagate (they are infrastructure failures the caller may retry);
-    everything after that ends up in the returned result.
+    A sandbox that fails to start raises ``SandboxStartError`` (an infrastructure failure the
+    caller may retry); everything else ends up in the returned result.
     """
     tools = registry.for_toolsets(toolsets)
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-    sandbox = await sandbox_factory.create(task_id, image=image, cwd=cwd)
+
+    async def start() -> Sandbox:
+        sandbox = await sandbox_factory.create(task_id, image=image, cwd=cwd)
+        try:
+            for path, content in (setup_files or {}).items():
+                await sandbox.write_bytes(path, content.encode())
+        except BaseException:
+            await sandbox.close()
+            raise
+        return sandbox
+
+    # The sandbox starts while the first model call is in flight: its start-up (processes,
+    # namespaces) is hidden behind the model's latency instead of added to it.
+    starting = asyncio.create_task(start(), name=f"sandbox-start-{task_id}")
+    ctx = ToolContext(task_id=task_id, starting=starting)
     try:
-        for path, content in (setup_files or {}).items():
-            await sandbox.write_bytes(path, content.encode())
-        loop = AgentLoop(model, tools, ToolContext(task_id=task_id, sandbox=sandbox), config)
-        return await loop.run(messages)
+        return await AgentLoop(model, tools, ctx, config).run(messages)
     finally:
-        await sandbox.close()
+        await _dispose(starting)
+
+
+async def _dispose(starting: asyncio.Task[Sandbox]) -> None:
+    """Close the sandbox if it started; cancel its start if it is still starting."""
+    if not starting.done():
+        starting.cancel()
+    try:
+        sandbox = await starting
+    except (asyncio.CancelledError, Exception):  # never started: nothing to close
+        return
+    await sandbox.close()

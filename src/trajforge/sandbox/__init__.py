@@ -10,7 +10,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from trajforge.sandbox.base import ProcessSandbox, ProcessSandboxFactory, SandboxUnavailableError
+from trajforge.sandbox.base import (
+    ProcessSandbox,
+    ProcessSandboxFactory,
+    SandboxStartError,
+    SandboxUnavailableError,
+)
 from trajforge.sandbox.types import ExecResult, SandboxConfig, SandboxKind, SandboxLimits
 
 if TYPE_CHECKING:  # protocols imports sandbox.types, which runs this package first
@@ -43,6 +48,7 @@ __all__ = [
     "SandboxConfig",
     "SandboxKind",
     "SandboxLimits",
+    "SandboxStartError",
     "SandboxUnavailableError",
     "create_sandbox_factory",
 ]

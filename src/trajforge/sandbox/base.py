@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,6 +30,10 @@ AGENT_SOURCE = "agent.py"
 
 class SandboxUnavailableError(RuntimeError):
     """The chosen sandbox backend cannot run on this machine; the message says what to do."""
+
+
+class SandboxStartError(SandboxUnavailableError):
+    """One rollout's sandbox failed to start: an infrastructure failure, never shown to the model."""
 
 
 @dataclass
@@ -88,6 +93,20 @@ def limit_env(config: SandboxConfig, cgroup: SandboxCgroup, *, nproc_effective: 
     if not cgroup.limits_pids and nproc_effective:
         env["TF_LIMIT_NPROC"] = str(limits.max_processes)
     return env
+
+
+def _shared_root() -> Path:
+    """One parent directory per user for all sandboxes (each one is a fresh mkdtemp inside), so
+    factories leave no empty directories behind. Falls back to a private mkdtemp when the shared
+    path is not a plain directory owned by us (someone else planted it)."""
+    root = Path(tempfile.gettempdir()) / f"trajforge-sandboxes-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        root.mkdir(mode=0o711)
+    info = root.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        root = Path(tempfile.mkdtemp(prefix="trajforge-sandboxes-"))
+    root.chmod(0o711)  # a sandbox's own uid must be able to traverse it
+    return root
 
 
 def make_layout(root_dir: Path, task_id: str) -> Layout:
@@ -223,8 +242,7 @@ class ProcessSandboxFactory:
                 self._root = Path(self.config.root_dir)
                 self._root.mkdir(parents=True, exist_ok=True)
             else:
-                self._root = Path(tempfile.mkdtemp(prefix="trajforge-sandboxes-"))
-                self._root.chmod(0o711)  # a sandbox's own uid must be able to traverse it
+                self._root = _shared_root()
         return self._root
 
     async def _check(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -17,11 +18,29 @@ class ToolContext:
 
     ``state`` is per-rollout scratch space owned by tools (the background-process table lives
     there), so two rollouts never share it and nothing global is mutated.
+
+    ``starting`` lets the sandbox start while the first model call is in flight (see
+    :func:`trajforge.agent.run_session`): the agent loop awaits :meth:`ensure_sandbox` before it
+    runs any tool, so tools always see a ready ``sandbox``.
     """
 
     task_id: str
-    sandbox: Sandbox
+    sandbox: Sandbox = field(default=None)  # type: ignore[assignment]  # set once started
     state: dict[str, Any] = field(default_factory=dict)
+    starting: asyncio.Task[Sandbox] | None = None
+
+    async def ensure_sandbox(self) -> Sandbox | None:
+        """The ready sandbox (None for sandbox-less tools); a start failure raises
+        ``SandboxStartError`` (infrastructure)."""
+        if self.starting is not None:
+            try:
+                self.sandbox = await asyncio.shield(self.starting)
+            except Exception as exc:
+                from trajforge.sandbox import SandboxStartError
+
+                raise SandboxStartError(f"the sandbox of {self.task_id} could not start: {exc}") from exc
+            self.starting = None
+        return self.sandbox
 
 
 class ToolOutput(BaseModel):
