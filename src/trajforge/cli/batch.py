@@ -148,7 +148,7 @@ def batch(
         sink = None
         if cfg.progress != "none":
             sink = make_progress(cfg.progress, cfg.run_name, 0)
-        summary = asyncio.run(run_batch(cfg, progress=sink))
+        summary = asyncio.run(run_batch(cfg, progress=sink, announce=lambda m: typer.echo(m, err=True)))
     except RunError as exc:
         if sink is not None:
             sink.close(None)
