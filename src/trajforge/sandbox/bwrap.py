@@ -204,12 +204,13 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             return None
         return _UID_BASE + secrets.randbelow(_UID_SPAN)
 
-    async def _launch(self, task_id: str, layout: Layout, cgroup: SandboxCgroup, image: str | None) -> Launch:
+    def _new_owner(self) -> tuple[int, int] | None:
         uid = self._new_uid()
-        owner = (uid, uid) if uid is not None else None
-        if owner is not None:
-            await asyncio.to_thread(chown_tree, layout.root, owner)
-            layout.root.chmod(0o700)
+        return (uid, uid) if uid is not None else None
+
+    async def _launch(self, task_id: str, layout: Layout, cgroup: SandboxCgroup, image: str | None) -> Launch:
+        owner = layout.owner
+        uid = owner[0] if owner is not None else None
         env = command_env(self.config, INSIDE_WORKDIR, INSIDE_SCRATCH)
         # RLIMIT_NPROC counts per real uid: meaningful for a uid of our own, not for a shared one.
         env |= limit_env(self.config, cgroup, nproc_effective=uid is not None)
