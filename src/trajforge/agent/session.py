@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from trajforge.agent.config import AgentConfig
@@ -26,12 +26,17 @@ async def run_session(
     image: str | None = None,
     cwd: str | None = None,
     setup_files: dict[str, str] | None = None,
+    closer: Callable[[Coroutine[Any, Any, None]], object] | None = None,
 ) -> AgentResult:
     """Run a fresh agent (no memory, no context files) in its own sandbox.
 
     ``setup_files`` (relative path -> text) are written into the sandbox before the first turn.
     A sandbox that fails to start raises ``SandboxStartError`` (an infrastructure failure the
     caller may retry); everything else ends up in the returned result.
+
+    ``closer`` takes ownership of the sandbox's teardown coroutine (e.g. ``task_group.create_task``)
+    so a caller with many rollouts does not wait for the teardown before its next one; without it
+    the teardown is awaited here.
     """
     tools = registry.for_toolsets(toolsets)
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
@@ -53,7 +58,10 @@ async def run_session(
     try:
         return await AgentLoop(model, tools, ctx, config).run(messages)
     finally:
-        await _dispose(starting)
+        if closer is None:
+            await _dispose(starting)
+        else:
+            closer(_dispose(starting))
 
 
 async def _dispose(starting: asyncio.Task[Sandbox]) -> None:

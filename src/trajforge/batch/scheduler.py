@@ -15,6 +15,7 @@ import random
 import time
 import traceback
 from collections import deque
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,16 +124,41 @@ class Worker:
         self.agent_config = build_agent_config(self.cfg, spec.prefill)
         self._dist = get_distribution(self.cfg.distribution_name) if self.cfg.distribution_name else None
         self._queue: deque[Sample] = deque(spec.samples)
+        self._teardowns: asyncio.TaskGroup | None = None
+        self._closing = 0  # sandbox teardowns in flight
+        self._closed = asyncio.Condition()
+
+    def _close_later(self, teardown: Coroutine[Any, Any, None]) -> None:
+        """Own a sandbox teardown in the background (see ``run``)."""
+        assert self._teardowns is not None
+        self._closing += 1
+
+        async def run() -> None:
+            try:
+                await teardown
+            finally:
+                async with self._closed:
+                    self._closing -= 1
+                    self._closed.notify_all()
+
+        self._teardowns.create_task(run())
 
     async def run(self) -> None:
         slots = min(self.cfg.concurrency, len(self._queue))
-        async with asyncio.TaskGroup() as tg:
+        async with asyncio.TaskGroup() as teardowns, asyncio.TaskGroup() as tg:
+            # Sandboxes are closed in the background (owned by ``teardowns``, which outlives the
+            # rollouts): a slot takes its next sample while the last one's sandbox is torn down.
+            self._teardowns = teardowns
             for _ in range(slots):
                 tg.create_task(self._consume())
 
     async def _consume(self) -> None:
         while self._queue:
-            await self._run_sample(self._queue.popleft())
+            # Back-pressure: never more sandboxes closing than rollouts running.
+            async with self._closed:
+                await self._closed.wait_for(lambda: self._closing < self.cfg.concurrency)
+            if self._queue:
+                await self._run_sample(self._queue.popleft())
 
     def _toolsets(self, sample: Sample, seed: int) -> list[str]:
         if self._dist is None:
@@ -188,6 +214,7 @@ class Worker:
                     image=sample.image,
                     cwd=sample.cwd,
                     setup_files=sample.setup_files,
+                    closer=self._close_later,
                 )
         except TimeoutError as exc:
             if deadline.expired():

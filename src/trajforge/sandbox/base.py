@@ -124,7 +124,7 @@ class SandboxIO:
     on the default pool was most of a sandbox's start-up time (measured in benchmarks/).
     """
 
-    def __init__(self, workers: int = 32) -> None:
+    def __init__(self, workers: int = 8) -> None:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trajforge-sandbox-io")
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
