@@ -338,17 +338,26 @@ async def run_batch(
     """Run (or resume) a batch to the end. ``model_factory``/``sandbox_factory`` let tests and
     embedders inject backends (in-process workers only). Without an endpoint in ``cfg`` the
     embedded policy is served on loopback for the duration of the run (``announce`` says so)."""
-    if cfg.embedded and model_factory is None:
-        async with embedded_endpoint(announce=announce) as (base_url, name):
-            cfg = cfg.model_copy(update={"base_url": base_url, "model": name})
-            return await run_batch(
-                cfg, progress=progress, sandbox_factory=sandbox_factory, registry=registry, announce=announce
-            )
     registry = registry or default_registry()
     if model_factory is not None and cfg.workers > 1:
         raise RunError("an injected model only works with workers=1")
-    prep = prepare(cfg, registry)
+    prep = prepare(cfg, registry)  # bad rows, names and directories fail before anything starts
     check_run_dir(cfg)
+    if cfg.embedded and model_factory is None:
+        async with embedded_endpoint(announce=announce) as (base_url, name):
+            served = cfg.model_copy(update={"base_url": base_url, "model": name})
+            return await _start(served, prep, registry, progress, None, sandbox_factory)
+    return await _start(cfg, prep, registry, progress, model_factory, sandbox_factory)
+
+
+async def _start(
+    cfg: BatchConfig,
+    prep: Prepared,
+    registry: ToolRegistry,
+    progress: ProgressSink | None,
+    model_factory: Callable[[], ChatModel] | None,
+    sandbox_factory: SandboxFactory | None,
+) -> RunSummary:
     await preflight(cfg, model_factory() if model_factory else None, sandbox_factory)
     run_dir = cfg.run_dir
     (run_dir / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
