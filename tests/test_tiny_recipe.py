@@ -10,8 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from trajforge.cli.main import app
-from trajforge.models.tiny.build import BuildConfig, build_tiny, write_model_card
+from trajforge.models.tiny.build import BuildConfig, build_tiny, render_texts, write_model_card
+from trajforge.models.tiny.data import copy_drills
 from trajforge.models.tiny.evaluate import LocalPolicy
+from trajforge.models.tiny.tokenizer import train_tokenizer
 from trajforge.models.tiny.train import ModelShape, TrainSettings
 from trajforge.tasks import generate
 from trajforge.tools.registry import default_registry
@@ -20,6 +22,7 @@ pytestmark = pytest.mark.slow
 
 MINI = BuildConfig(
     examples=6,
+    drills=0,  # drills slow format learning in a 120-step run; they have their own test below
     vocab_size=400,
     families=("arithmetic",),
     sandbox_kind="bwrap" if shutil.which("bwrap") else "local",
@@ -39,6 +42,7 @@ def mini_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
 def test_loss_falls_and_files_are_written(mini_model: tuple[Path, object]) -> None:
     out, report = mini_model
     assert report.conversations == MINI.examples and not report.rejected
+    assert report.drills == MINI.drills
     assert report.first_loss is not None and report.last_loss < 0.5 * report.first_loss
     for name in ("config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja", "README.md"):
         assert (out / name).is_file(), name
@@ -72,3 +76,50 @@ def test_cli_eval_rejects_a_non_model_directory(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["model", "eval", "--model", str(tmp_path)])
     assert result.exit_code == 2
     assert "not a model directory" in result.output
+
+
+def test_copy_drills_answer_with_the_exact_value_from_the_prompt() -> None:
+    drills = copy_drills(30, seed=3)
+    assert drills == copy_drills(30, seed=3)  # reproducible
+    values = set()
+    for d in drills:
+        user, answer = d["messages"]
+        assert answer["role"] == "assistant" and answer["content"]
+        assert user["content"].endswith(answer["content"])
+        assert answer["content"] in answer["reasoning"]
+        values.add(answer["content"])
+    assert len(values) > 25  # random values: nothing to memorise
+
+
+def test_tokenizer_gives_a_value_the_same_ids_in_prose_and_in_json() -> None:
+    """A copied file name / word must be the same tokens after a space and after a JSON quote."""
+    convs = [*copy_drills(40, seed=1)]
+    convs.append(
+        {
+            "messages": [
+                {"role": "user", "content": "Save 'paper apple 886' into yellow.txt."},
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "type": "function",
+                            "function": {
+                                "name": "write_file",
+                                "arguments": '{"path": "yellow.txt", "content": "paper apple 886"}',
+                            },
+                        }
+                    ],
+                },
+            ],
+            "tools": None,
+        }
+    )
+    tok = train_tokenizer(render_texts(convs * 5), 400)
+
+    def ids(text: str) -> list[int]:
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    assert set(ids("yellow")) <= set(ids(" into yellow.txt")) & set(ids('"path": "yellow.txt"'))
+    assert ids("paper apple 886")[-3:] == ids('"paper apple 886"')[-4:-1]  # digits one per token
+    assert ids(" into yellow.txt") == ids(" ") + ids("into") + ids(" ") + ids("yellow.txt")

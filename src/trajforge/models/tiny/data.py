@@ -19,6 +19,7 @@ from typing import Any
 from trajforge.sandbox import create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.tasks import Task, check, generate_mixed, get_family, setup_task
+from trajforge.tasks.families import WORDS
 from trajforge.tools.base import ToolContext
 from trajforge.tools.registry import ToolRegistry, default_registry
 
@@ -26,6 +27,48 @@ TRAIN_FAMILIES = ("arithmetic", "write_file", "count_lines", "count_words", "fin
 BASE_TOOLSETS = ("terminal", "file")
 EXTRA_TOOLSETS = ("web", "vision", "moa")
 """Sometimes offered too, so the policy is not thrown by a longer tool list."""
+
+
+COPY_PROMPTS = ("Repeat exactly: {x}", "Say {x}", "Echo this back: {x}")
+
+
+def _drill_value(rng: random.Random) -> str:
+    kind = rng.randrange(5)
+    if kind == 0:
+        return str(rng.choice((1, -1)) * rng.randint(0, 10 ** rng.randint(1, 7)))
+    if kind == 1:
+        return f"{rng.choice(WORDS)}.{rng.choice(('txt', 'conf', 'ini', 'env'))}"
+    if kind == 2:
+        return f"{rng.choice(WORDS)}={rng.choice((rng.choice(WORDS), str(rng.randint(100, 99999))))}"
+    if kind == 3:
+        return " ".join(rng.sample(WORDS, rng.randint(2, 4)) + [str(rng.randint(1, 999))])
+    return f"{rng.randint(1, 99999)} {rng.choice('+-*')} {rng.randint(1, 99999)}"
+
+
+def copy_drills(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` short "repeat this value" conversations (no tools), mixed into the SFT data.
+
+    Why: the task trajectories teach the format quickly, but their copied values (numbers, file
+    names, texts) are a small share of the trained tokens, and a tiny model trained on them alone
+    plateaus writing plausible-but-wrong values. Short drills whose every answer token is a copy
+    of a random value make copying the cheapest way to lower the loss (memorising is impossible),
+    at a fraction of the tokens of a full trajectory. They use the same ``<think>`` format.
+    """
+    rng = random.Random(f"trajforge-tiny-drills:{seed}")
+    drills = []
+    for i in range(n):
+        x = " ".join(_drill_value(rng) for _ in range(rng.randint(1, 2)))
+        drills.append(
+            {
+                "task_id": f"drill-s{seed}-{i}",
+                "messages": [
+                    {"role": "user", "content": rng.choice(COPY_PROMPTS).format(x=x)},
+                    {"role": "assistant", "content": x, "reasoning": f"I will repeat {x}."},
+                ],
+                "tools": None,
+            }
+        )
+    return drills
 
 
 @dataclass

@@ -1,8 +1,11 @@
 """A byte-level BPE tokenizer trained on the synthetic corpus, with ChatML/Hermes tokens.
 
-Digits are split one per token before BPE: the policy's job is mostly to copy numbers between
-the prompt, the command and the answer, which is far easier when a number is always the same
-digit tokens wherever it appears.
+The policy's job is mostly to copy values (numbers, file names, texts, keys) between the prompt,
+the tool output, the command and the answer, and a tiny transformer copies a *token* far more
+easily than it learns that two different tokens mean the same word. So the pre-tokenizer makes a
+value the same tokens wherever it appears: digits are split one per token, and every space is a
+token of its own (GPT-2 style BPE would make ``' yellow'`` in the prompt and ``'yellow'`` after a
+JSON quote two unrelated ids).
 """
 
 from __future__ import annotations
@@ -19,7 +22,11 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> PreTrainedT
     """Train the BPE on ``texts`` and wrap it as a transformers tokenizer with the chat template."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+        [
+            pre_tokenizers.Split(" ", "isolated"),
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False),
+        ]
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(

@@ -35,10 +35,13 @@ class ModelShape:
 class TrainSettings:
     """SFT hyperparameters (TRL ``SFTConfig`` fields of the same meaning)."""
 
-    steps: int = 1400
-    batch_size: int = 8
-    learning_rate: float = 3e-3
-    warmup_ratio: float = 0.05
+    steps: int = 1000
+    batch_size: int = 16
+    learning_rate: float = 1.5e-3
+    warmup_ratio: float = 0.03
+    decay_ratio: float = 0.2
+    """Constant LR after warmup, linear decay over the last ``decay_ratio`` of the steps
+    (warmup-stable-decay): copying appears late, so the LR must stay high until then."""
     max_length: int = 512
     seed: int = 0
     logging_steps: int = 10
@@ -110,8 +113,12 @@ def train(
     dataset: Dataset,
     settings: TrainSettings,
     output_dir: str,
+    callbacks: Sequence[TrainerCallback] = (),
 ) -> list[tuple[int, float]]:
-    """Run SFT in place on ``model``; returns the logged loss curve."""
+    """Run SFT in place on ``model``; returns the logged loss curve.
+
+    ``callbacks`` are extra transformers ``TrainerCallback``s (e.g. a held-out copy-accuracy probe).
+    """
     from trl import SFTConfig, SFTTrainer
 
     config = SFTConfig(
@@ -119,7 +126,11 @@ def train(
         max_steps=settings.steps,
         per_device_train_batch_size=settings.batch_size,
         learning_rate=settings.learning_rate,
-        lr_scheduler_type="cosine",
+        lr_scheduler_type="warmup_stable_decay",
+        lr_scheduler_kwargs={
+            "num_decay_steps": int(settings.steps * settings.decay_ratio),
+            "decay_type": "linear",
+        },
         warmup_steps=max(1, int(settings.steps * settings.warmup_ratio)),
         weight_decay=0.01,
         max_length=settings.max_length,
@@ -128,12 +139,17 @@ def train(
         report_to=[],
         seed=settings.seed,
         use_cpu=True,
+        bf16=False,  # TRL defaults to bf16 autocast; the copy signal is small, keep fp32
         dataloader_num_workers=0,
         disable_tqdm=True,
     )
     losses = LossLog()
     trainer = SFTTrainer(
-        model=model, args=config, train_dataset=dataset, processing_class=tokenizer, callbacks=[losses]
+        model=model,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[losses, *callbacks],
     )
     trainer.train()
     return losses.points
