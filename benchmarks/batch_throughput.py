@@ -32,6 +32,16 @@ from trajforge.batch.runner import run_batch
 CALLS = 3
 
 
+def _machine_cpu() -> float:
+    """Busy CPU-seconds of the whole machine (/proc/stat): also counts the endpoint process and
+    kernel work done outside our process tree (namespace and cgroup teardown, killed sandbox
+    processes), which ``getrusage`` never charges to us."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    busy = sum(fields) - fields[3] - fields[4]  # minus idle and iowait
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 def _cpu() -> float:
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -100,7 +110,7 @@ def main() -> None:
                 "progress": "plain",
             },
         )
-        cpu0, t0 = _cpu(), time.perf_counter()
+        cpu0, machine0, t0 = _cpu(), _machine_cpu(), time.perf_counter()
         if args.profile:
             import cProfile
 
@@ -110,6 +120,7 @@ def main() -> None:
         else:
             summary = asyncio.run(run_batch(cfg, progress=PlainProgress("bench", every_s=5)))
         wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
+        machine = _machine_cpu() - machine0
     finally:
         server.terminate()
         server.wait()
@@ -130,6 +141,8 @@ def main() -> None:
                 "wall_s_incl_startup": round(wall, 2),
                 "trajectories_per_s": rate,
                 "cpu_s_per_trajectory": round(cpu / max(args.samples, 1), 4),
+                "machine_cpu_s_per_trajectory": round(machine / max(args.samples, 1), 4),
+                "machine_busy_fraction": round(machine / (wall * (os.cpu_count() or 1)), 3),
                 "ideal_per_s": round(ideal, 1),
                 "ratio_to_ideal": round(rate / ideal, 3),
                 "latency_p50_s": stats["latency_s"]["p50"],
