@@ -88,3 +88,30 @@ def test_config_file_run_and_export(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert result.exit_code == 2 and "unknown format" in result.output
     result = runner.invoke(app, ["export", str(tmp_path), "--format", "messages"])
     assert result.exit_code == 2 and "not a trajforge batch run" in result.output
+
+
+def test_unimplemented_toolsets_are_announced(tmp_path):
+    import asyncio
+
+    from trajforge.batch.config import load_config
+    from trajforge.batch.runner import run_batch
+    from trajforge.testing.scripted_model import ScriptedModel
+
+    ds = tmp_path / "d.jsonl"
+    ds.write_text('{"prompt": "hi"}\n')
+    cfg = load_config(
+        None,
+        dict(
+            dataset=ds,
+            run_name="r",
+            output_dir=tmp_path,
+            model="m",
+            toolsets=["terminal", "web"],
+            sandbox="local",
+            progress="none",
+            require_reasoning=False,
+        ),
+    )
+    said: list[str] = []
+    asyncio.run(run_batch(cfg, model_factory=lambda: ScriptedModel(["ok"]), announce=said.append))
+    assert any("web_search" in m and "not implemented" in m for m in said)

@@ -343,6 +343,13 @@ async def run_batch(
         raise RunError("an injected model only works with workers=1")
     prep = prepare(cfg, registry)  # bad rows, names and directories fail before anything starts
     check_run_dir(cfg)
+    pending = [n for n in prep.run_tools if not getattr(registry.get(n), "implemented", True)]
+    if pending:
+        announce(
+            f"warning: this run offers tools that are not implemented yet ({', '.join(pending)}); "
+            "calls to them return an error to the model. Use --toolsets terminal,file (or a "
+            "distribution without them) for clean data."
+        )
     if cfg.embedded and model_factory is None:
         async with embedded_endpoint(announce=announce) as (base_url, name):
             served = cfg.model_copy(update={"base_url": base_url, "model": name})
