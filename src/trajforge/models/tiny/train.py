@@ -35,7 +35,7 @@ class ModelShape:
 class TrainSettings:
     """SFT hyperparameters (TRL ``SFTConfig`` fields of the same meaning)."""
 
-    steps: int = 1000
+    steps: int = 2000
     batch_size: int = 16
     learning_rate: float = 1.5e-3
     warmup_ratio: float = 0.03
