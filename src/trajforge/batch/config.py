@@ -7,7 +7,6 @@ underscores); flags given on the command line win over the file.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -198,7 +197,3 @@ def _format_validation(exc: ValidationError) -> str:
         msg = err["msg"].removeprefix("Value error, ")
         parts.append(f"--{loc.replace('_', '-')}: {msg}" if err["loc"] else msg)
     return "invalid batch configuration: " + "; ".join(parts)
-
-
-def api_key_present(cfg: BatchConfig) -> bool:
-    return cfg.api_key_env is None or bool(os.environ.get(cfg.api_key_env))

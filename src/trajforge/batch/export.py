@@ -20,14 +20,13 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
 from trajforge.tools.registry import TOOLSETS
 from trajforge.trajectory import system_prompt
 
-ExportFormat = Literal["messages", "sharegpt", "hermes", "parquet", "dpo"]
 FORMATS: tuple[str, ...] = ("messages", "sharegpt", "hermes", "parquet", "dpo")
 _HERMES_FIELDS = (
     "prompt_index",

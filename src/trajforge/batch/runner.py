@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -426,9 +426,3 @@ async def _run_locked(
         monitor.ledger.close()
         progress.close(monitor.last)
     return RunSummary(run_dir, stats, counts, session, sum(cut.values()))
-
-
-def clear_stale_tmp(run_dir: Path) -> None:
-    for tmp in run_dir.glob(".*.tmp"):
-        with suppress(OSError):
-            tmp.unlink()

@@ -7,9 +7,10 @@ event loop with this one. Fast tokenizers refuse concurrent use of one instance 
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from transformers import PreTrainedTokenizerBase
 
 from trajforge.llm.parsers import ToolCallParser
-from trajforge.serve.engine import Engine, SequenceHandle
+from trajforge.serve.engine import Engine, EngineError, SequenceHandle
 from trajforge.serve.protocol import APIError, validation_error
 from trajforge.serve.sampling import SamplingSpec
 
@@ -108,3 +109,16 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+
+
+@contextlib.asynccontextmanager
+async def owned_sequences(handles: list[SequenceHandle]) -> AsyncIterator[list[SequenceHandle]]:
+    """Own a request's sequences: an engine failure becomes an OpenAI-shaped 500, and whatever is
+    still generating when the request ends (client gone, error, early return) is cancelled."""
+    try:
+        yield handles
+    except EngineError as exc:
+        raise APIError(500, str(exc)) from exc
+    finally:
+        for h in handles:
+            h.cancel()  # no-op for finished sequences

@@ -23,7 +23,7 @@ from trajforge.serve.chat import (
     prompt_opens_reasoning,
     template_messages,
 )
-from trajforge.serve.context import CTX, ServerContext, json_ok, new_id, read_body, usage
+from trajforge.serve.context import CTX, ServerContext, json_ok, new_id, owned_sequences, read_body, usage
 from trajforge.serve.engine import EngineError, SequenceHandle, SequenceResult, TokenEvent
 from trajforge.serve.protocol import APIError, ChatCompletionRequest
 from trajforge.serve.sse import merged, open_stream, send, send_done
@@ -92,16 +92,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         req.spec(max_tokens=max_tokens, defaults=defaults, top_logprobs=top, index=i) for i in range(req.n)
     ]
     splitter = OutputSplitter(ctx.parser if tools else None, tools, prompt_opens_reasoning(prompt_text))
-    handles = ctx.submit_all(prompt_ids, specs)
-    try:
+    async with owned_sequences(ctx.submit_all(prompt_ids, specs)) as handles:
         if req.stream:
             return await _stream(request, ctx, req, handles, splitter, prompt_ids)
         results = await asyncio.gather(*(h.result() for h in handles))
-    except EngineError as exc:
-        raise APIError(500, str(exc)) from exc
-    finally:
-        for h in handles:
-            h.cancel()  # no-op for finished sequences; stops the rest when we leave early
     return json_ok(_response(ctx, req, prompt_ids, results, splitter))
 
 

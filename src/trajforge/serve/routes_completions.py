@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from trajforge.serve.context import CTX, ServerContext, json_ok, new_id, read_body, usage
+from trajforge.serve.context import CTX, ServerContext, json_ok, new_id, owned_sequences, read_body, usage
 from trajforge.serve.engine import EngineError, SequenceHandle, SequenceResult, TokenEvent
 from trajforge.serve.protocol import APIError, CompletionRequest
 from trajforge.serve.sse import merged, open_stream, send, send_done
@@ -66,9 +66,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
     ctx.check_model(req.model)
     prompts = [ctx.engine.check_prompt(p) for p in prompt_list(ctx, req.prompt)]
     top = req.logprobs or 0
-    handles: list[SequenceHandle] = []
     owners: list[int] = []  # prompt index of each sequence
-    try:
+    async with owned_sequences([]) as handles:
         for p_idx, ids in enumerate(prompts):
             max_tokens = ctx.max_tokens(len(ids), req.max_tokens)
             specs = [
@@ -82,11 +81,6 @@ async def completions(request: web.Request) -> web.StreamResponse:
         if req.stream:
             return await _stream(request, ctx, req, handles, prompts, owners)
         results = await asyncio.gather(*(h.result() for h in handles))
-    except EngineError as exc:
-        raise APIError(500, str(exc)) from exc
-    finally:
-        for h in handles:
-            h.cancel()
     lp = _Logprobs(ctx, req.return_tokens_as_token_ids)
     choices = [_choice(i, r, req, lp) for i, r in enumerate(results)]
     return json_ok(
