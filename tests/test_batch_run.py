@@ -404,3 +404,32 @@ async def test_exports(tmp_path: Path, scripted_server: Callable) -> None:
         cache_dir=str(tmp_path / "hf"),
     )
     assert ds.num_rows == 3
+
+
+@pytest.mark.bwrap
+async def test_reused_sandboxes_leak_nothing_between_samples(
+    tmp_path: Path, scripted_server: Callable
+) -> None:
+    """With sandbox reuse on (the batch default), every sample still starts in a fresh sandbox:
+    a marker file, a scratch file and a background process left by one sample are gone for the next."""
+    command = (
+        "echo leftover-sleeps=$(pgrep -c -x sleep); cat marker /tmp/scratch 2>/dev/null || echo FRESH-START; "
+        "echo used > marker; echo used > /tmp/scratch; (sleep 1041 &); sleep 0.1"
+    )
+    srv = await scripted_server(tool_then_answer(calls_per_sample=1, command=command))
+    _dataset(tmp_path / "prompts.jsonl", [f"p{i}" for i in range(12)])
+    cfg = _cfg(tmp_path, srv, sandbox="bwrap", concurrency=3)
+    assert cfg.sandbox_reuse and cfg.sandbox_config().reuse
+    factory = create_sandbox_factory(cfg.sandbox_config())
+    try:
+        await run_batch(cfg, sandbox_factory=factory)
+    finally:
+        await factory.aclose()
+    recs = _lines(cfg.run_dir / "trajectories.jsonl")
+    assert len(recs) == 12
+    for rec in recs:
+        tool_turn = next(t["value"] for t in rec["conversations"] if t["from"] == "tool")
+        assert "leftover-sleeps=0" in tool_turn and "FRESH-START" in tool_turn, tool_turn
+        assert "used" not in tool_turn, tool_turn
+    assert factory.stats.reused >= 8, factory.stats  # 12 samples on at most 3 (+1 preflight) sandboxes
+    assert factory.stats.discarded == {}

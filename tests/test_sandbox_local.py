@@ -114,3 +114,17 @@ def test_unknown_backend_is_a_clear_error():
     config = SandboxConfig.model_construct(kind="chroot")
     with pytest.raises(ValueError, match="unknown sandbox backend"):
         create_sandbox_factory(config)
+
+
+async def test_session_state_survives_odd_values_and_shell_settings(sandbox):
+    """The EXIT trap saves the session with bash builtins only; values with newlines, '=' and
+    NUL-free oddities, a changed IFS, or a shadowing function must not corrupt it."""
+    await sandbox.exec(
+        "export MULTI=$'line1\\nline2' EQ='a=b=c' EMPTY= SPACEY='  x  '; IFS=:; "
+        "printf() { echo hijacked; }; pwd() { echo /nowhere; }; mkdir -p 'dir with space' && cd 'dir with space'"
+    )
+    out = await sandbox.exec('echo "[$MULTI]"; echo "[$EQ][$EMPTY][$SPACEY]"; builtin pwd')
+    assert out.output == f"[line1\nline2]\n[a=b=c][][  x  ]\n{sandbox.workdir}/dir with space\n"
+    await sandbox.exec("unset EQ; exit 3")  # state is saved whatever way the command exits
+    out = await sandbox.exec('echo "[${EQ-unset}]"')
+    assert out.output == "[unset]\n"

@@ -49,9 +49,7 @@ class Sandbox(Protocol):
     task_id: str
     workdir: str
 
-    async def exec(
-        self, command: str, *, timeout: float | None = None, cwd: str | None = None
-    ) -> ExecResult:
+    async def exec(self, command: str, *, timeout: float | None = None, cwd: str | None = None) -> ExecResult:
         """Run ``command`` in the persistent session (``cd`` and ``export`` carry over)."""
         ...
 
@@ -64,8 +62,10 @@ class Sandbox(Protocol):
 
 @runtime_checkable
 class SandboxFactory(Protocol):
-    """Builds one sandbox per rollout."""
+    """Builds one sandbox per rollout.
 
-    async def create(
-        self, task_id: str, *, image: str | None = None, cwd: str | None = None
-    ) -> Sandbox: ...
+    A factory may keep closed sandboxes for reuse (after a verified reset); such a factory also
+    has ``async def aclose()``, which :func:`trajforge.sandbox.close_factory` calls when present.
+    """
+
+    async def create(self, task_id: str, *, image: str | None = None, cwd: str | None = None) -> Sandbox: ...

@@ -62,6 +62,9 @@ class BatchConfig(BaseModel):
     seed: int = Field(0, description="base seed; per-sample seeds derive from it and the key")
     sandbox: SandboxKind = Field("bwrap", description="sandbox backend: bwrap, local, docker")
     sandbox_network: bool = Field(False, description="allow network inside sandboxes")
+    sandbox_reuse: bool = Field(
+        True, description="reset and reuse a finished sample's sandbox for the next one (verified; bwrap)"
+    )
     command_timeout: float = Field(60.0, gt=0, description="default timeout of one sandbox command")
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0)
@@ -151,6 +154,7 @@ class BatchConfig(BaseModel):
         return SandboxConfig(
             kind=self.sandbox,
             network=self.sandbox_network,
+            reuse=self.sandbox_reuse,
             command_timeout_s=self.command_timeout,
             root_dir=str(root_dir) if root_dir else None,
         )

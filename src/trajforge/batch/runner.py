@@ -25,8 +25,9 @@ import orjson
 
 import trajforge
 from trajforge.batch.config import BatchConfig
-from trajforge.batch.dataset import BadRow, DatasetError, LoadedDataset, Sample, load_dataset
+from trajforge.batch.dataset import INDEX_FILE, BadRow, DatasetError, DatasetIndex, index_dataset, save_index
 from trajforge.batch.ledger import Ledger
+from trajforge.batch.plan import plan_run
 from trajforge.batch.progress import NullProgress, ProgressSink, Snapshot
 from trajforge.batch.records import Attempting, Outcome, build_line
 from trajforge.batch.scheduler import LEDGER_FILE, WorkerSpec, build_model, run_worker, worker_process_main
@@ -42,7 +43,7 @@ from trajforge.batch.writer import (
 from trajforge.distributions import UnknownDistributionError, get_distribution
 from trajforge.llm.endpoint import embedded_endpoint
 from trajforge.protocols import ChatModel, SandboxFactory
-from trajforge.sandbox import create_sandbox_factory
+from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.tools.registry import ToolRegistry, UnknownToolsetError, check_toolsets, default_registry
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class RunSummary:
 class Prepared:
     """The run's fixed facts, computed once before any worker starts."""
 
-    dataset: LoadedDataset
+    dataset: DatasetIndex
     run_tools: list[str]
     tool_schemas: list[dict[str, Any]]
     prefill: list[dict[str, Any]]
@@ -101,7 +102,13 @@ def prepare(cfg: BatchConfig, registry: ToolRegistry) -> Prepared:
     tools = registry.for_toolsets(toolsets)
     prefill = _load_prefill(cfg.prefill_messages)
     try:
-        dataset = load_dataset(cfg.dataset, skip_bad_rows=cfg.skip_bad_rows, max_samples=cfg.max_samples)
+        # A resume reuses the keys saved in the run directory for the bytes they were built from.
+        dataset = index_dataset(
+            cfg.dataset,
+            skip_bad_rows=cfg.skip_bad_rows,
+            max_samples=cfg.max_samples,
+            cache=cfg.run_dir / INDEX_FILE,
+        )
     except DatasetError as exc:
         raise RunError(str(exc)) from None
     return Prepared(dataset, [t.name for t in tools], registry.schemas(tools), prefill)
@@ -154,6 +161,7 @@ async def preflight(cfg: BatchConfig, model: ChatModel | None, factory: SandboxF
             raise RunError(f"endpoint check failed: {exc}") from None
         finally:
             await probe.aclose()
+    own = factory is None
     factory = factory or create_sandbox_factory(cfg.sandbox_config())
     try:
         sandbox = await factory.create("trajforge-preflight")
@@ -162,6 +170,9 @@ async def preflight(cfg: BatchConfig, model: ChatModel | None, factory: SandboxF
         raise RunError(
             f"sandbox backend {cfg.sandbox!r} cannot start: {exc}; choose another with --sandbox"
         ) from None
+    finally:
+        if own:
+            await close_factory(factory)
 
 
 _SAMPLE_DEFINING = ("distribution", "toolsets", "seed")
@@ -275,28 +286,6 @@ def _snapshot(agg: Aggregate, session: Aggregate, total: int, elapsed: float) ->
     )
 
 
-def _plan(
-    done: dict[str, int], data: LoadedDataset
-) -> tuple[list[Sample], list[BadRow], list[tuple[str, int]]]:
-    """(samples to run, bad rows to record, ledger upserts) in one pass over the dataset.
-
-    Samples not done become (or stay) pending; done ones whose row moved take their new index,
-    so a reordered dataset merges in its new order.
-    """
-    todo: list[Sample] = []
-    bad: list[BadRow] = []
-    upserts: list[tuple[str, int]] = []
-    for items, out in ((data.samples, todo), (data.bad_rows, bad)):
-        for item in items:
-            idx = done.get(item.key)
-            if idx is None:
-                out.append(item)  # type: ignore[arg-type]
-                upserts.append((item.key, item.index))
-            elif idx != item.index:
-                upserts.append((item.key, item.index))
-    return todo, bad, upserts
-
-
 def _partition(items: list[Any], parts: int) -> list[list[Any]]:
     return [items[i::parts] for i in range(parts)]
 
@@ -390,9 +379,14 @@ async def _run_locked(
         cut = repair_shards(run_dir, ledger)
         session = ledger.next_session()
         data = prep.dataset
-        todo, bad, upserts = _plan(ledger.done_indexes(), data)
-        ledger.add_pending(upserts)
-        _commit_bad_rows(cfg, ledger, bad, session, prep.run_tools)
+        plan = plan_run(ledger, data)
+        ledger.add_pending(plan.upserts, plan.mark)
+        _commit_bad_rows(cfg, ledger, plan.bad, session, prep.run_tools)
+        todo = plan.todo
+        try:
+            save_index(data, run_dir / INDEX_FILE)  # the next start parses only rows added since
+        except OSError as exc:  # only costs the next start a full parse
+            log.warning("could not save the dataset index in %s: %s", run_dir, exc)
     finally:
         ledger.close()
     monitor = _Monitor(cfg, data.total_rows, session, progress)

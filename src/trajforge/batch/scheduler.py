@@ -28,7 +28,7 @@ from trajforge.batch.records import Attempting, Outcome, build_line, classify
 from trajforge.batch.writer import SHARDS_DIR, Finished, ShardWriter
 from trajforge.distributions import derive_seed, get_distribution, sample_toolsets
 from trajforge.protocols import ChatModel, SandboxFactory
-from trajforge.sandbox import SandboxUnavailableError, create_sandbox_factory
+from trajforge.sandbox import SandboxUnavailableError, close_factory, create_sandbox_factory
 from trajforge.tools.registry import ToolRegistry, default_registry
 
 LEDGER_FILE = "ledger.sqlite"
@@ -246,7 +246,7 @@ async def run_worker(
     """Run one worker to the end; returns how many samples it committed."""
     cfg = spec.config
     run_dir = cfg.run_dir
-    own_model = model is None
+    own_model, own_factory = model is None, sandbox_factory is None
     model = model if model is not None else build_model(cfg)
     factory = sandbox_factory or create_sandbox_factory(cfg.sandbox_config())
     ledger = Ledger(run_dir / LEDGER_FILE)
@@ -266,6 +266,8 @@ async def run_worker(
     finally:
         if own_model:
             await model.aclose()
+        if own_factory:
+            await close_factory(factory)
         ledger.close()
     return writer.committed
 

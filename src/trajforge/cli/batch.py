@@ -50,6 +50,13 @@ def batch(
     resume: Annotated[bool | None, typer.Option("--resume", help="continue an existing run")] = None,
     seed: Annotated[int | None, typer.Option(help="base seed for per-sample toolsets [0]")] = None,
     sandbox: Annotated[str | None, typer.Option(help="sandbox backend: bwrap|local|docker [bwrap]")] = None,
+    sandbox_reuse: Annotated[
+        bool | None,
+        typer.Option(
+            "--sandbox-reuse/--no-sandbox-reuse",
+            help="reset (verified) and reuse a finished sample's sandbox instead of building a new one [on]",
+        ),
+    ] = None,
     max_tokens: Annotated[int | None, typer.Option(help="max tokens per model call")] = None,
     temperature: Annotated[float | None, typer.Option(help="sampling temperature")] = None,
     reasoning_effort: Annotated[str | None, typer.Option(help="low|medium|high")] = None,
@@ -118,6 +125,7 @@ def batch(
         resume=resume,
         seed=seed,
         sandbox=sandbox,
+        sandbox_reuse=sandbox_reuse,
         max_tokens=max_tokens,
         temperature=temperature,
         reasoning_effort=reasoning_effort,

@@ -41,6 +41,17 @@ def create_sandbox_factory(config: SandboxConfig | None = None) -> SandboxFactor
     return factory_cls(config)
 
 
+async def close_factory(factory: object) -> None:
+    """Release what a factory keeps between sandboxes (reusable idle sandboxes), if anything.
+
+    ``aclose`` is optional in :class:`trajforge.protocols.SandboxFactory`: a factory that keeps
+    nothing (most test doubles) need not have one.
+    """
+    aclose = getattr(factory, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
 __all__ = [
     "ExecResult",
     "ProcessSandbox",
@@ -50,5 +61,6 @@ __all__ = [
     "SandboxLimits",
     "SandboxStartError",
     "SandboxUnavailableError",
+    "close_factory",
     "create_sandbox_factory",
 ]

@@ -85,6 +85,7 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
     """Sandboxes inside bubblewrap; ``workdir`` is ``/workspace`` and ``scratch_dir`` is ``/tmp``."""
 
     kind = "bwrap"
+    supports_reuse = True  # its own pid namespace: the agent's reset can reach every process
 
     def __init__(self, config) -> None:
         super().__init__(config)
@@ -149,6 +150,7 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             INSIDE_AGENT,
             INSIDE_WORKDIR,
             INSIDE_SCRATCH,
+            *(["--reusable"] if self.reuse else []),
         ]
 
     async def _check(self) -> None:
@@ -174,7 +176,7 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             fds = _open_paths(layout)
             try:
                 argv = self._bwrap_argv(fds, uid)
-                python_at = argv.index(first_existing(_PYTHONS) or "", len(argv) - 8)
+                python_at = argv.index(first_existing(_PYTHONS) or "", len(argv) - 9)
                 argv[python_at:] = ["/bin/sh", "-c", "echo ok > /workspace/probe"]  # the agent's place
                 proc = await asyncio.create_subprocess_exec(
                     *argv,

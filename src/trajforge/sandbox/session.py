@@ -149,6 +149,22 @@ class AgentSession:
         except ValueError as exc:
             raise AgentError(f"unreadable answer from the sandbox exec agent: {line[:200]!r}") from exc
 
+    async def reset(self, timeout_s: float = 15.0) -> str | None:
+        """Ask the agent to put its sandbox back into the starting state (``op: reset``).
+
+        None when it did and verified it; otherwise why not (the caller discards the sandbox).
+        """
+        if not self.alive():
+            return "the exec agent is not running"
+        try:
+            async with asyncio.timeout(timeout_s), self._lock:
+                answer = await self._call({"op": "reset"})
+        except (TimeoutError, AgentError, OSError) as exc:
+            return f"reset failed: {exc or type(exc).__name__}"
+        if answer.get("reset") is True:
+            return None
+        return str(answer.get("reason") or "reset refused")
+
     async def close(self, grace_s: float = 5.0) -> None:
         """Ask the agent to kill its process groups and exit; kill it if it does not."""
         if self.alive():

@@ -54,6 +54,13 @@ class SandboxConfig(BaseModel):
     )
     docker_image: str = Field("python:3.11-slim", description="image for the docker backend")
     keep: bool = Field(False, description="keep the sandbox directory after close (debugging)")
+    reuse: bool = Field(
+        False,
+        description="after a rollout, reset its sandbox (processes killed, files removed, session "
+        "forgotten; verified) and give it to the next rollout instead of building a new one "
+        "(bwrap only). The factory then keeps idle sandboxes: close it with `aclose()` or "
+        "`async with`. The batch runner turns this on",
+    )
     env: dict[str, str] = Field(
         default_factory=dict, description="extra environment variables for commands (no secrets)"
     )

@@ -1,0 +1,234 @@
+"""Sandbox reuse: a reset sandbox must be indistinguishable from a fresh one, or be discarded.
+
+Everything here runs the real bubblewrap backend; "fresh" is checked from inside (what the next
+rollout can observe) and from the host (processes, directories, cgroup).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from trajforge.sandbox import SandboxConfig, SandboxLimits, create_sandbox_factory
+from trajforge.sandbox import agent as agent_module
+
+pytestmark = [
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
+
+
+def _factory(tmp_path: Path, **kw):
+    return create_sandbox_factory(
+        SandboxConfig(kind="bwrap", reuse=True, command_timeout_s=20, root_dir=str(tmp_path / "sb"), **kw)
+    )
+
+
+def _host_processes(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def _alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+# A rollout that leaves every kind of state behind it: files (also unreadable ones), scratch
+# files, session cwd/env, background processes (plain, nohup, setsid, double-forked), a System V
+# shared memory segment.
+_MESS = (
+    "mkdir -p sub/locked && echo secret > sub/locked/f && chmod 000 sub/locked && "
+    "echo scratch > /tmp/left && export LEAK=1 && cd sub && "
+    "(sleep 1031 &) ; nohup sleep 1031 >/dev/null 2>&1 & setsid sleep 1031 & "
+    "ipcmk -M 4096 >/dev/null; echo done"
+)
+
+
+async def test_reset_sandbox_is_reused_and_looks_fresh(tmp_path):
+    async with _factory(tmp_path) as factory:
+        first = await factory.create("a")
+        agent_pid = first.session.pid
+        mess = await first.exec(_MESS)
+        assert mess.output.strip().endswith("done")
+        assert _host_processes("sleep\x001031")
+        await first.close()
+
+        assert _host_processes("sleep\x001031") == []  # reset killed them all, at once
+        second = await factory.create("b")
+        assert second.session.pid == agent_pid  # the same sandbox, not a new one
+        assert factory.stats.created == 1 and factory.stats.reused == 1
+        seen = await second.exec(
+            'ls -A; ls -A /tmp | grep -v trajforge-session; echo "[$LEAK]"; pwd; ipcs -m | grep -c 0x'
+        )
+        assert seen.output.split("\n")[:3] == ["[]", "/workspace", "0"], seen.output
+        ps = await second.exec("ps -eo comm= | sort | uniq -c")
+        assert "sleep" not in ps.output
+        await second.close()
+
+
+async def test_old_handle_cannot_reach_the_next_rollout(tmp_path):
+    async with _factory(tmp_path) as factory:
+        first = await factory.create("a")
+        await first.close()
+        second = await factory.create("b")
+        assert second.resident is first.resident
+        for call in (first.exec("echo hi"), first.read_bytes("x"), first.write_bytes("x", b"1")):
+            with pytest.raises(RuntimeError, match="closed"):
+                await call
+        await second.close()
+
+
+async def test_cwd_and_setup_files_on_a_reused_sandbox(tmp_path):
+    start = tmp_path / "start"
+    (start / "pkg").mkdir(parents=True)
+    (start / "pkg" / "mod.py").write_text("VALUE = 7\n")
+    async with _factory(tmp_path) as factory:
+        warm = await factory.create("warm")
+        await warm.exec("echo old > old.txt")
+        await warm.close()
+        sb = await factory.create("row", cwd=str(start))
+        assert factory.stats.reused == 1
+        await sb.write_bytes("notes/a.txt", b"hello")
+        out = await sb.exec(
+            "ls -A; cat pkg/mod.py; echo more >> pkg/mod.py && echo writable; cat notes/a.txt"
+        )
+        assert out.output == "notes\npkg\nVALUE = 7\nwritable\nhello", out.output
+        await sb.close()
+    assert (start / "pkg" / "mod.py").read_text() == "VALUE = 7\n"  # the original is untouched
+
+
+async def test_restored_workdir_mode_and_fork_bomb(tmp_path):
+    async with _factory(tmp_path, limits=SandboxLimits(max_processes=48)) as factory:
+        sb = await factory.create("bomb")
+        await sb.exec("chmod 000 /workspace /tmp; :(){ :|:& };:", timeout=2)
+        await sb.close()
+        again = await factory.create("next")
+        out = await again.exec("touch ok && ls; ps -e | wc -l")
+        lines = out.output.split()
+        assert lines[0] == "ok" and int(lines[1]) <= 6, out.output  # bwrap, agent, bash, ps, wc + header
+        assert factory.stats.reused == 1, factory.stats
+        await again.close()
+
+
+async def test_a_dead_agent_means_a_fresh_sandbox(tmp_path):
+    async with _factory(tmp_path) as factory:
+        sb = await factory.create("a")
+        old_root = sb.layout.root
+        await sb.exec("kill -9 $PPID")  # the exec agent: the session restarts a whole new sandbox
+        assert (await sb.exec("echo back")).output.endswith("back\n")
+        await sb.close()
+        assert factory.stats.discarded == {"exec agent was restarted": 1}
+        assert not old_root.exists()
+        fresh = await factory.create("b")
+        assert factory.stats.created == 2 and factory.stats.reused == 0
+        await fresh.close()
+
+
+async def test_max_uses_and_max_idle(tmp_path):
+    async with _factory(tmp_path) as factory:
+        factory.max_uses = 2
+        pids = []
+        for name in "abc":
+            sb = await factory.create(name)
+            pids.append(sb.session.pid)
+            await sb.close()
+        assert pids[0] == pids[1] != pids[2]
+        assert factory.stats.discarded == {"reached max_uses": 1}
+
+        factory.max_uses, factory.max_idle = 100, 1
+        a, b = await factory.create("a"), await factory.create("b")
+        await a.close()
+        await b.close()  # the pool is full: b is destroyed, not kept
+        assert len(factory._idle) == 1 and not b.layout.root.exists()
+
+
+async def test_aclose_and_forgotten_factory_remove_idle_sandboxes(tmp_path):
+    factory = _factory(tmp_path)
+    sb = await factory.create("a")
+    await sb.exec("sleep 1032 >/dev/null 2>&1 &")
+    root, cgroup_dirs, pid = sb.layout.root, list(sb.cgroup.dirs.values()), sb.session.pid
+    await sb.close()
+    assert root.exists() and _alive(pid)  # idle, waiting for the next rollout
+    await factory.aclose()
+    assert not root.exists() and not any(d.exists() for d in cgroup_dirs)
+    assert not _alive(pid) and _host_processes("sleep\x001032") == []
+    with pytest.raises(RuntimeError, match="closed"):
+        await factory.create("late")
+
+    forgotten = _factory(tmp_path / "f")
+    sb = await forgotten.create("b")
+    root = sb.layout.root
+    await sb.close()
+    del forgotten, sb
+    gc.collect()  # the finalizer removes what nobody closed
+    assert not root.exists()
+
+
+async def test_reuse_off_builds_every_sandbox(tmp_path):
+    factory = create_sandbox_factory(SandboxConfig(kind="bwrap", root_dir=str(tmp_path / "sb")))
+    a = await factory.create("a")
+    root = a.layout.root
+    await a.close()
+    assert not root.exists()
+    b = await factory.create("b")
+    await b.close()
+    assert factory.stats.created == 2 and factory.stats.reused == 0
+
+
+async def test_local_backend_never_reuses(tmp_path):
+    factory = create_sandbox_factory(SandboxConfig(kind="local", reuse=True, root_dir=str(tmp_path / "sb")))
+    a = await factory.create("a")
+    root = a.layout.root
+    await a.close()
+    assert not root.exists() and factory.stats.created == 1
+    await factory.aclose()
+
+
+async def test_concurrent_rollouts_on_reused_sandboxes_stay_apart(tmp_path):
+    async with _factory(tmp_path) as factory:
+
+        async def rollout(i: int) -> str:
+            sb = await factory.create(f"r{i}")
+            try:
+                out = await sb.exec(f"cat marker 2>/dev/null || echo fresh; echo {i} > marker; ls /tmp")
+                return out.output
+            finally:
+                await sb.close()
+
+        outputs = []
+        for _ in range(3):
+            outputs += await asyncio.gather(*(rollout(i) for i in range(4)))
+        assert all(o.startswith("fresh\n") for o in outputs), outputs
+        assert factory.stats.reused >= 8
+
+
+def test_reset_guard_refuses_outside_a_bwrap_pid_namespace():
+    # reset() kills with kill(-1): the guard is what keeps it from reaching host processes.
+    assert agent_module._in_own_pid_namespace() is False
+
+
+def test_tree_snapshot_sees_additions_and_changes(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f").write_text("x")
+    os.symlink("d/f", tmp_path / "link")
+    before = agent_module._tree(str(tmp_path))
+    assert agent_module._tree(str(tmp_path)) == before
+    (tmp_path / "d" / "g").write_text("new")
+    added = set(agent_module._tree(str(tmp_path))) - set(before)
+    assert added == {str(tmp_path / "d" / "g")}
+    agent_module._remove(str(tmp_path / "d" / "g"))
+    os.chmod(tmp_path / "d", 0o700)
+    now = agent_module._tree(str(tmp_path))
+    assert set(now) == set(before) and now != before  # a mode change is a difference
