@@ -6,8 +6,11 @@ sandbox. Prints trajectories/s, CPU seconds per trajectory (this process + its r
 workers and sandboxes; the endpoint is not counted) and the ratio to the latency-bound ideal
 ``concurrency / (calls x latency)``.
 
+The same settings are then run again with ``--no-sandbox-reuse`` (a new sandbox per sample, as
+before reuse existed) as the baseline of this run, and the speed-up is printed.
+
     .venv/bin/python benchmarks/batch_throughput.py --samples 1200 --sandbox bwrap
-    .venv/bin/python benchmarks/batch_throughput.py --samples 1200 --sandbox local --workers 2
+    .venv/bin/python benchmarks/batch_throughput.py --samples 1200 --sandbox local --workers 2 --no-baseline
 """
 
 from __future__ import annotations
@@ -73,6 +76,63 @@ def _start_server(latency: float, port_file: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
+def _run(args: argparse.Namespace, tmp: Path, port: int, name: str, reuse: bool) -> dict:
+    dataset = tmp / "prompts.jsonl"
+    cfg = load_config(
+        None,
+        {
+            "dataset": dataset,
+            "run_name": name,
+            "output_dir": tmp / "data",
+            "model": "scripted",
+            "base_url": f"http://127.0.0.1:{port}/v1",
+            "api_key_env": "BENCH_KEY",
+            "toolsets": ["terminal"],
+            "sandbox": args.sandbox,
+            "sandbox_reuse": reuse,
+            "concurrency": args.concurrency,
+            "workers": args.workers,
+            "fsync": False if args.no_fsync else None,
+            "progress": "plain",
+        },
+    )
+    cpu0, machine0, t0 = _cpu(), _machine_cpu(), time.perf_counter()
+    if args.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        summary = prof.runcall(asyncio.run, run_batch(cfg, progress=PlainProgress(name, every_s=5)))
+        prof.dump_stats(f"{args.profile}.{name}")
+    else:
+        summary = asyncio.run(run_batch(cfg, progress=PlainProgress(name, every_s=5)))
+    wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
+    machine = _machine_cpu() - machine0
+    stats = summary.statistics
+    rate = stats["session"]["throughput_per_s"]
+    ideal = cfg.concurrency * cfg.workers / (CALLS * args.latency)
+    n = max(args.samples, 1)
+    return {
+        "sandbox": args.sandbox,
+        "sandbox_reuse": reuse,
+        "workers": cfg.workers,
+        "concurrency_per_worker": cfg.concurrency,
+        "samples": args.samples,
+        "status_counts": stats["status_counts"],
+        "sandboxes": stats["sandboxes"],
+        "wall_s_incl_startup": round(wall, 2),
+        "trajectories_per_s": rate,
+        "cpu_s_per_trajectory": round(cpu / n, 4),
+        "machine_cpu_s_per_trajectory": round(machine / n, 4),
+        "machine_busy_fraction": round(machine / (wall * (os.cpu_count() or 1)), 3),
+        "ideal_per_s": round(ideal, 1),
+        "ratio_to_ideal": round(rate / ideal, 3),
+        "latency_p50_s": stats["latency_s"]["p50"],
+        "mean_sample_s": stats["latency_s"]["mean"],
+        "mean_model_s": round(stats["model_time_s"] / n, 3),
+        "mean_tool_s": round(stats["tool_time_s"] / n, 3),
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--samples", type=int, default=1200)
@@ -81,79 +141,34 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=None, help="default: the batch default")
     p.add_argument("--workers", type=int, default=None, help="default: the batch default")
     p.add_argument("--no-fsync", action="store_true")
-    p.add_argument("--profile", default=None, help="write a cProfile of the parent to this file")
+    p.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="skip the baseline run (same settings, --no-sandbox-reuse: a new sandbox per sample)",
+    )
+    p.add_argument("--profile", default=None, help="write cProfiles of the parent to PROFILE.<run>")
     args = p.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="tf-bench-"))
     server = _start_server(args.latency, tmp / "port")
     try:
         port = int((tmp / "port").read_text())
-        dataset = tmp / "prompts.jsonl"
-        dataset.write_bytes(
+        (tmp / "prompts.jsonl").write_bytes(
             b"".join(orjson.dumps({"prompt": f"task {i}"}) + b"\n" for i in range(args.samples))
         )
         os.environ.setdefault("BENCH_KEY", "unused")
-        cfg = load_config(
-            None,
-            {
-                "dataset": dataset,
-                "run_name": "bench",
-                "output_dir": tmp / "data",
-                "model": "scripted",
-                "base_url": f"http://127.0.0.1:{port}/v1",
-                "api_key_env": "BENCH_KEY",
-                "toolsets": ["terminal"],
-                "sandbox": args.sandbox,
-                "concurrency": args.concurrency,
-                "workers": args.workers,
-                "fsync": False if args.no_fsync else None,
-                "progress": "plain",
-            },
-        )
-        cpu0, machine0, t0 = _cpu(), _machine_cpu(), time.perf_counter()
-        if args.profile:
-            import cProfile
-
-            prof = cProfile.Profile()
-            summary = prof.runcall(asyncio.run, run_batch(cfg, progress=PlainProgress("bench", every_s=5)))
-            prof.dump_stats(args.profile)
-        else:
-            summary = asyncio.run(run_batch(cfg, progress=PlainProgress("bench", every_s=5)))
-        wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
-        machine = _machine_cpu() - machine0
+        results = {"default": _run(args, tmp, port, "default", reuse=True)}
+        if not args.no_baseline:
+            results["baseline_no_reuse"] = _run(args, tmp, port, "baseline", reuse=False)
+            results["speedup_vs_baseline"] = round(
+                results["default"]["trajectories_per_s"] / results["baseline_no_reuse"]["trajectories_per_s"],
+                2,
+            )
     finally:
         server.terminate()
         server.wait()
-    stats = summary.statistics
-    done = stats["status_counts"].get("completed", 0)
-    session = stats["session"]
-    rate = session["throughput_per_s"]
-    ideal = cfg.concurrency * cfg.workers / (CALLS * args.latency)
-    print(
-        orjson.dumps(
-            {
-                "sandbox": args.sandbox,
-                "workers": cfg.workers,
-                "concurrency_per_worker": cfg.concurrency,
-                "samples": args.samples,
-                "completed": done,
-                "status_counts": stats["status_counts"],
-                "wall_s_incl_startup": round(wall, 2),
-                "trajectories_per_s": rate,
-                "cpu_s_per_trajectory": round(cpu / max(args.samples, 1), 4),
-                "machine_cpu_s_per_trajectory": round(machine / max(args.samples, 1), 4),
-                "machine_busy_fraction": round(machine / (wall * (os.cpu_count() or 1)), 3),
-                "ideal_per_s": round(ideal, 1),
-                "ratio_to_ideal": round(rate / ideal, 3),
-                "latency_p50_s": stats["latency_s"]["p50"],
-                "mean_sample_s": stats["latency_s"]["mean"],
-                "mean_model_s": round(stats["model_time_s"] / max(args.samples, 1), 3),
-                "mean_tool_s": round(stats["tool_time_s"] / max(args.samples, 1), 3),
-            },
-            option=orjson.OPT_INDENT_2,
-        ).decode()
-    )
-    shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(orjson.dumps(results, option=orjson.OPT_INDENT_2).decode())
 
 
 if __name__ == "__main__":

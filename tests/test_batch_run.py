@@ -422,11 +422,13 @@ async def test_reused_sandboxes_leak_nothing_between_samples(
     assert cfg.sandbox_reuse and cfg.sandbox_config().reuse
     factory = create_sandbox_factory(cfg.sandbox_config())
     try:
-        await run_batch(cfg, sandbox_factory=factory)
+        summary = await run_batch(cfg, sandbox_factory=factory)
     finally:
         await factory.aclose()
     recs = _lines(cfg.run_dir / "trajectories.jsonl")
     assert len(recs) == 12
+    counted = summary.statistics["sandboxes"]  # statistics.json says how sandboxes were obtained
+    assert counted == {"created": factory.stats.created, "reused": factory.stats.reused, "discarded": {}}
     for rec in recs:
         tool_turn = next(t["value"] for t in rec["conversations"] if t["from"] == "tool")
         assert "leftover-sleeps=0" in tool_turn and "FRESH-START" in tool_turn, tool_turn

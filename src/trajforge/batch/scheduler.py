@@ -28,7 +28,12 @@ from trajforge.batch.records import Attempting, Outcome, build_line, classify
 from trajforge.batch.writer import SHARDS_DIR, Finished, ShardWriter
 from trajforge.distributions import derive_seed, get_distribution, sample_toolsets
 from trajforge.protocols import ChatModel, SandboxFactory
-from trajforge.sandbox import SandboxUnavailableError, close_factory, create_sandbox_factory
+from trajforge.sandbox import (
+    SandboxUnavailableError,
+    close_factory,
+    create_sandbox_factory,
+    factory_counts,
+)
 from trajforge.tools.registry import ToolRegistry, default_registry
 
 LEDGER_FILE = "ledger.sqlite"
@@ -252,6 +257,8 @@ async def run_worker(
     ledger = Ledger(run_dir / LEDGER_FILE)
     shard = run_dir / SHARDS_DIR / f"{spec.owner}.jsonl"
     writer = ShardWriter(ledger, shard, spec.owner, fsync=cfg.fsync)
+    if factory_counts(factory) is not None:
+        writer.sandbox_counts = lambda: factory_counts(factory) or {}
     worker = Worker(
         spec, model=model, sandbox_factory=factory, registry=registry or default_registry(), writer=writer
     )

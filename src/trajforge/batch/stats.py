@@ -49,6 +49,9 @@ class Aggregate:
     tool_time: float = 0.0
     first_start: float | None = None
     last_finish: float | None = None
+    # The worker's sandbox factory counters ("created", "reused", "discarded: <why>"): cumulative
+    # per writer, so they are set (not added) at each commit and summed across writers.
+    sandboxes: Counter[str] = field(default_factory=Counter)
 
     def add(self, summary: dict[str, Any]) -> None:
         """Add one committed sample (the summary dict built by :mod:`trajforge.batch.records`)."""
@@ -97,6 +100,7 @@ class Aggregate:
         self.latency_sum += other.latency_sum
         self.model_time += other.model_time
         self.tool_time += other.tool_time
+        self.sandboxes.update(other.sandboxes)
         for attr, pick in (("first_start", min), ("last_finish", max)):
             mine, theirs = getattr(self, attr), getattr(other, attr)
             if theirs is not None:
@@ -134,6 +138,7 @@ class Aggregate:
         agg.toolsets = Counter(data["toolsets"])
         agg.tokens = Counter(data["tokens"])
         agg.latency = Counter({int(k): v for k, v in data["latency"].items()})
+        agg.sandboxes = Counter(data.get("sandboxes", {}))  # absent in runs made before reuse
         for name in (
             "turns_with_reasoning",
             "turns_without_reasoning",
@@ -218,6 +223,13 @@ def build_statistics(
             "p50": agg.percentile(0.5),
             "p90": agg.percentile(0.9),
             "p99": agg.percentile(0.99),
+        },
+        "sandboxes": {
+            "created": agg.sandboxes.get("created", 0),
+            "reused": agg.sandboxes.get("reused", 0),
+            "discarded": {
+                k.removeprefix("discarded: "): v for k, v in agg.sandboxes.items() if k.startswith("discarded: ")
+            },
         },
         "model_time_s": round(agg.model_time, 3),
         "tool_time_s": round(agg.tool_time, 3),

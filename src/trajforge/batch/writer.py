@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,8 @@ class ShardWriter:
         self._closing = False
         self.aggregate = Aggregate()
         self.committed = 0
+        # Set by the worker: its sandbox factory's counters, stored with every commit.
+        self.sandbox_counts: Callable[[], dict[str, int]] | None = None
         # A flush cancelled mid-way keeps running in its thread; the final flush waits for it.
         self._lock = threading.Lock()
 
@@ -83,7 +87,9 @@ class ShardWriter:
                 self._wake.clear()
                 starts, self._starts = self._starts, []
                 batch, self._finished = self._finished, []
-                if starts or batch:
+                # The closing pass always commits: it also stores the final statistics (the
+                # sandbox counters move after the last sample, while its sandbox is reset).
+                if starts or batch or self._closing:
                     await asyncio.to_thread(self._flush, starts, batch)
                 if self._closing and not self._starts and not self._finished:
                     return
@@ -143,6 +149,8 @@ class ShardWriter:
                 off += len(item.line)
                 self.aggregate.add(s)
             self._end = off
+        if self.sandbox_counts is not None:
+            self.aggregate.sandboxes = Counter(self.sandbox_counts())
         self._ledger.commit(self._shard, self._end, commits, starts, self._owner, self.aggregate.to_bytes())
         self.committed += len(commits)
 

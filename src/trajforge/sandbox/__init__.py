@@ -52,6 +52,13 @@ async def close_factory(factory: object) -> None:
         await aclose()
 
 
+def factory_counts(factory: object) -> dict[str, int] | None:
+    """A factory's sandbox counters (created, reused, ``discarded: <why>``), when it keeps any."""
+    stats = getattr(factory, "stats", None)
+    counts = getattr(stats, "counts", None)
+    return counts() if callable(counts) else None
+
+
 __all__ = [
     "ExecResult",
     "ProcessSandbox",
@@ -62,5 +69,6 @@ __all__ = [
     "SandboxStartError",
     "SandboxUnavailableError",
     "close_factory",
+    "factory_counts",
     "create_sandbox_factory",
 ]

@@ -312,6 +312,12 @@ class ReuseStats:
     def discard(self, reason: str) -> None:
         self.discarded[reason] = self.discarded.get(reason, 0) + 1
 
+    def counts(self) -> dict[str, int]:
+        """Flat counters for run statistics: created, reused, ``discarded: <why>``."""
+        flat = {"created": self.created, "reused": self.reused}
+        flat.update({f"discarded: {why}": n for why, n in self.discarded.items()})
+        return flat
+
 
 LaunchBuilder = Callable[[Layout, SandboxCgroup], Awaitable[Launch]]
 
