@@ -78,6 +78,18 @@ async def test_reset_sandbox_is_reused_and_looks_fresh(tmp_path):
         await second.close()
 
 
+async def test_commands_cannot_reach_into_the_agent(tmp_path):
+    """The agent that performs the reset runs as the commands' uid; it is non-dumpable, so a
+    command cannot trace it or read its memory to make it lie."""
+    async with _factory(tmp_path) as factory:
+        sb = await factory.create("a")
+        out = await sb.exec("cat /proc/$PPID/environ >/dev/null 2>&1 && echo READABLE || echo DENIED")
+        assert out.output == "DENIED\n"
+        own = await sb.exec("sleep 5 & cat /proc/$!/environ >/dev/null && echo READABLE; kill $!")
+        assert own.output.startswith("READABLE")  # the check itself works on a plain process
+        await sb.close()
+
+
 async def test_old_handle_cannot_reach_the_next_rollout(tmp_path):
     async with _factory(tmp_path) as factory:
         first = await factory.create("a")
