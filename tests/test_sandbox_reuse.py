@@ -244,3 +244,18 @@ def test_tree_snapshot_sees_additions_and_changes(tmp_path):
     os.chmod(tmp_path / "d", 0o700)
     now = agent_module._tree(str(tmp_path))
     assert set(now) == set(before) and now != before  # a mode change is a difference
+
+
+async def test_a_cancelled_command_means_the_sandbox_is_not_reused(tmp_path):
+    """A rollout cancelled mid-command (sample deadline) leaves the agent busy: the sandbox is
+    discarded at once rather than reset behind a command that is still running."""
+    async with _factory(tmp_path) as factory:
+        sb = await factory.create("a")
+        task = asyncio.create_task(sb.exec("sleep 1034", timeout=30))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await sb.close()  # no reset attempt: it would wait behind the still-running command
+        assert factory.stats.discarded == {"a command was interrupted mid-call": 1}
+        assert _host_processes("sleep\x001034") == []

@@ -47,6 +47,9 @@ class AgentSession:
         self._lock = asyncio.Lock()
         self._next_id = 0
         self.restarts = 0
+        # A call abandoned between request and answer (cancelled, timed out): the agent may still
+        # be running that command, so its next answer is not ours. Such a session is not reused.
+        self.interrupted = False
 
     @property
     def pid(self) -> int | None:
@@ -130,6 +133,14 @@ class AgentSession:
         self._next_id += 1
         request["id"] = self._next_id
         try:
+            return await self._exchange(request)
+        except BaseException:
+            self.interrupted = True
+            raise
+
+    async def _exchange(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self._proc is not None and self._proc.stdin is not None
+        try:
             self._proc.stdin.write(json.dumps(request).encode() + b"\n")
             await self._proc.stdin.drain()
         except (BrokenPipeError, ConnectionResetError) as exc:
@@ -156,6 +167,8 @@ class AgentSession:
         """
         if not self.alive():
             return "the exec agent is not running"
+        if self.interrupted:
+            return "a command was interrupted mid-call"
         try:
             async with asyncio.timeout(timeout_s), self._lock:
                 answer = await self._call({"op": "reset"})
