@@ -558,7 +558,9 @@ def test_turn_from_payload_normalises_odd_but_usable_bodies():
                 "message": {
                     "content": "",
                     "reasoning": "think first",
-                    "tool_calls": [{"id": "c1", "function": {"name": "terminal", "arguments": {"command": "ls"}}}],
+                    "tool_calls": [
+                        {"id": "c1", "function": {"name": "terminal", "arguments": {"command": "ls"}}}
+                    ],
                 },
             }
         ],

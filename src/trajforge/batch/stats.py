@@ -228,7 +228,9 @@ def build_statistics(
             "created": agg.sandboxes.get("created", 0),
             "reused": agg.sandboxes.get("reused", 0),
             "discarded": {
-                k.removeprefix("discarded: "): v for k, v in agg.sandboxes.items() if k.startswith("discarded: ")
+                k.removeprefix("discarded: "): v
+                for k, v in agg.sandboxes.items()
+                if k.startswith("discarded: ")
             },
         },
         "model_time_s": round(agg.model_time, 3),
