@@ -1,12 +1,17 @@
 """How long does ``--resume`` take to start when the ledger already holds 1,000,000 done samples?
 
-Builds a run directory whose ledger and shard say 1,000,000 samples are completed, appends
-``--new`` fresh prompts to the dataset, then resumes with a real endpoint (scripted, loopback)
-and a real sandbox. Prints the time from calling ``run_batch`` until the first new sample's
-sandbox is created (the resume start-up: dataset parse + keys, ledger scan, shard repair), and
-the total time including the final merge of the million lines into trajectories.jsonl.
+Builds a run directory the way a finished run leaves it (planned by the runner's own planner,
+dataset index saved, ledger and shard saying 1,000,000 samples are completed), appends ``--new``
+fresh prompts to the dataset, then resumes with a real endpoint (scripted, loopback) and a real
+sandbox. Prints the time from calling ``run_batch`` until the first new sample's sandbox is
+created (the resume start-up: dataset keys, ledger comparison, shard repair), and the total time
+including the final merge of the million lines into trajectories.jsonl.
 
-    .venv/bin/python benchmarks/resume_million.py [--samples 1000000] [--new 20]
+``--cold`` deletes the saved dataset index and the ledger's plan mark first: the start-up of a
+run made by an older trajforge, or whose dataset was edited near the top (full parse and full
+comparison).
+
+    .venv/bin/python benchmarks/resume_million.py [--samples 1000000] [--new 20] [--cold]
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ from typing import Any
 import orjson
 
 from trajforge.batch.config import load_config
-from trajforge.batch.dataset import load_dataset
+from trajforge.batch.dataset import INDEX_FILE, index_dataset, save_index
 from trajforge.batch.ledger import Commit, Ledger
+from trajforge.batch.plan import plan_run
 from trajforge.batch.runner import run_batch
 from trajforge.batch.stats import Aggregate
 from trajforge.sandbox import create_sandbox_factory
@@ -45,21 +51,25 @@ class _FirstCreate:
         return await self.inner.create(task_id, **kw)
 
 
-def _build(tmp: Path, n: int, new: int) -> tuple[Path, Path]:
+def _prompts(start: int, stop: int) -> bytes:
+    return b"".join(orjson.dumps({"prompt": f"task number {i}"}) + b"\n" for i in range(start, stop))
+
+
+def _build(tmp: Path, n: int, new: int, cold: bool) -> tuple[Path, Path]:
     dataset = tmp / "prompts.jsonl"
-    with open(dataset, "wb") as fh:
-        for i in range(n + new):
-            fh.write(orjson.dumps({"prompt": f"task number {i}"}) + b"\n")
-    done = load_dataset(dataset).samples[:n]
+    dataset.write_bytes(_prompts(0, n))
     run_dir = tmp / "data" / "million"
     (run_dir / "shards").mkdir(parents=True)
     ledger = Ledger(run_dir / "ledger.sqlite")
     ledger.next_session()
-    ledger.add_pending((s.key, s.index) for s in done)
+    index = index_dataset(dataset)
+    plan = plan_run(ledger, index)  # what the first session of the run did
+    ledger.add_pending(plan.upserts, plan.mark)
+    save_index(index, run_dir / INDEX_FILE)
     shard = run_dir / "shards" / "s0001-w000.jsonl"
     commits, off = [], 0
     with open(shard, "wb") as fh:
-        for s in done:
+        for s in plan.todo:
             line = orjson.dumps({"prompt_index": s.index, "key": s.key, "status": "completed"}) + b"\n"
             fh.write(line)
             commits.append(Commit(s.key, "completed", "final_answer", off, len(line), 0.0, b"{}", b"{}"))
@@ -67,7 +77,12 @@ def _build(tmp: Path, n: int, new: int) -> tuple[Path, Path]:
     agg = Aggregate()
     agg.status["completed"] = n
     ledger.commit(shard.name, off, commits, [], "s0001-w000", agg.to_bytes())
+    if cold:
+        ledger.set_meta("plan", "")
+        (run_dir / INDEX_FILE).unlink()
     ledger.close()
+    with open(dataset, "ab") as fh:  # the user extends the dataset, then resumes
+        fh.write(_prompts(n, n + new))
     return dataset, run_dir
 
 
@@ -75,11 +90,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--samples", type=int, default=1_000_000)
     p.add_argument("--new", type=int, default=20)
+    p.add_argument("--cold", action="store_true", help="no saved dataset index, no plan mark")
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="tf-million-"))
     try:
         t0 = time.perf_counter()
-        dataset, run_dir = _build(tmp, args.samples, args.new)
+        dataset, run_dir = _build(tmp, args.samples, args.new, args.cold)
         print(f"built a run with {args.samples:,} completed samples in {time.perf_counter() - t0:.1f}s")
         os.environ.setdefault("BENCH_KEY", "unused")
         with ScriptedServer(echo_policy).in_thread() as srv:
@@ -110,6 +126,7 @@ def main() -> None:
                 {
                     "completed_in_ledger": args.samples,
                     "new_samples": args.new,
+                    "cold": args.cold,
                     "resume_start_s": round(factory.first - start, 2),
                     "total_with_merge_s": round(total, 2),
                     "status_counts": stats["status_counts"],

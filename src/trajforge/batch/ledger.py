@@ -5,13 +5,17 @@ fsynced) to a shard file *before* the transaction that marks its sample done; th
 also moves the shard's committed end and the writer's statistics, so after a ``kill -9`` the
 ledger, the shards and the statistics agree: bytes past a shard's committed end are uncommitted
 and are truncated on resume, and their samples (still pending/running) run again.
+
+A sample's key and dataset index change only in :meth:`Ledger.add_pending`, which also stores the
+:class:`PlanMark` of the dataset rows it registered; :mod:`trajforge.batch.plan` relies on that to
+resume without reading back every done sample.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +23,11 @@ import orjson
 
 DONE_STATES = frozenset({"completed", "partial", "failed", "filtered"})
 ALL_STATES = ("pending", "running", *sorted(DONE_STATES))
+# Samples still to do. Spelled out literally: SQLite uses the partial index below only for a
+# query whose WHERE clause is this very expression.
+_OPEN = "state IN ('pending', 'running')"
+_LOOKUP_CHUNK = 500
+_BULK_CACHE_KIB = -65536  # negative: KiB, not pages (64 MiB)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS samples (
@@ -35,10 +44,20 @@ CREATE TABLE IF NOT EXISTS samples (
     usage TEXT,
     timings TEXT
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS samples_open ON samples(idx) WHERE state IN ('pending', 'running');
 CREATE TABLE IF NOT EXISTS shards (name TEXT PRIMARY KEY, committed_end INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS aggregates (owner TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 """
+
+
+@dataclass(slots=True, frozen=True)
+class PlanMark:
+    """The dataset rows the last plan registered: ``rows`` rows whose keys, in order, have the
+    fingerprint ``keys`` (see :meth:`trajforge.batch.dataset.DatasetIndex.fingerprint`)."""
+
+    rows: int
+    keys: str
 
 
 @dataclass(slots=True)
@@ -98,20 +117,64 @@ class Ledger:
         """key -> state for every sample known to the ledger."""
         return dict(self._db.execute("SELECT key, state FROM samples"))
 
-    def done_indexes(self) -> dict[str, int]:
-        """key -> dataset index of every sample in a done state (one scan, no per-row Python)."""
+    def done_samples(self) -> tuple[list[str], list[int]]:
+        """(keys, indexes) of every sample in a done state, as two aligned lists: SQLite joins
+        them into two strings, so a million rows cost no per-row Python objects but the keys."""
         marks = ",".join("?" * len(DONE_STATES))
-        return dict(
-            self._db.execute(f"SELECT key, idx FROM samples WHERE state IN ({marks})", tuple(DONE_STATES))
-        )
+        keys, idxs = self._db.execute(
+            f"SELECT group_concat(key, char(10)), group_concat(idx) FROM samples WHERE state IN ({marks})",
+            tuple(DONE_STATES),
+        ).fetchone()
+        if keys is None:
+            return [], []
+        return keys.split("\n"), [int(i) for i in idxs.split(",")]
 
-    def add_pending(self, rows: Iterable[tuple[str, int]]) -> None:
-        """Register (key, index) samples as pending (already-known keys get their new index)."""
-        with self._tx():
-            self._db.executemany(
-                "INSERT INTO samples(key, idx) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET idx=excluded.idx",
-                rows,
-            )
+    def open_samples(self) -> list[tuple[str, int]]:
+        """(key, index) of every pending or running sample (read through a partial index, so a
+        ledger of a million done samples is not scanned)."""
+        return self._db.execute(f"SELECT key, idx FROM samples WHERE {_OPEN}").fetchall()
+
+    def find(self, keys: Sequence[str]) -> dict[str, tuple[int, bool]]:
+        """key -> (index, done) for those of ``keys`` the ledger knows."""
+        found: dict[str, tuple[int, bool]] = {}
+        for i in range(0, len(keys), _LOOKUP_CHUNK):
+            chunk = keys[i : i + _LOOKUP_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            for key, idx, state in self._db.execute(
+                f"SELECT key, idx, state FROM samples WHERE key IN ({marks})", tuple(chunk)
+            ):
+                found[key] = (idx, state in DONE_STATES)
+        return found
+
+    def plan_mark(self) -> PlanMark | None:
+        raw = self.get_meta("plan")
+        try:
+            data = orjson.loads(raw) if raw else None
+            return PlanMark(int(data["rows"]), str(data["keys"])) if isinstance(data, dict) else None
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return None  # unreadable: the planner falls back to the full comparison
+
+    def add_pending(self, rows: Iterable[tuple[str, int]], mark: PlanMark | None = None) -> None:
+        """Register (key, index) samples as pending (already-known keys get their new index).
+
+        ``mark`` describes the dataset rows these upserts leave the ledger agreeing with; it is
+        stored in the same transaction, so it never describes rows that were not registered."""
+        # Keys arrive in dataset order, i.e. at random places in the key-ordered table: with the
+        # default 2 MiB page cache a million inserts thrash it (twice as slow). Pages are only
+        # allocated as needed, and the cache shrinks back afterwards.
+        (default,) = self._db.execute("PRAGMA cache_size").fetchone()
+        self._db.execute(f"PRAGMA cache_size={_BULK_CACHE_KIB}")
+        try:
+            with self._tx():
+                self._db.executemany(
+                    "INSERT INTO samples(key, idx) VALUES (?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET idx=excluded.idx",
+                    rows,
+                )
+                if mark is not None:
+                    self.set_meta("plan", orjson.dumps({"rows": mark.rows, "keys": mark.keys}).decode())
+        finally:
+            self._db.execute(f"PRAGMA cache_size={int(default)}")
 
     def mark_running(self, keys: Iterable[str], now: float | None = None) -> None:
         now = time.time() if now is None else now

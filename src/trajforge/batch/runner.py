@@ -383,6 +383,7 @@ async def _run_locked(
         ledger.add_pending(plan.upserts, plan.mark)
         _commit_bad_rows(cfg, ledger, plan.bad, session, prep.run_tools)
         todo = plan.todo
+        data.forget_parsed()
         try:
             save_index(data, run_dir / INDEX_FILE)  # the next start parses only rows added since
         except OSError as exc:  # only costs the next start a full parse
