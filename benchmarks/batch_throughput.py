@@ -2,8 +2,9 @@
 
 The endpoint runs in a SEPARATE process (``python -m trajforge.testing.scripted_server``) with
 200 ms latency per call; every sample makes 3 model calls and 2 ``terminal`` calls in its own
-sandbox. Prints trajectories/s, CPU seconds per trajectory (this process + its reaped children:
-workers and sandboxes; the endpoint is not counted) and the ratio to the latency-bound ideal
+sandbox. Prints trajectories/s; CPU seconds per trajectory of this process + its reaped children
+(workers, sandboxes); the whole machine's CPU per trajectory (/proc/stat: also kernel work and the
+endpoint) and the endpoint process's own share of it; and the ratio to the latency-bound ideal
 ``concurrency / (calls x latency)``.
 
 The same settings are then run again with ``--no-sandbox-reuse`` (a new sandbox per sample, as
@@ -45,6 +46,13 @@ def _machine_cpu() -> float:
     return busy / os.sysconf("SC_CLK_TCK")
 
 
+def _process_cpu(pid: int) -> float:
+    """CPU-seconds of another process (the endpoint), from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _cpu() -> float:
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -76,7 +84,7 @@ def _start_server(latency: float, port_file: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
-def _run(args: argparse.Namespace, tmp: Path, port: int, name: str, reuse: bool) -> dict:
+def _run(args: argparse.Namespace, tmp: Path, port: int, server: int, name: str, reuse: bool) -> dict:
     dataset = tmp / "prompts.jsonl"
     cfg = load_config(
         None,
@@ -96,7 +104,7 @@ def _run(args: argparse.Namespace, tmp: Path, port: int, name: str, reuse: bool)
             "progress": "plain",
         },
     )
-    cpu0, machine0, t0 = _cpu(), _machine_cpu(), time.perf_counter()
+    cpu0, machine0, server0, t0 = _cpu(), _machine_cpu(), _process_cpu(server), time.perf_counter()
     if args.profile:
         import cProfile
 
@@ -106,7 +114,7 @@ def _run(args: argparse.Namespace, tmp: Path, port: int, name: str, reuse: bool)
     else:
         summary = asyncio.run(run_batch(cfg, progress=PlainProgress(name, every_s=5)))
     wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
-    machine = _machine_cpu() - machine0
+    machine, endpoint = _machine_cpu() - machine0, _process_cpu(server) - server0
     stats = summary.statistics
     rate = stats["session"]["throughput_per_s"]
     ideal = cfg.concurrency * cfg.workers / (CALLS * args.latency)
@@ -123,6 +131,8 @@ def _run(args: argparse.Namespace, tmp: Path, port: int, name: str, reuse: bool)
         "trajectories_per_s": rate,
         "cpu_s_per_trajectory": round(cpu / n, 4),
         "machine_cpu_s_per_trajectory": round(machine / n, 4),
+        "endpoint_cpu_s_per_trajectory": round(endpoint / n, 4),
+        "machine_minus_endpoint_cpu_s_per_trajectory": round((machine - endpoint) / n, 4),
         "machine_busy_fraction": round(machine / (wall * (os.cpu_count() or 1)), 3),
         "ideal_per_s": round(ideal, 1),
         "ratio_to_ideal": round(rate / ideal, 3),
@@ -157,9 +167,9 @@ def main() -> None:
             b"".join(orjson.dumps({"prompt": f"task {i}"}) + b"\n" for i in range(args.samples))
         )
         os.environ.setdefault("BENCH_KEY", "unused")
-        results = {"default": _run(args, tmp, port, "default", reuse=True)}
+        results = {"default": _run(args, tmp, port, server.pid, "default", reuse=True)}
         if not args.no_baseline:
-            results["baseline_no_reuse"] = _run(args, tmp, port, "baseline", reuse=False)
+            results["baseline_no_reuse"] = _run(args, tmp, port, server.pid, "baseline", reuse=False)
             results["speedup_vs_baseline"] = round(
                 results["default"]["trajectories_per_s"] / results["baseline_no_reuse"]["trajectories_per_s"],
                 2,
