@@ -184,6 +184,11 @@ class AgentSession:
             with contextlib.suppress(TimeoutError, AgentError, OSError):
                 async with asyncio.timeout(grace_s), self._lock:
                     await self._call({"op": "close"})
+                    # It exits by itself now: let asyncio reap it. ``kill()`` racing that exit
+                    # would reap it behind asyncio's back (Popen.send_signal polls first), and
+                    # asyncio then logs "Unknown child process pid ..." and reports 255.
+                    if self._proc is not None:
+                        await self._proc.wait()
         await self.kill()
 
     async def kill(self) -> None:
