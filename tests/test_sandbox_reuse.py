@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -259,3 +263,62 @@ async def test_a_cancelled_command_means_the_sandbox_is_not_reused(tmp_path):
         await sb.close()  # no reset attempt: it would wait behind the still-running command
         assert factory.stats.discarded == {"a command was interrupted mid-call": 1}
         assert _host_processes("sleep\x001034") == []
+
+
+_UNPRIVILEGED_SCRIPT = """
+import asyncio, json, sys
+from trajforge.sandbox import SandboxConfig, create_sandbox_factory
+
+async def main(root):
+    out = {}
+    async with create_sandbox_factory(SandboxConfig(kind="bwrap", reuse=True, root_dir=root)) as f:
+        a = await f.create("a")
+        probe = "for d in / /dev /dev/shm /run; do [ -w $d ] && echo $d; done"
+        out["writable"] = (await a.exec(probe)).output.split()
+        await a.exec("echo x > /dev/shm/leak; mkdir /run/leakdir && echo y > /run/leakdir/f; echo z > /leakroot")
+        await a.close()
+        b = await f.create("b")
+        out["after"] = (await b.exec("ls -A /dev/shm /run /")).output
+        await b.exec("chmod 700 /run")
+        await b.close()
+        out["stats"] = f.stats.counts()
+    print(json.dumps(out))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def _run_unprivileged(*argv: str, cwd: str) -> subprocess.CompletedProcess[str]:
+    """Run the system python3 as ``nobody`` on this checkout's code and packages."""
+    paths = [
+        str(Path(agent_module.__file__).parents[2]),
+        *(p for p in sys.path if p.endswith("site-packages")),
+    ]
+    env = {"PATH": "/usr/bin:/bin", "HOME": cwd, "PYTHONPATH": os.pathsep.join(paths)}
+    cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", *argv]
+    return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_unprivileged_user_namespace_reset_restores_writable_tmpfs():
+    """Not root (the usual case on a workstation): bwrap runs in a user namespace, where the tmpfs
+    mounts /, /dev, /dev/shm and /run are writable by the commands. What they add is removed at
+    reset; what they change (a mode) makes the sandbox be discarded."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs root (to become an unprivileged user), setpriv and /usr/bin/python3")
+    work = tempfile.mkdtemp(prefix="tf-unpriv-")
+    try:
+        os.chmod(work, 0o777)
+        probe = _run_unprivileged("-c", "import trajforge.sandbox, pydantic", cwd=work)
+        if probe.returncode != 0:
+            pytest.skip(f"the system python3 cannot import this checkout as nobody: {probe.stderr[-200:]}")
+        script = Path(work) / "check.py"
+        script.write_text(_UNPRIVILEGED_SCRIPT)
+        done = _run_unprivileged(str(script), str(Path(work) / "sb"), cwd=work)
+        assert done.returncode == 0, done.stderr[-2000:]
+        out = json.loads(done.stdout.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    assert "/dev/shm" in out["writable"] and "/run" in out["writable"], out
+    for leftover in ("leak", "leakdir", "leakroot"):
+        assert leftover not in out["after"].split(), out["after"]
+    assert out["stats"] == {"created": 1, "reused": 1, "discarded: cannot restore /: /run changed": 1}
