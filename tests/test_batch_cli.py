@@ -72,13 +72,25 @@ def test_config_file_run_and_export(tmp_path: Path, monkeypatch: pytest.MonkeyPa
             "concurrency: 2\n"
         )
         result = runner.invoke(
-            app, ["batch", "--config", str(config), "--concurrency", "3", "--progress", "plain"]
+            app,
+            [
+                "batch",
+                "--config",
+                str(config),
+                "--concurrency",
+                "3",
+                "--progress",
+                "plain",
+                "--no-sandbox-reuse",
+            ],
         )
         assert result.exit_code == 0, result.output
         assert "4/4 done" in result.output and "statistics.json" in result.output
+        assert "4 built, 0 reused" in result.output
     run_dir = tmp_path / "data" / "fromyaml"
     saved = orjson.loads((run_dir / "run.json").read_bytes())
     assert saved["config"]["concurrency"] == 3  # the flag won over the file
+    assert saved["config"]["sandbox_reuse"] is False
     for path in run_dir.rglob("*"):
         if path.is_file():
             assert b"secret-value-123" not in path.read_bytes(), f"API key leaked into {path}"

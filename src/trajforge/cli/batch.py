@@ -190,6 +190,14 @@ def _print_summary(run_dir: Path, stats: dict) -> None:
         "tokens", f"{tokens.get('total_tokens', 0):,} total, {stats.get('api_calls', 0):,} model calls"
     )
     table.add_row("throughput", f"{stats['session']['throughput_per_s']} samples/s this session")
+    boxes = stats.get("sandboxes") or {}
+    if boxes.get("created") or boxes.get("reused"):
+        dropped = sum(boxes.get("discarded", {}).values())
+        table.add_row(
+            "sandboxes",
+            f"{boxes.get('created', 0):,} built, {boxes.get('reused', 0):,} reused after reset"
+            + (f", {dropped:,} discarded at reset (reasons in statistics.json)" if dropped else ""),
+        )
     table.add_row("trajectories", str(run_dir / "trajectories.jsonl"))
     table.add_row("failed / filtered", f"{run_dir / 'failed.jsonl'}, {run_dir / 'filtered.jsonl'}")
     table.add_row("statistics", str(run_dir / "statistics.json"))
