@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from trajforge.sandbox.cgroup import SandboxCgroup
 from trajforge.sandbox.paths import PathMap
 from trajforge.sandbox.session import AgentSession
+from trajforge.sandbox.sweep import sweep_stale, write_owner
 from trajforge.sandbox.types import ExecResult, SandboxConfig
 
 AGENT_SOURCE = "agent.py"
@@ -137,6 +138,7 @@ def make_layout(root_dir: Path, task_id: str) -> Layout:
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in task_id)[:40]
     root = Path(tempfile.mkdtemp(prefix=f"{safe}-", dir=root_dir))
     layout = Layout(root, root / "work", root / "tmp", root / AGENT_SOURCE, root / "agent.log")
+    write_owner(root)  # from now on a sweep can tell whether the process that made it is alive
     layout.work.mkdir()
     layout.tmp.mkdir()
     source = resources.files("trajforge.sandbox").joinpath(AGENT_SOURCE).read_bytes()
@@ -347,6 +349,7 @@ class ProcessSandboxFactory:
         self.stats = ReuseStats()
         self._idle: list[Resident] = []
         self._closed = False
+        self._swept = False
         self._finalizer = weakref.finalize(self, _destroy_all_now, self._idle)
 
     @property
@@ -378,6 +381,9 @@ class ProcessSandboxFactory:
         """
         if self._closed:
             raise RuntimeError("this sandbox factory is closed")
+        if not self._swept:  # once: what killed runs left in the shared directory
+            self._swept = True
+            await self.io.run(sweep_stale, self._root_dir())
         await self._check()
         resident = await self._take_idle(cwd) if self.reuse else None
         if resident is None:
@@ -518,6 +524,7 @@ class ProcessSandboxFactory:
                 max_pids=self.config.limits.max_processes,
                 memory_bytes=self.config.limits.memory_mb * 1024 * 1024,
             )
+            write_owner(layout.root, cgroup)  # ours again after chown, and names the cgroups
         except BaseException:
             shutil.rmtree(layout.root, True)
             raise
