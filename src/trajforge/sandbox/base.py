@@ -197,9 +197,11 @@ class Resident:
                 await io.run(shutil.rmtree, self.layout.root, True)
 
     def destroy_now(self) -> None:
-        """Blocking last-resort cleanup (process exit without ``aclose``): kill, remove, delete."""
+        """Blocking last-resort cleanup (a factory collected or the process exiting without
+        ``aclose``): kill, remove, delete. The cgroup names exactly the sandbox's processes; a
+        bare pid is signalled only while asyncio has not seen it exit (it could be reused after)."""
         pid = self.session.pid
-        if pid is not None:
+        if not self.cgroup.dirs and pid is not None and self.session.alive():
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
