@@ -22,12 +22,12 @@ pytestmark = pytest.mark.slow
 
 MINI = BuildConfig(
     examples=6,
-    drills=0,  # drills slow format learning in a 120-step run; they have their own test below
+    drills=0,  # drills slow format learning in a 160-step run; they have their own test below
     vocab_size=400,
     families=("arithmetic",),
     sandbox_kind="bwrap" if shutil.which("bwrap") else "local",
     shape=ModelShape(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128),
-    train=TrainSettings(steps=120, batch_size=6, learning_rate=1e-2, logging_steps=10),
+    train=TrainSettings(steps=160, batch_size=6, learning_rate=1e-2, logging_steps=10),
 )
 
 
@@ -47,7 +47,7 @@ def test_loss_falls_and_files_are_written(mini_model: tuple[Path, object]) -> No
     for name in ("config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja", "README.md"):
         assert (out / name).is_file(), name
     recipe = json.loads((out / "recipe.json").read_text())
-    assert recipe["config"]["train"]["steps"] == 120
+    assert recipe["config"]["train"]["steps"] == 160
     assert "Measured quality" not in (out / "README.md").read_text()
 
 

@@ -130,9 +130,7 @@ async def solve_in_sandbox(task: Task, registry: ToolRegistry, ctx: ToolContext)
     return messages
 
 
-async def _one(
-    task: Task, registry: ToolRegistry, factory: Any, rng: random.Random, report: SynthesisReport
-) -> None:
+async def _one(task: Task, registry: ToolRegistry, factory: Any, seed: int, report: SynthesisReport) -> None:
     sandbox = await factory.create(task.id)
     try:
         await setup_task(task, sandbox)
@@ -148,7 +146,9 @@ async def _one(
         {
             "task_id": task.id,
             "messages": [{"role": "user", "content": task.prompt}, *messages],
-            "tools": offered_tools(registry, rng),
+            # Seeded per task, not one shared generator: tasks finish in whatever order the
+            # sandboxes allow, and the data (and so the trained model) must not depend on it.
+            "tools": offered_tools(registry, random.Random(f"trajforge-tiny-data:{seed}:{task.id}")),
         }
     )
 
@@ -165,13 +165,12 @@ async def synthesize(
     tasks = generate_mixed(list(families), n, seed)
     registry = default_registry()
     factory = create_sandbox_factory(sandbox or SandboxConfig(kind="local"))
-    rng = random.Random(f"trajforge-tiny-data:{seed}")
     report = SynthesisReport()
     gate = asyncio.Semaphore(concurrency)
 
     async def guarded(task: Task) -> None:
         async with gate:
-            await _one(task, registry, factory, rng, report)
+            await _one(task, registry, factory, seed, report)
 
     async with asyncio.TaskGroup() as tg:
         for task in tasks:
