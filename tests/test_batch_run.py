@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from collections.abc import Callable
 from pathlib import Path
@@ -435,3 +436,24 @@ async def test_reused_sandboxes_leak_nothing_between_samples(
         assert "used" not in tool_turn, tool_turn
     assert factory.stats.reused >= 8, factory.stats  # 12 samples on at most 3 (+1 preflight) sandboxes
     assert factory.stats.discarded == {}
+
+
+async def test_merged_files_are_kept_current_while_the_run_goes(
+    tmp_path: Path, scripted_server: Callable
+) -> None:
+    """A long run's trajectories.jsonl can be read before it ends: the merged files are rebuilt
+    (atomically, in dataset order) every merge_interval while the run goes."""
+    srv = await scripted_server(tool_then_answer(calls_per_sample=1), latency_s=0.15)
+    _dataset(tmp_path / "prompts.jsonl", [f"p{i}" for i in range(16)])
+    cfg = _cfg(tmp_path, srv, concurrency=2, merge_interval=0.1)
+    run = asyncio.create_task(run_batch(cfg))
+    seen_during_run: list[int] = []
+    while not run.done():
+        lines = _lines(cfg.run_dir / "trajectories.jsonl")  # always whole lines: atomic swaps
+        if lines and not run.done():
+            seen_during_run.append(len(lines))
+            assert [line["prompt_index"] for line in lines] == sorted(line["prompt_index"] for line in lines)
+        await asyncio.sleep(0.05)
+    summary = await run
+    assert seen_during_run and min(seen_during_run) < 16, seen_during_run
+    assert summary.output_counts["trajectories.jsonl"] == 16

@@ -12,7 +12,7 @@ from trajforge.batch.config import ConfigError, load_config
 from trajforge.batch.dataset import DatasetError, load_dataset
 from trajforge.batch.ledger import Commit, Ledger
 from trajforge.batch.stats import Aggregate, merge_all
-from trajforge.batch.writer import Finished, ShardWriter, merge_outputs, repair_shards
+from trajforge.batch.writer import Finished, OutputMerger, ShardWriter, merge_outputs, repair_shards
 
 
 def _write(path: Path, lines: list[bytes]) -> Path:
@@ -233,3 +233,39 @@ def test_setup_files_rows_are_validated(tmp_path):
     bad.write_text('{"prompt": "ok"}\n{"prompt": "escape", "setup_files": {"../x": "boom"}}\n')
     with pytest.raises(DatasetError, match="line 2.*must be relative"):
         load_dataset(bad)
+
+
+def test_output_merger_rebuilds_only_when_something_was_committed(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger.next_session()
+    ledger.add_pending([("k0", 0), ("k1", 1)])
+    (tmp_path / "shards").mkdir()
+    shard = tmp_path / "shards" / "s0001-w000.jsonl"
+    line = b'{"prompt_index": 0}\n'
+    shard.write_bytes(line)
+    ledger.commit(
+        shard.name,
+        len(line),
+        [Commit("k0", "completed", "ok", 0, len(line), 0.0, b"{}", b"{}")],
+        [],
+        "o",
+        b"{}",
+    )
+    merger = OutputMerger(tmp_path, tmp_path / "ledger.sqlite", min_interval_s=1.0)
+    assert merger.refresh() is True and merger.refresh() is False  # nothing new: no rewrite
+    assert (tmp_path / "trajectories.jsonl").read_bytes() == line
+    more = b'{"prompt_index": 1}\n'
+    with open(shard, "ab") as fh:
+        fh.write(more)
+    ledger.commit(
+        shard.name,
+        len(line) + len(more),
+        [Commit("k1", "filtered", "x", len(line), len(more), 0.0, b"{}", b"{}")],
+        [],
+        "o",
+        b"{}",
+    )
+    assert merger.refresh() is True and merger.rebuilds == 2
+    assert (tmp_path / "filtered.jsonl").read_bytes() == more
+    assert merger.merge() == {"trajectories.jsonl": 1, "failed.jsonl": 0, "filtered.jsonl": 1}
+    ledger.close()

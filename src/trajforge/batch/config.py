@@ -89,6 +89,12 @@ class BatchConfig(BaseModel):
     request_retries: int = Field(5, ge=0, description="client retries of one transient request failure")
     skip_bad_rows: bool = Field(False, description="record bad dataset rows as failed samples")
     fsync: bool = Field(True, description="fsync shard files before the ledger marks samples done")
+    merge_interval: float = Field(
+        30.0,
+        gt=0,
+        description="seconds between rebuilds of trajectories/failed/filtered.jsonl while the run goes "
+        "(longer when a rebuild is slow: at most 5% of one core)",
+    )
     progress: ProgressMode = Field("auto", description="rich on a TTY, plain log lines otherwise")
 
     @model_validator(mode="after")

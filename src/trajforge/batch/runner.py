@@ -35,8 +35,8 @@ from trajforge.batch.stats import Aggregate, build_statistics, merge_all
 from trajforge.batch.writer import (
     SHARDS_DIR,
     Finished,
+    OutputMerger,
     ShardWriter,
-    merge_outputs,
     repair_shards,
     write_atomic,
 )
@@ -396,9 +396,11 @@ async def _run_locked(
         for w, part in enumerate(_partition(todo, cfg.workers))
         if part
     ]
+    merger = OutputMerger(run_dir, run_dir / LEDGER_FILE, min_interval_s=cfg.merge_interval)
     try:
         async with asyncio.TaskGroup() as tg:
             watcher = tg.create_task(monitor.watch())
+            merging = tg.create_task(merger.keep_current())
             try:
                 if len(specs) == 1 and (cfg.workers == 1 or model_factory):
                     await run_worker(
@@ -411,12 +413,9 @@ async def _run_locked(
                     await _run_processes(specs)
             finally:
                 watcher.cancel()
+                merging.cancel()
     finally:
-        ledger = Ledger(run_dir / LEDGER_FILE)
-        try:
-            counts = await asyncio.to_thread(merge_outputs, run_dir, ledger)
-        finally:
-            ledger.close()
+        counts = await asyncio.to_thread(merger.merge)
         stats = monitor.refresh(finished=True)
         monitor.ledger.close()
         progress.close(monitor.last)

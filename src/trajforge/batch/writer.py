@@ -6,13 +6,17 @@ transaction. A crash between the two leaves bytes past the shard's committed end
 :func:`repair_shards` truncates on resume. Nothing else ever writes a shard, and the merged
 ``trajectories.jsonl`` / ``failed.jsonl`` / ``filtered.jsonl`` are rebuilt from the ledger's
 line locations and swapped in atomically, so every output file is always whole JSON lines.
+:class:`OutputMerger` does that now and then while a run goes (so a long run's trajectories can
+be read, and a killed run's files are at most one interval old) and once at the end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +27,8 @@ import orjson
 
 from trajforge.batch.ledger import Commit, Ledger
 from trajforge.batch.stats import Aggregate
+
+log = logging.getLogger(__name__)
 
 SHARDS_DIR = "shards"
 OUTPUT_FILES = {
@@ -225,3 +231,64 @@ def merge_outputs(run_dir: Path, ledger: Ledger) -> dict[str, int]:
     for name in names:
         os.replace(tmps[name], run_dir / name)
     return counts
+
+
+class OutputMerger:
+    """Rebuilds the merged output files of one run directory, while it runs and at its end.
+
+    Why periodic rather than appending each line as it commits: the files are in dataset order
+    (the reference's order, and what a resumed run must reproduce), which completion order is not.
+    A rebuild rewrites every committed line (~3 s for a million short ones), so the pause between
+    rebuilds grows with their cost -- busy at most ``duty`` of the time, CPU and disk alike -- and
+    nothing is rewritten when nothing was committed since. (The shards under ``shards/`` are the
+    live, append-only view in completion order.) Rebuilds never overlap (a lock), so the final one
+    waits for a periodic one still running in its thread.
+    """
+
+    def __init__(
+        self, run_dir: Path, ledger_path: Path, *, min_interval_s: float, duty: float = 0.05
+    ) -> None:
+        self.run_dir = run_dir
+        self.ledger_path = ledger_path
+        self.min_interval_s = min_interval_s
+        self.duty = duty
+        self.rebuilds = 0
+        self._lock = threading.Lock()
+        self._version: dict[str, int] | None = None
+
+    def merge(self) -> dict[str, int]:
+        """One rebuild (blocking); returns the line count of each file."""
+        counts = self._merge(only_if_changed=False)
+        assert counts is not None
+        return counts
+
+    def refresh(self) -> bool:
+        """Rebuild unless no line was committed since the last rebuild; True if it rebuilt."""
+        return self._merge(only_if_changed=True) is not None
+
+    def _merge(self, *, only_if_changed: bool) -> dict[str, int] | None:
+        with self._lock:
+            ledger = Ledger(self.ledger_path)
+            try:
+                version = ledger.committed_ends()  # moves with every commit of a line
+                if only_if_changed and version == self._version:
+                    return None
+                counts = merge_outputs(self.run_dir, ledger)
+            finally:
+                ledger.close()
+            self._version = version
+            self.rebuilds += 1
+            return counts
+
+    async def keep_current(self) -> None:
+        """Rebuild every ``min_interval_s`` (or longer, see ``duty``) until cancelled. A failed
+        periodic rebuild is logged and retried later; the final :meth:`merge` reports errors."""
+        interval = self.min_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            started = time.monotonic()
+            try:
+                await asyncio.to_thread(self.refresh)
+            except (OSError, RuntimeError) as exc:
+                log.warning("could not refresh the merged output files in %s: %s", self.run_dir, exc)
+            interval = max(self.min_interval_s, (time.monotonic() - started) / self.duty)

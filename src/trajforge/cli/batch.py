@@ -99,6 +99,10 @@ def batch(
         bool | None, typer.Option("--fsync/--no-fsync", help="fsync shards before commit [on]")
     ] = None,
     progress: Annotated[str | None, typer.Option(help="auto|rich|plain|none [auto]")] = None,
+    merge_interval: Annotated[
+        float | None,
+        typer.Option(help="seconds between rebuilds of the merged .jsonl files while the run goes [30]"),
+    ] = None,
 ) -> None:
     """Generate trajectories for every prompt of DATASET into OUTPUT_DIR/RUN_NAME (resumable)."""
     from trajforge.batch.config import ConfigError, load_config
@@ -146,6 +150,7 @@ def batch(
         request_timeout=request_timeout,
         skip_bad_rows=skip_bad_rows,
         fsync=fsync,
+        merge_interval=merge_interval,
         progress=progress,
     )
     try:
