@@ -480,3 +480,29 @@ async def test_health_reports_a_stopped_engine(server: RunningServer, http: aioh
         assert resp.status == 503 and (await resp.json())["status"] == "error"
     status, data = await post(http, server, "/v1/completions", {"prompt": [1], "max_tokens": 1})
     assert status == 500 and "not running" in data["error"]["message"]
+
+
+class _FailingLogits:
+    """A logits hook that breaks generation (as a CUDA error would) after the first token."""
+
+    def __call__(self, generated: list[list[int]], logits: torch.Tensor) -> torch.Tensor:
+        if any(generated):
+            raise RuntimeError("device fell over")
+        return logits
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"messages": MESSAGES, "stream": True, "max_tokens": 8, "ignore_eos": True}),
+        ("/v1/completions", {"prompt": [11, 12, 13], "stream": True, "max_tokens": 8, "ignore_eos": True}),
+    ],
+)
+async def test_engine_failure_mid_stream_ends_with_an_error_event(
+    server: RunningServer, http: aiohttp.ClientSession, path: str, body: dict[str, Any]
+) -> None:
+    server.engine.logits_hook = _FailingLogits()
+    events = await sse(http, server, path, body)
+    assert events[-1] == "[DONE]"
+    error = events[-2]["error"]
+    assert error["type"] == "server_error" and error["code"] == 500 and "device fell over" in error["message"]

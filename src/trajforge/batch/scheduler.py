@@ -10,6 +10,7 @@ ran out of turns, called a tool it was not offered) is an outcome, never retried
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import random
 import time
@@ -257,8 +258,7 @@ async def run_worker(
     ledger = Ledger(run_dir / LEDGER_FILE)
     shard = run_dir / SHARDS_DIR / f"{spec.owner}.jsonl"
     writer = ShardWriter(ledger, shard, spec.owner, fsync=cfg.fsync)
-    if factory_counts(factory) is not None:
-        writer.sandbox_counts = lambda: factory_counts(factory) or {}
+    writer.sandbox_counts = functools.partial(factory_counts, factory)
     worker = Worker(
         spec, model=model, sandbox_factory=factory, registry=registry or default_registry(), writer=writer
     )

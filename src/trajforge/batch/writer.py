@@ -69,8 +69,9 @@ class ShardWriter:
         self._closing = False
         self.aggregate = Aggregate()
         self.committed = 0
-        # Set by the worker: its sandbox factory's counters, stored with every commit.
-        self.sandbox_counts: Callable[[], dict[str, int]] | None = None
+        # Set by the worker: its sandbox factory's counters (None: it keeps none), stored with
+        # every commit.
+        self.sandbox_counts: Callable[[], dict[str, int] | None] | None = None
         # A flush cancelled mid-way keeps running in its thread; the final flush waits for it.
         self._lock = threading.Lock()
 
@@ -155,8 +156,9 @@ class ShardWriter:
                 off += len(item.line)
                 self.aggregate.add(s)
             self._end = off
-        if self.sandbox_counts is not None:
-            self.aggregate.sandboxes = Counter(self.sandbox_counts())
+        counts = self.sandbox_counts() if self.sandbox_counts is not None else None
+        if counts is not None:
+            self.aggregate.sandboxes = Counter(counts)
         self._ledger.commit(self._shard, self._end, commits, starts, self._owner, self.aggregate.to_bytes())
         self.committed += len(commits)
 

@@ -56,6 +56,10 @@ class Layout:
     log: Path
     owner: tuple[int, int] | None = None  # (uid, gid) the tree belongs to, when not ours
 
+    def dir_stats(self) -> tuple[tuple[int, int], ...]:
+        """(mode, uid) of the workdir and the scratch dir: what a reset must leave as it found."""
+        return tuple((st.st_mode, st.st_uid) for st in map(os.lstat, (self.work, self.tmp)))
+
 
 @dataclass
 class Launch:
@@ -211,8 +215,7 @@ class Resident:
     def host_state(self) -> tuple[list[str], list[int], tuple[tuple[int, int], ...]]:
         """What the host itself can check after a reset: directory contents, processes, modes."""
         left = os.listdir(self.layout.work) + os.listdir(self.layout.tmp)
-        stats = tuple((st.st_mode, st.st_uid) for st in map(os.lstat, (self.layout.work, self.layout.tmp)))
-        return left, self.cgroup.pids(), stats
+        return left, self.cgroup.pids(), self.layout.dir_stats()
 
 
 @dataclass
@@ -351,7 +354,8 @@ class ProcessSandboxFactory:
         self.stats = ReuseStats()
         self._idle: list[Resident] = []
         self._closed = False
-        self._swept = False
+        self._checked: str | None = None  # None: not yet; "": fine; else why the backend cannot run
+        self._check_lock = asyncio.Lock()
         self._finalizer = weakref.finalize(self, _destroy_all_now, self._idle)
 
     @property
@@ -368,7 +372,19 @@ class ProcessSandboxFactory:
         return self._root
 
     async def _check(self) -> None:
-        """Raise :class:`SandboxUnavailableError` when the backend cannot run (cached by backends)."""
+        """Once per factory, before its first sandbox: remove what killed runs left in the root
+        directory, then ask the backend whether it can run here (:meth:`_probe`, cached). Raises
+        :class:`SandboxUnavailableError` with the backend's message when it cannot."""
+        async with self._check_lock:
+            if self._checked is None:
+                await self.io.run(sweep_stale, self._root_dir())
+                self._checked = await self._probe()
+        if self._checked:
+            raise SandboxUnavailableError(self._checked)
+
+    async def _probe(self) -> str:
+        """'' when the backend can run on this machine, else what the user should do."""
+        return ""
 
     async def _launch(self, task_id: str, layout: Layout, cgroup: SandboxCgroup, image: str | None) -> Launch:
         raise NotImplementedError
@@ -383,9 +399,6 @@ class ProcessSandboxFactory:
         """
         if self._closed:
             raise RuntimeError("this sandbox factory is closed")
-        if not self._swept:  # once: what killed runs left in the shared directory
-            self._swept = True
-            await self.io.run(sweep_stale, self._root_dir())
         await self._check()
         resident = await self._take_idle(cwd) if self.reuse else None
         if resident is None:
@@ -480,7 +493,7 @@ class ProcessSandboxFactory:
                     await self.io.run(cgroup.remove)
                     await self.io.run(shutil.rmtree, layout.root, True)
                 raise
-        dir_stats = tuple((st.st_mode, st.st_uid) for st in map(os.lstat, (layout.work, layout.tmp)))
+        dir_stats = layout.dir_stats()
         launch: Launch | None = None
         try:
             launch = await self._launch(task_id, layout, cgroup, image)

@@ -87,11 +87,6 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
     kind = "bwrap"
     supports_reuse = True  # its own pid namespace: the agent's reset can reach every process
 
-    def __init__(self, config) -> None:
-        super().__init__(config)
-        self._checked: str | None = None  # None: not yet; "": fine; else the error message
-        self._check_lock = asyncio.Lock()
-
     def _bwrap_argv(self, fds: dict[str, int], uid: int | None) -> list[str]:
         python = first_existing(_PYTHONS)
         if python is None:
@@ -152,13 +147,6 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             INSIDE_SCRATCH,
             *(["--reusable"] if self.reuse else []),
         ]
-
-    async def _check(self) -> None:
-        async with self._check_lock:
-            if self._checked is None:
-                self._checked = await self._probe()
-        if self._checked:
-            raise SandboxUnavailableError(self._checked)
 
     async def _probe(self) -> str:
         """Run a trivial command in a sandbox built exactly like the real ones; '' when it works."""

@@ -47,20 +47,7 @@ class DockerSandboxFactory(ProcessSandboxFactory):
 
     kind = "docker"
 
-    def __init__(self, config) -> None:
-        super().__init__(config)
-        self._checked: str | None = None
-        self._check_lock = asyncio.Lock()
-
-    async def _check(self) -> None:
-        async with self._check_lock:
-            if self._checked is None:
-                self._checked = await self._probe()
-        if self._checked:
-            raise SandboxUnavailableError(self._checked)
-
-    @staticmethod
-    async def _probe() -> str:
+    async def _probe(self) -> str:
         if shutil.which("docker") is None:
             return "the docker CLI is not installed; install Docker or choose `--sandbox bwrap`"
         code, out = await _docker("info", "--format", "{{.ServerVersion}}", limit_s=30)

@@ -18,7 +18,7 @@ from aiohttp import web
 from trajforge.serve.context import CTX, ServerContext, json_ok, new_id, owned_sequences, read_body, usage
 from trajforge.serve.engine import EngineError, SequenceHandle, SequenceResult, TokenEvent
 from trajforge.serve.protocol import APIError, CompletionRequest
-from trajforge.serve.sse import merged, open_stream, send, send_done
+from trajforge.serve.sse import merged, open_stream, send, send_done, send_error
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +155,5 @@ async def _stream(
     except ConnectionResetError:
         log.info("client went away during a completion stream")
     except EngineError as exc:
-        await send(resp, {"error": {"message": str(exc), "type": "server_error", "param": None, "code": 500}})
-        await send_done(resp)
+        await send_error(resp, str(exc))
     return resp

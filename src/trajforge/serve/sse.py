@@ -14,6 +14,7 @@ import orjson
 from aiohttp import web
 
 from trajforge.serve.engine import SequenceHandle, SequenceResult, TokenEvent
+from trajforge.serve.protocol import error_body
 
 
 async def open_stream(request: web.Request) -> web.StreamResponse:
@@ -30,6 +31,12 @@ async def send(resp: web.StreamResponse, payload: dict[str, Any]) -> None:
 
 async def send_done(resp: web.StreamResponse) -> None:
     await resp.write(b"data: [DONE]\n\n")
+
+
+async def send_error(resp: web.StreamResponse, message: str) -> None:
+    """End a stream whose headers already went out (200) with an OpenAI-shaped error event."""
+    await send(resp, error_body(message, type_="server_error", code=500))
+    await send_done(resp)
 
 
 async def merged(
