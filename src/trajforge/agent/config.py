@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from trajforge.llm.types import SamplingParams
+from trajforge.tools.limits import ToolLimits
 
 
 class AgentConfig(BaseModel):
@@ -24,6 +25,11 @@ class AgentConfig(BaseModel):
     max_parallel_tools: int = Field(8, ge=1, description="concurrent calls of parallel-safe tools")
     session_timeout_s: float | None = Field(None, gt=0, description="deadline for the whole session")
     tool_timeout_s: float | None = Field(None, gt=0, description="deadline for one tool call")
+    tool_limits: ToolLimits = Field(
+        default_factory=ToolLimits,
+        description="the largest durations and sizes the model may set in tool arguments (terminal "
+        "timeout, ...): larger values are clamped and the model told, invalid ones are tool errors",
+    )
     max_consecutive_parse_errors: int = Field(
         3, ge=1, description="unparseable tool-call turns in a row before the session ends"
     )

@@ -54,7 +54,7 @@ async def run_session(
     # The sandbox starts while the first model call is in flight: its start-up (processes,
     # namespaces) is hidden behind the model's latency instead of added to it.
     starting = asyncio.create_task(start(), name=f"sandbox-start-{task_id}")
-    ctx = ToolContext(task_id=task_id, starting=starting)
+    ctx = ToolContext(task_id=task_id, starting=starting, limits=(config or AgentConfig()).tool_limits)
     try:
         return await AgentLoop(model, tools, ctx, config).run(messages)
     finally:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from trajforge.llm.types import SamplingParams
 from trajforge.sandbox.types import SandboxConfig, SandboxKind
+from trajforge.tools.limits import DEFAULT_MAX_COMMAND_TIMEOUT_S, ToolLimits
 
 ProgressMode = Literal["auto", "rich", "plain", "none"]
 
@@ -67,6 +68,13 @@ class BatchConfig(BaseModel):
         True, description="reset and reuse a finished sample's sandbox for the next one (verified; bwrap)"
     )
     command_timeout: float = Field(60.0, gt=0, description="default timeout of one sandbox command")
+    max_command_timeout: float = Field(
+        DEFAULT_MAX_COMMAND_TIMEOUT_S,
+        gt=0,
+        allow_inf_nan=False,
+        description="longest timeout a model may give one command (terminal, process wait); longer "
+        "requests are clamped and the model is told",
+    )
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0)
     reasoning_effort: str | None = Field(None, description="low|medium|high")
@@ -107,6 +115,11 @@ class BatchConfig(BaseModel):
             raise ValueError("--base-url needs --model (the model name the endpoint serves)")
         if self.model is not None and self.base_url is None:
             self.base_url = LOCAL_ENDPOINT  # a local vLLM/SGLang/`trajforge serve` on its usual port
+        if self.command_timeout > self.max_command_timeout:
+            raise ValueError(
+                f"command_timeout {self.command_timeout:g}s is above --max-command-timeout "
+                f"{self.max_command_timeout:g}s; lower the first or raise the second"
+            )
         if self.no_reasoning and self.reasoning_effort:
             raise ValueError("--no-reasoning and --reasoning-effort contradict each other; drop one")
         if not self.run_name or "/" in self.run_name or self.run_name in {".", ".."}:
@@ -156,6 +169,10 @@ class BatchConfig(BaseModel):
             reasoning_disabled=self.no_reasoning,
             extra_body=extra,
         )
+
+    def tool_limits(self) -> ToolLimits:
+        """What a model may set in its tool arguments (see :class:`ToolLimits`)."""
+        return ToolLimits(max_command_timeout_s=self.max_command_timeout)
 
     def sandbox_config(self, root_dir: Path | None = None) -> SandboxConfig:
         return SandboxConfig(

@@ -74,6 +74,7 @@ def build_agent_config(cfg: BatchConfig, prefill: list[dict[str, Any]]) -> Agent
         ephemeral_system_prompt=cfg.ephemeral_system_prompt,
         prefill_messages=prefill,
         session_timeout_s=cfg.sample_timeout,
+        tool_limits=cfg.tool_limits(),
     )
 
 

@@ -82,6 +82,10 @@ def batch(
         ),
     ] = None,
     sample_timeout: Annotated[float | None, typer.Option(help="deadline per sample attempt, s [600]")] = None,
+    max_command_timeout: Annotated[
+        float | None,
+        typer.Option(help="longest timeout the model may give one command, s (longer is clamped) [600]"),
+    ] = None,
     max_attempts: Annotated[
         int | None, typer.Option(help="attempts per sample on infra failures [3]")
     ] = None,
@@ -144,6 +148,7 @@ def batch(
         extra_body=body,
         require_reasoning=require_reasoning,
         sample_timeout=sample_timeout,
+        max_command_timeout=max_command_timeout,
         max_attempts=max_attempts,
         rate_limit=rate_limit,
         max_concurrent_requests=max_concurrent_requests,

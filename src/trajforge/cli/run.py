@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import sys
 from pathlib import Path
@@ -17,11 +18,16 @@ from trajforge.llm.endpoint import EndpointConfig, open_chat_model
 from trajforge.llm.types import ModelError, SamplingParams
 from trajforge.sandbox import SandboxUnavailableError, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig, SandboxKind
+from trajforge.tools.limits import DEFAULT_MAX_COMMAND_TIMEOUT_S, ToolLimits
 from trajforge.tools.registry import UnknownToolsetError, check_toolsets, default_registry
 from trajforge.trajectory import save_trajectory, to_sharegpt
 from trajforge.trajectory.save import append_jsonl, dumps_line, trajectory_line
 
 _err = Console(stderr=True)
+
+# A session always ends: without a deadline, a command the model keeps alive (or a model that
+# never stops calling tools slowly) would hold the sandbox forever.
+DEFAULT_SESSION_TIMEOUT_S = 900.0
 
 
 def choose_toolsets(toolsets: str | None, distribution: str | None, seed: int | None) -> list[str]:
@@ -121,7 +127,20 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--no-reasoning", help="Ask the provider not to reason.")
         ] = False,
         stream: Annotated[bool, typer.Option(help="Use SSE streaming.")] = False,
-        timeout: Annotated[float | None, typer.Option(help="Deadline for the whole session (s).")] = None,
+        timeout: Annotated[
+            float,
+            typer.Option(
+                help="Deadline for the whole session (s): at it the session ends with termination "
+                "'timeout' and its sandbox is killed."
+            ),
+        ] = DEFAULT_SESSION_TIMEOUT_S,
+        max_command_timeout: Annotated[
+            float,
+            typer.Option(
+                help="Longest timeout (s) the model may give one command; longer requests are "
+                "clamped (and the model told). Commands without one get min(60, this)."
+            ),
+        ] = DEFAULT_MAX_COMMAND_TIMEOUT_S,
         output: Annotated[
             Path | None,
             typer.Option(
@@ -133,6 +152,9 @@ def register(app: typer.Typer) -> None:
         if sandbox not in ("bwrap", "local", "docker"):
             raise _fail(f"unknown sandbox {sandbox!r}; choose bwrap, local or docker")
         kind: SandboxKind = sandbox  # type: ignore[assignment]
+        for flag, value in (("--timeout", timeout), ("--max-command-timeout", max_command_timeout)):
+            if not math.isfinite(value) or value <= 0:
+                raise _fail(f"{flag} must be a number of seconds greater than 0, got {value:g}")
         try:
             chosen = choose_toolsets(toolsets, distribution, seed)
             endpoint = EndpointConfig(model=model, base_url=base_url, api_key_env=api_key_env, stream=stream)
@@ -140,6 +162,7 @@ def register(app: typer.Typer) -> None:
                 max_turns=max_turns,
                 system_prompt=system_prompt,
                 session_timeout_s=timeout,
+                tool_limits=ToolLimits(max_command_timeout_s=max_command_timeout),
                 sampling=SamplingParams(
                     max_tokens=max_tokens,
                     temperature=temperature,
@@ -147,9 +170,8 @@ def register(app: typer.Typer) -> None:
                     reasoning_disabled=no_reasoning,
                 ),
             )
-            code = asyncio.run(
-                _run(prompt, endpoint, chosen, SandboxConfig(kind=kind, network=network), agent, output)
-            )
+            box = SandboxConfig(kind=kind, network=network, command_timeout_s=min(60.0, max_command_timeout))
+            code = asyncio.run(_run(prompt, endpoint, chosen, box, agent, output))
         except (UnknownToolsetError, UnknownDistributionError, SandboxUnavailableError, ValueError) as exc:
             raise _fail(str(exc)) from None
         except ModelError as exc:

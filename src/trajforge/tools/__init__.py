@@ -1,6 +1,7 @@
 """What a model may call: the ``Tool`` protocol, toolsets, a registry instance and built-in tools."""
 
 from trajforge.tools.base import FunctionTool, Tool, ToolContext, ToolOutput, openai_schema
+from trajforge.tools.limits import ToolLimits
 from trajforge.tools.registry import TOOL_TO_TOOLSET, TOOLSETS, ToolRegistry, default_registry
 
 __all__ = [
@@ -9,6 +10,7 @@ __all__ = [
     "FunctionTool",
     "Tool",
     "ToolContext",
+    "ToolLimits",
     "ToolOutput",
     "ToolRegistry",
     "default_registry",

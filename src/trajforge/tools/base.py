@@ -10,6 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from trajforge.protocols import Sandbox
+from trajforge.tools.limits import ToolLimits
 
 
 @dataclass
@@ -22,12 +23,15 @@ class ToolContext:
     ``starting`` lets the sandbox start while the first model call is in flight (see
     :func:`trajforge.agent.run_session`): the agent loop awaits :meth:`ensure_sandbox` before it
     runs any tool, so tools always see a ready ``sandbox``.
+
+    ``limits`` bounds the durations and sizes a model may set in its tool arguments.
     """
 
     task_id: str
     sandbox: Sandbox = field(default=None)  # type: ignore[assignment]  # set once started
     state: dict[str, Any] = field(default_factory=dict)
     starting: asyncio.Task[Sandbox] | None = None
+    limits: ToolLimits = field(default_factory=ToolLimits)
 
     async def ensure_sandbox(self) -> Sandbox | None:
         """The ready sandbox (None for sandbox-less tools); a start failure raises

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from trajforge.tools._args import ArgumentError, opt_bool, opt_num, opt_str, req_str
+from trajforge.tools._args import ArgumentError, bounded_int, opt_bool, opt_str, req_str
 from trajforge.tools.base import FunctionTool, ToolContext, ToolOutput
 
 MAX_READ_CHARS = 100_000
@@ -31,10 +31,14 @@ def _file_error(path: str, exc: Exception) -> ToolOutput:
 async def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     try:
         path = req_str(args, "path")
-        offset = int(opt_num(args, "offset", 1) or 1)
-        limit = opt_num(args, "limit")
+        # 0 is read as 1 (models often count from 0); an offset past the end reads nothing.
+        first = bounded_int(args, "offset", default=1, minimum=0, maximum=None)
+        bound = bounded_int(args, "limit", default=None, maximum=ctx.limits.max_read_lines)
     except ArgumentError as exc:
         return ToolOutput.failure(str(exc))
+    assert first is not None
+    offset = int(first.value)
+    limit = None if bound is None else int(bound.value)
     try:
         data = await ctx.sandbox.read_bytes(path)
     except OSError as exc:
@@ -43,15 +47,15 @@ async def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         return ToolOutput(content=f"{path} is a binary file ({len(data)} bytes); not shown")
     lines = data.decode("utf-8", errors="replace").splitlines()
     start = max(offset, 1) - 1
-    end = len(lines) if limit is None else start + int(limit)
+    end = len(lines) if limit is None else start + limit
     shown = lines[start:end]
     text = "\n".join(shown)
-    note = ""
+    note = f"\n[{bound.clamped}]" if bound is not None and bound.clamped else ""
     if len(text) > MAX_READ_CHARS:
         text = text[:MAX_READ_CHARS]
-        note = f"\n[truncated at {MAX_READ_CHARS} characters; use offset/limit to read further]"
+        note += f"\n[truncated at {MAX_READ_CHARS} characters; use offset/limit to read further]"
     elif end < len(lines):
-        note = f"\n[{len(lines) - end} more lines; use offset={end + 1} to continue]"
+        note += f"\n[{len(lines) - end} more lines; use offset={end + 1} to continue]"
     return ToolOutput(content=text + note)
 
 
@@ -120,14 +124,16 @@ async def _search_files(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         path = opt_str(args, "path", ".") or "."
         glob = opt_str(args, "file_glob")
         regex = opt_bool(args, "regex", False)
-        max_results = int(opt_num(args, "max_results", 50) or 50)
+        most = bounded_int(args, "max_results", default=50, maximum=ctx.limits.max_search_results)
     except ArgumentError as exc:
         return ToolOutput.failure(str(exc))
+    assert most is not None
+    max_results = int(most.value)
     flags = "-rnI -E" if regex else "-rnI -F"
     include = f" --include={shlex.quote(glob)}" if glob else ""
     cmd = (
         f"grep {flags}{include} -e {shlex.quote(pattern)} -- {shlex.quote(path)} 2>&1 "
-        f"| head -n {max(1, max_results)}; exit ${{PIPESTATUS[0]}}"
+        f"| head -n {max_results}; exit ${{PIPESTATUS[0]}}"
     )
     res = await ctx.sandbox.exec(cmd, timeout=60)
     if res.exit_code == 1:
@@ -135,7 +141,10 @@ async def _search_files(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     if res.exit_code not in (0, None) or res.timed_out:
         return ToolOutput.failure(f"search failed: {res.output.strip()[:1000]}")
     matches = [line for line in res.output.splitlines() if line]
-    return ToolOutput(content=orjson.dumps({"matches": matches, "count": len(matches)}).decode())
+    body: dict[str, Any] = {"matches": matches, "count": len(matches)}
+    if most.clamped:
+        body["clamped"] = most.clamped
+    return ToolOutput(content=orjson.dumps(body).decode())
 
 
 def file_tools() -> list[FunctionTool]:

@@ -16,7 +16,15 @@ from typing import Any
 import orjson
 
 from trajforge.sandbox.types import ExecResult
-from trajforge.tools._args import ArgumentError, opt_bool, opt_num, opt_str, req_str
+from trajforge.tools._args import (
+    ArgumentError,
+    Bounded,
+    bounded_int,
+    bounded_seconds,
+    opt_bool,
+    opt_str,
+    req_str,
+)
 from trajforge.tools.base import FunctionTool, ToolContext, ToolOutput
 
 _STATE_KEY = "background_processes"
@@ -50,10 +58,17 @@ def _scratch(ctx: ToolContext) -> str:
     return getattr(ctx.sandbox, "scratch_dir", "/tmp")
 
 
+def _clamped(*bounds: Bounded | None) -> dict[str, str]:
+    """The ``clamped`` note of a result: which model-set values were lowered to their maximum."""
+    notes = [b.clamped for b in bounds if b is not None and b.clamped]
+    return {"clamped": "; ".join(notes)} if notes else {}
+
+
 async def _terminal(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     try:
         command = req_str(args, "command")
-        timeout = opt_num(args, "timeout")
+        # 1e9 s would outlive the rollout and NaN would time out at once: bounded, see ToolLimits.
+        timeout = bounded_seconds(args, "timeout", maximum=ctx.limits.max_command_timeout_s)
         background = opt_bool(args, "background")
     except ArgumentError as exc:
         return ToolOutput.failure(str(exc))
@@ -61,10 +76,10 @@ async def _terminal(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         return ToolOutput.failure("argument 'command' is empty")
     if background:
         return await _start_background(command, ctx)
-    res = await ctx.sandbox.exec(command, timeout=timeout)
+    res = await ctx.sandbox.exec(command, timeout=timeout.value if timeout is not None else None)
     if res.timed_out:
-        return ToolOutput(content=_result_text(res), ok=False, error="timeout")
-    return ToolOutput(content=_result_text(res))
+        return ToolOutput(content=_result_text(res, **_clamped(timeout)), ok=False, error="timeout")
+    return ToolOutput(content=_result_text(res, **_clamped(timeout)))
 
 
 async def _start_background(command: str, ctx: ToolContext) -> ToolOutput:
@@ -104,10 +119,15 @@ async def _process(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     try:
         action = req_str(args, "action")
         proc_id = opt_str(args, "id")
-        timeout = opt_num(args, "timeout", 30.0) or 30.0
-        tail = int(opt_num(args, "tail_bytes", 8000) or 8000)
+        limits = ctx.limits
+        wait = bounded_seconds(args, "timeout", maximum=limits.max_command_timeout_s)
+        tail_bound = bounded_int(args, "tail_bytes", default=8000, maximum=limits.max_tail_bytes)
     except ArgumentError as exc:
         return ToolOutput.failure(str(exc))
+    timeout = wait.value if wait is not None else min(30.0, limits.max_command_timeout_s)
+    assert tail_bound is not None
+    tail = int(tail_bound.value)
+    clamped = _clamped(wait, tail_bound)
     procs = _processes(ctx)
     if action == "list":
         items = [await _status(p, ctx) for p in procs.values()]
@@ -123,7 +143,7 @@ async def _process(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     if action == "read":
         res = await ctx.sandbox.exec(f"tail -c {tail} {shlex.quote(proc.log)} 2>/dev/null", timeout=10)
         status = await _status(proc, ctx)
-        return ToolOutput(content=_result_text(res, **status))
+        return ToolOutput(content=_result_text(res, **status, **clamped))
     if action == "wait":
         script = (
             f"while [ ! -s {shlex.quote(proc.rc_file)} ]; do sleep 0.1; done; "
@@ -133,7 +153,7 @@ async def _process(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         status = await _status(proc, ctx)
         if res.timed_out:
             status["note"] = f"still running after waiting {timeout:g}s"
-        return ToolOutput(content=_result_text(res, **status))
+        return ToolOutput(content=_result_text(res, **status, **clamped))
     res = await ctx.sandbox.exec(
         f"kill -TERM -- -{proc.pid} 2>/dev/null; sleep 0.2; kill -KILL -- -{proc.pid} 2>/dev/null; "
         f"[ -s {shlex.quote(proc.rc_file)} ] || echo 137 > {shlex.quote(proc.rc_file)}; echo killed",
