@@ -11,7 +11,7 @@ import pytest
 from trajforge.protocols import Sandbox
 from trajforge.sandbox import SandboxConfig, create_sandbox_factory
 from trajforge.sandbox.agent import OutputCap
-from trajforge.sandbox.paths import PathMap
+from trajforge.sandbox.confined import ConfinedDir
 
 
 @pytest.fixture
@@ -97,17 +97,31 @@ def test_output_cap_keeps_head_and_tail():
     assert small.render() == ("hello", False)
 
 
-def test_path_map_confines(tmp_path):
+def test_confined_dir_resolves_inside_and_refuses_outside(tmp_path):
     (tmp_path / "d").mkdir()
     os.symlink("/ws/d", tmp_path / "abs-in")
     os.symlink("/etc", tmp_path / "abs-out")
     os.symlink("../..", tmp_path / "d" / "rel-out")
-    paths = PathMap(inside="/ws", host=str(tmp_path))
-    assert paths.resolve("d/f") == str(tmp_path / "d" / "f")
-    assert paths.resolve("/ws/abs-in/f") == str(tmp_path / "d" / "f")
+    os.symlink("../d/f", tmp_path / "d" / "rel-in")
+    files = ConfinedDir(inside="/ws", host=str(tmp_path))
+    files.write("d/f", b"one")
+    assert (tmp_path / "d" / "f").read_bytes() == b"one"
+    files.write("/ws/abs-in/g", b"two")
+    assert (tmp_path / "d" / "g").read_bytes() == b"two"
+    assert files.read("/ws/d/rel-in") == b"one"
+    files.write("new/deep/h", b"three")
+    assert files.read("new/./deep/../deep/h") == b"three"
     for bad in ["/etc/passwd", "../x", "abs-out/passwd", "d/rel-out/x", "/ws/../x", "a\0b"]:
         with pytest.raises(PermissionError):
-            paths.resolve(bad)
+            files.read(bad)
+        with pytest.raises(PermissionError):
+            files.write(bad, b"x")
+    assert not os.path.exists("/x") and not os.path.exists(tmp_path.parent / "x")
+    with pytest.raises(IsADirectoryError):
+        files.read("d")
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(OSError):  # never blocks the host on a FIFO
+        files.read("fifo")
 
 
 def test_unknown_backend_is_a_clear_error():

@@ -11,6 +11,7 @@ import gc
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from trajforge.sandbox import SandboxConfig, SandboxLimits, create_sandbox_factory
+from trajforge.sandbox import SandboxBrokenError, SandboxConfig, SandboxLimits, create_sandbox_factory
 from trajforge.sandbox import agent as agent_module
 
 pytestmark = [
@@ -83,8 +84,9 @@ async def test_reset_sandbox_is_reused_and_looks_fresh(tmp_path):
 
 
 async def test_commands_cannot_reach_into_the_agent(tmp_path):
-    """The agent that performs the reset runs as the commands' uid; it is non-dumpable, so a
-    command cannot trace it or read its memory to make it lie."""
+    """The agent that performs the reset is uid 0 when we are root (and the commands' uid in a
+    user namespace); either way it is non-dumpable, so a command cannot trace it or read its
+    memory to make it lie."""
     async with _factory(tmp_path) as factory:
         sb = await factory.create("a")
         out = await sb.exec("cat /proc/$PPID/environ >/dev/null 2>&1 && echo READABLE || echo DENIED")
@@ -142,10 +144,11 @@ async def test_a_dead_agent_means_a_fresh_sandbox(tmp_path):
     async with _factory(tmp_path) as factory:
         sb = await factory.create("a")
         old_root = sb.layout.root
-        await sb.exec("kill -9 $PPID")  # the exec agent: the session restarts a whole new sandbox
-        assert (await sb.exec("echo back")).output.endswith("back\n")
+        os.kill(sb.session.pid, signal.SIGKILL)  # the sandbox dies under the rollout
+        with pytest.raises(SandboxBrokenError):
+            await sb.exec("echo back")
         await sb.close()
-        assert factory.stats.discarded == {"exec agent was restarted": 1}
+        assert factory.stats.discarded == {"the exec agent is not running": 1}
         assert not old_root.exists()
         fresh = await factory.create("b")
         assert factory.stats.created == 2 and factory.stats.reused == 0

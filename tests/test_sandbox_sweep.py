@@ -31,7 +31,7 @@ async def main():
     await busy.exec("echo data > file; sleep 1035 >/dev/null 2>&1 &")
     idle = await factory.create("idle")
     await idle.close()  # waits in the idle pool
-    print(busy.layout.root, idle.layout.root, *busy.cgroup.dirs.values(), flush=True)
+    print(busy.layout.root, busy.layout.work, idle.layout.root, *busy.cgroup.dirs.values(), flush=True)
     await asyncio.sleep(3600)
 
 asyncio.run(main())
@@ -50,14 +50,14 @@ def _sleepers() -> list[int]:
     return found
 
 
-def _run_and_kill_victim(root: Path) -> tuple[Path, Path, list[Path]]:
+def _run_and_kill_victim(root: Path) -> tuple[Path, Path, Path, list[Path]]:
     """A process that makes a busy and an idle sandbox, then dies by SIGKILL (no cleanup runs)."""
     victim = subprocess.Popen([sys.executable, "-c", _VICTIM, str(root)], stdout=subprocess.PIPE)
     assert victim.stdout is not None
-    busy, idle, *cgroups = victim.stdout.readline().decode().split()
+    busy, work, idle, *cgroups = victim.stdout.readline().decode().split()
     victim.kill()
     victim.wait()
-    return Path(busy), Path(idle), [Path(c) for c in cgroups]
+    return Path(busy), Path(work), Path(idle), [Path(c) for c in cgroups]
 
 
 def _existing(*paths: Path) -> list[Path]:
@@ -66,8 +66,8 @@ def _existing(*paths: Path) -> list[Path]:
 
 async def test_leftovers_of_a_killed_run_are_swept_by_the_next_factory(tmp_path):
     root = tmp_path / "sb"
-    busy, idle, cgroups = _run_and_kill_victim(root)
-    assert _existing(busy / "work" / "file", idle, *cgroups) == [busy / "work" / "file", idle, *cgroups]
+    busy, work, idle, cgroups = _run_and_kill_victim(root)
+    assert _existing(work / "file", idle, *cgroups) == [work / "file", idle, *cgroups]
 
     factory = create_sandbox_factory(SandboxConfig(kind="bwrap", root_dir=str(root)))
     live = await factory.create("live")  # the first create sweeps

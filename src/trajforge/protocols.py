@@ -43,7 +43,9 @@ class Sandbox(Protocol):
     ``workdir`` is the path of the working directory as commands inside the sandbox see it.
     Paths given to ``read_bytes``/``write_bytes`` are relative to ``workdir`` or absolute paths
     inside it; anything else raises ``PermissionError``. They are binary-safe and never truncate
-    (reward code reads results through them).
+    unless asked (``limit``: model-facing readers bound what they load; reward code reads results
+    whole). No symlink, rename or swap made by the sandbox's commands can make them touch a file
+    outside the working directory (see :mod:`trajforge.sandbox.confined`).
     """
 
     task_id: str
@@ -53,7 +55,7 @@ class Sandbox(Protocol):
         """Run ``command`` in the persistent session (``cd`` and ``export`` carry over)."""
         ...
 
-    async def read_bytes(self, path: str) -> bytes: ...
+    async def read_bytes(self, path: str, limit: int | None = None) -> bytes: ...
 
     async def write_bytes(self, path: str, data: bytes) -> None: ...
 

@@ -18,6 +18,7 @@ from trajforge.agent.config import AgentConfig
 from trajforge.agent.result import AgentResult, Termination, ToolErrorRecord, ToolStat
 from trajforge.llm.types import AssistantTurn, ModelError, ModelErrorKind, ToolCall
 from trajforge.protocols import ChatModel
+from trajforge.sandbox.errors import SandboxUnavailableError
 from trajforge.tools.base import Tool, ToolContext, ToolOutput, openai_schema
 
 _KIND_TO_TERMINATION = {ModelErrorKind.CONTEXT_LENGTH: Termination.CONTEXT_LENGTH}
@@ -152,8 +153,12 @@ class AgentLoop:
         group: list[int] = []
 
         async def flush() -> None:
-            done = await asyncio.gather(*(self._one_call(calls[i], turn_index, result) for i in group))
+            done = await asyncio.gather(
+                *(self._one_call(calls[i], turn_index, result) for i in group), return_exceptions=True
+            )
             for i, out in zip(group, done, strict=True):
+                if isinstance(out, BaseException):  # the sandbox broke: the siblings have finished
+                    raise out
                 outputs[i] = out
             group.clear()
 
@@ -195,6 +200,8 @@ class AgentLoop:
                 out = ToolOutput.failure(
                     f"tool {call.name!r} took longer than {self.config.tool_timeout_s:g}s"
                 )
+            except SandboxUnavailableError:  # the sandbox broke: not the model's doing, not its data
+                raise
             except Exception as exc:  # a crashing tool is reported to the model, not raised
                 out = ToolOutput.failure(f"tool {call.name!r} crashed: {type(exc).__name__}: {exc}")
         return self._record(call, turn_index, out, result)

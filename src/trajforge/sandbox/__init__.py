@@ -10,12 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from trajforge.sandbox.base import (
-    ProcessSandbox,
-    ProcessSandboxFactory,
-    SandboxStartError,
-    SandboxUnavailableError,
-)
+from trajforge.sandbox.base import ProcessSandbox, ProcessSandboxFactory
+from trajforge.sandbox.errors import SandboxBrokenError, SandboxStartError, SandboxUnavailableError
 from trajforge.sandbox.types import ExecResult, SandboxConfig, SandboxKind, SandboxLimits
 
 if TYPE_CHECKING:  # protocols imports sandbox.types, which runs this package first
@@ -66,6 +62,7 @@ __all__ = [
     "SandboxConfig",
     "SandboxKind",
     "SandboxLimits",
+    "SandboxBrokenError",
     "SandboxStartError",
     "SandboxUnavailableError",
     "close_factory",

@@ -17,6 +17,15 @@ Each command runs as ``bash`` in a new session (so the whole tree is one process
 killed at the timeout) with the saved cwd and exported environment, and rlimits applied by ``ulimit``
 in that bash before the user's command. The state is re-saved by an EXIT trap after the command.
 
+Who can reach the agent: with ``--run-as UID:GID`` (bwrap started as root) the agent itself is uid 0
+with a handful of capabilities (setuid/setgid to start commands, kill, fowner/dac_override/chown to
+reset what commands leave) and ``no_new_privs``; every command runs as UID, which the kernel strips
+of all capabilities on the switch. A command can then neither signal, trace, ``prlimit``, renice nor
+re-pin the agent, so every later command starts from the agent's pristine limits. Without
+``--run-as`` (a user namespace: one uid for all) commands *can* do those things to the agent; the
+reset then verifies the agent's own attributes and refuses (the host discards the sandbox) when
+any changed.
+
 This file must stay importable by any python3 >= 3.8 with nothing but the standard library.
 """
 
@@ -25,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import select
 import signal
 import stat
@@ -53,6 +63,13 @@ _STATE_END = "__TF_END__"
 # Variables bash manages itself; restoring them would make them drift (SHLVL grows each call).
 _VOLATILE = {"_", "SHLVL", "PWD"}
 _GRACE_S = 0.2  # how long to keep reading after the command exits while a background job holds the pipe
+_STATE_LIMIT = 8 * 1024 * 1024  # a session state (cwd + environment) larger than this is ignored
+_PROCS_HEADROOM = 0.9  # at this share of the process limit, everything but the agent is killed
+_KEYCTL = {"x86_64": 250, "aarch64": 219}  # syscall numbers the stdlib has no wrapper for
+_IOPRIO_GET = {"x86_64": 252, "aarch64": 31}
+_KEYCTL_GET_KEYRING_ID, _KEYCTL_JOIN_SESSION_KEYRING, _KEYCTL_READ = 0, 1, 11
+_KEY_SPEC_USER, _KEY_SPEC_USER_SESSION = -4, -5
+_FS_IOC_GETFLAGS, _FS_IOC_SETFLAGS = 0x80086601, 0x40086602
 
 
 class OutputCap:
@@ -167,17 +184,187 @@ def _ipc_objects() -> int:
     return count
 
 
+class Kernel:
+    """The few system calls the standard library has no wrapper for, through ctypes. Only for
+    reusable sandboxes: importing ctypes costs ~9 ms of start-up, paid once per reused sandbox."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        self._c = ctypes
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        machine = os.uname().machine
+        self._keyctl = _KEYCTL.get(machine)
+        self._ioprio = _IOPRIO_GET.get(machine)
+
+    def make_undumpable(self) -> None:
+        """Commands that share our uid could otherwise ptrace this process (or read its memory) and
+        make a reset lie about the sandbox's state. A non-dumpable process can only be traced with
+        CAP_SYS_PTRACE, which nothing in the sandbox has."""
+        self._libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+
+    def new_session_keyring(self) -> None:
+        """Join a fresh anonymous session keyring: commands inherit it, so keys a rollout added
+        (or a keyring inherited from whoever started the host process) never reach the next one."""
+        if self._keyctl is None:
+            return
+        if self._libc.syscall(self._keyctl, _KEYCTL_JOIN_SESSION_KEYRING, None) >= 0:
+            return
+        if self._c.get_errno() in (1, 38):  # EPERM/ENOSYS: keyrings are blocked here (a seccomp
+            self._keyctl = None  # policy, e.g. Docker's default), for our commands as well
+            return
+        raise ResetRefused("could not join a new session keyring")
+
+    def user_keys(self) -> list[int]:
+        """Keys in our user keyring, and in our user session keyring other than the link to the
+        user keyring that the kernel puts there itself. Empty when keyrings are blocked here."""
+        if self._keyctl is None:
+            return []
+        user = self._libc.syscall(self._keyctl, _KEYCTL_GET_KEYRING_ID, self._c.c_long(_KEY_SPEC_USER), 1)
+        found = []
+        for spec in (_KEY_SPEC_USER, _KEY_SPEC_USER_SESSION):
+            found += [k for k in self._keyring(spec) if k != user]
+        return found
+
+    def _keyring(self, spec: int) -> list[int]:
+        c = self._c
+        buf = (c.c_int32 * 256)()
+        size = self._libc.syscall(self._keyctl, _KEYCTL_READ, c.c_long(spec), buf, c.c_long(c.sizeof(buf)))
+        if size < 0:
+            return [-1]  # unreadable: count it as something left
+        return list(buf[: min(size, c.sizeof(buf)) // 4])
+
+    def ioprio(self) -> int | None:
+        if self._ioprio is None:
+            return None
+        return self._libc.syscall(self._ioprio, 1, 0)  # IOPRIO_WHO_PROCESS, this process
+
+
+def _own_attributes(kernel: Kernel | None) -> dict:
+    """What a process of our uid could change about the agent from outside (and so about every
+    command it starts later): rlimits, niceness, CPU affinity, scheduling, OOM score, I/O priority."""
+    attrs: dict = {
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "scheduler": os.sched_getscheduler(0),
+        "oom_score_adj": _read("/proc/self/oom_score_adj").strip(),
+        "timerslack_ns": _read("/proc/self/timerslack_ns").strip(),
+    }
+    for name in sorted(n for n in dir(resource) if n.startswith("RLIMIT_")):
+        attrs[name] = resource.getrlimit(getattr(resource, name))
+    if kernel is not None:
+        attrs["ioprio"] = kernel.ioprio()
+    return attrs
+
+
+def _xattrs(path: str) -> dict:
+    try:
+        names = os.listxattr(path, follow_symlinks=False)
+    except OSError:  # not supported by this file system
+        return {}
+    return {n: os.getxattr(path, n, follow_symlinks=False) for n in sorted(names)}
+
+
+def _fs_flags(path: str, value: int | None = None) -> int | None:
+    """chattr flags of a directory (FS_IOC_GETFLAGS); sets them when ``value`` is given. None when
+    the file system has none."""
+    import array
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        buf = array.array("l", [value or 0])
+        fcntl.ioctl(fd, _FS_IOC_SETFLAGS if value is not None else _FS_IOC_GETFLAGS, buf, True)
+        return buf[0]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _dir_attributes(path: str) -> dict:
+    """Everything about a writable root (workdir, scratch dir) that survives emptying it: mode,
+    owner, modification time, extended attributes (ACLs included) and chattr flags. Its ctime
+    cannot be set back by anyone and its atime moves when it is read, so neither is compared."""
+    st = os.lstat(path)
+    return {
+        "mode": st.st_mode,
+        "owner": (st.st_uid, st.st_gid),
+        "mtime_ns": st.st_mtime_ns,
+        "xattrs": _xattrs(path),
+        "flags": _fs_flags(path),
+    }
+
+
+def _restore_dir(path: str, start: dict, times: tuple[int, int]) -> None:
+    """Put a writable root's attributes back as they were at start (best effort; verified after)."""
+    with contextlib.suppress(OSError):
+        os.chown(path, *start["owner"], follow_symlinks=False)
+    os.chmod(path, stat.S_IMODE(start["mode"]))
+    now = _xattrs(path)
+    for name in now:
+        if name not in start["xattrs"]:
+            with contextlib.suppress(OSError):
+                os.removexattr(path, name, follow_symlinks=False)
+    for name, value in start["xattrs"].items():
+        if now.get(name) != value:
+            with contextlib.suppress(OSError):
+                os.setxattr(path, name, value, follow_symlinks=False)
+    if start["flags"] is not None and _fs_flags(path) != start["flags"]:
+        _fs_flags(path, start["flags"])
+    os.utime(path, ns=times, follow_symlinks=False)
+
+
+def _read_key_users(uid: int) -> str:
+    """This uid's line in /proc/key-users (keys it owns anywhere in the kernel), or ''."""
+    for line in _read("/proc/key-users").splitlines():
+        if line.split(":", 1)[0].strip() == str(uid):
+            return line.strip()
+    return ""
+
+
+def _mqueues() -> list[str]:
+    """POSIX message queues of our IPC namespace (bwrap mounts an mqueue file system for them)."""
+    try:
+        return [os.path.join("/dev/mqueue", n) for n in os.listdir("/dev/mqueue")]
+    except OSError:
+        return []
+
+
 class ResetRefused(Exception):
     """The sandbox cannot be put back into its starting state; the host must discard it."""
 
 
 class Agent:
-    def __init__(self, workdir: str, scratch: str, reusable: bool = False) -> None:
+    def __init__(
+        self,
+        workdir: str,
+        scratch: str,
+        reusable: bool = False,
+        *,
+        run_as: tuple[int, int] | None = None,
+        state_dir: str | None = None,
+        max_procs: int = 0,
+    ) -> None:
         self.workdir = workdir
         self.scratch = scratch
         self.cwd = workdir
+        self.run_as = run_as
+        self.max_procs = max_procs
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("TF_AGENT_")}
-        self.state_dir = os.path.join(scratch, ".trajforge-session")
+        # Command files are written by us into a directory commands cannot write; session state is
+        # written by the command's EXIT trap into one of its own, and read back without following
+        # links (we may be uid 0: a planted symlink must not make us read another file).
+        base = state_dir or os.path.join(scratch, ".trajforge-session")
+        self.cmd_dir, self.out_dir = os.path.join(base, "cmd"), os.path.join(base, "out")
+        for path, mode in ((base, 0o755), (self.cmd_dir, 0o755), (self.out_dir, 0o700)):
+            os.makedirs(path, mode=mode, exist_ok=True)
+            os.chmod(path, mode)
+        if run_as is not None:
+            os.chown(self.out_dir, *run_as)
         self.groups: set[int] = set()
         self.limits = {
             k: os.environ.get(k, "")
@@ -188,41 +375,46 @@ class Agent:
         self.counter = 0
         self.initial_env = dict(self.env)
         self.reusable = reusable
+        self.kernel: Kernel | None = None
+        if reusable or _in_own_pid_namespace():  # a real sandbox: nothing of the host's keyring
+            self.kernel = Kernel()
+            self.kernel.make_undumpable()
+            self.kernel.new_session_keyring()
         if reusable:  # the starting state that reset() must restore and verify
-            self.dir_modes = {d: os.lstat(d).st_mode for d in (workdir, scratch)}
+            self.roots = {d: _dir_attributes(d) for d in (workdir, scratch)}
+            self.root_times = {d: (os.lstat(d).st_atime_ns, os.lstat(d).st_mtime_ns) for d in self.roots}
             self.snapshot = {m: _tree(m) for m in _tmpfs_mounts()}
+            self.attributes = _own_attributes(self.kernel)
 
     def reset(self) -> None:
         """Put the sandbox back into the state it started in, for the next rollout; verify it.
 
         Kills every other process of the sandbox (we are in our own pid namespace: ``kill(-1)``
-        reaches exactly the sandbox), empties the workdir and scratch dir, removes System V IPC
-        objects, removes whatever was added to the writable tmpfs mounts, and forgets the shell
-        session's cwd and environment. Anything it cannot restore exactly (a changed entry in a
-        tmpfs, a process that will not die) raises :class:`ResetRefused`: the host then discards
-        the sandbox and builds a fresh one, so a reused sandbox is never subtly different.
+        reaches exactly the sandbox), empties the workdir and scratch dir and restores their
+        attributes (mode, owner, times, xattrs and ACLs, chattr flags), removes System V IPC objects
+        and POSIX message queues, joins a fresh session keyring, removes whatever was added to the
+        writable tmpfs mounts, and forgets the shell session's cwd and environment. Anything it
+        cannot prove restored (a changed entry in a tmpfs, a process that will not die, keys left
+        with the commands' uid, an rlimit/niceness/affinity of ours that a command changed) raises
+        :class:`ResetRefused`: the host then discards the sandbox and builds a fresh one, so a
+        reused sandbox is never subtly different.
         """
-        if not (self.reusable and _in_own_pid_namespace()):
+        if not (self.reusable and self.kernel is not None and _in_own_pid_namespace()):
             raise ResetRefused("not started as a reusable sandbox in its own pid namespace")
-        me = os.getpid()
-        left: list[int] = []
-        for _ in range(200):  # repeat while a fork bomb keeps spawning
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(-1, signal.SIGKILL)
-            _reap()
-            left = [p for p in _pids() if p not in (1, me)]
-            if not left:
-                break
-            time.sleep(0.005)
+        left = _kill_all_others()
         if left:
-            raise ResetRefused(f"{len(left)} processes survived SIGKILL")
-        for path, mode in self.dir_modes.items():
-            os.chmod(path, stat.S_IMODE(mode))
+            raise ResetRefused(f"{left} processes survived SIGKILL")
+        for path, start in self.roots.items():
+            os.chmod(path, stat.S_IMODE(start["mode"]))
             _empty(path)
-        if _ipc_objects():
-            subprocess.run(["ipcrm", "--all"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            if _ipc_objects():
-                raise ResetRefused("System V IPC objects could not be removed")
+        _empty(self.cmd_dir)
+        _empty(self.out_dir)
+        for path, start in self.roots.items():
+            _restore_dir(path, start, self.root_times[path])
+            changed = [k for k, v in _dir_attributes(path).items() if v != start[k]]
+            if changed:
+                raise ResetRefused(f"cannot restore the {', '.join(changed)} of {path}")
+        self._reset_ipc_and_keys()
         for mount, before in self.snapshot.items():
             now = _tree(mount)
             added = sorted(set(now) - set(before), key=len)
@@ -234,20 +426,47 @@ class Agent:
             if now != before:
                 changed = sorted(p for p in set(now) | set(before) if now.get(p) != before.get(p))
                 raise ResetRefused(f"cannot restore {mount}: {', '.join(changed[:3])} changed")
+        now = _own_attributes(self.kernel)
+        changed = [k for k, v in now.items() if v != self.attributes.get(k)]
+        if changed:
+            raise ResetRefused(f"a command changed the exec agent's {', '.join(changed)}")
         self.cwd = self.workdir
         self.env = dict(self.initial_env)
         self.groups.clear()
         self.counter = 0
 
+    def _reset_ipc_and_keys(self) -> None:
+        if _ipc_objects():  # only their owner may remove them: run ipcrm as the commands' uid
+            subprocess.run(
+                ["ipcrm", "--all"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                **self._as_commands(),
+            )
+            if _ipc_objects():
+                raise ResetRefused("System V IPC objects could not be removed")
+        for queue in _mqueues():
+            with contextlib.suppress(OSError):
+                os.unlink(queue)
+        if _mqueues():
+            raise ResetRefused("POSIX message queues could not be removed")
+        assert self.kernel is not None
+        self.kernel.new_session_keyring()
+        if self.run_as is not None:  # the commands' own uid: keys it holds live on in the kernel
+            if _read_key_users(self.run_as[0]):
+                raise ResetRefused("the commands' uid holds kernel keys")
+            return
+        if self.kernel.user_keys():  # one uid for all: its own keyrings must hold nothing
+            raise ResetRefused("keys were left in the user keyrings")
+
     def _load_state(self, path: str) -> None:
-        try:
-            with open(path, "rb") as f:
-                raw = f.read().decode("utf-8", "surrogateescape")
-        except OSError:
-            return  # killed before the trap ran: keep the previous session state
-        if not raw.endswith(_STATE_END):
+        raw = _read_own_file(path, self.run_as)
+        if raw is None:
+            return  # killed before the trap ran, or not a file the command's uid wrote
+        text = raw.decode("utf-8", "surrogateescape")
+        if not text.endswith(_STATE_END):
             return  # torn write: keep the previous state
-        items = raw[: -len(_STATE_END)].split("\0")
+        items = text[: -len(_STATE_END)].split("\0")
         cwd = items[0].rstrip("\n")
         env = {}
         for item in items[1:]:
@@ -269,27 +488,32 @@ class Agent:
                 return
             time.sleep(0.01)
 
-    def exec(self, req: dict) -> dict:
-        started = time.monotonic()
-        timeout = float(req.get("timeout") or 60.0)
-        cap = OutputCap(int(req.get("cap") or 16384))
-        os.makedirs(self.state_dir, exist_ok=True)
-        self.counter += 1
-        base = os.path.join(self.state_dir, f"s{self.counter}")
-        cmd_file = base + ".sh"
-        with open(cmd_file, "wb") as f:
-            f.write(req["command"].encode("utf-8", "surrogateescape"))
-        state = base + ".state"
-        with contextlib.suppress(OSError):
-            os.unlink(state)
-        cwd = req.get("cwd") or self.cwd
-        if not os.path.isabs(cwd):
-            cwd = os.path.join(self.cwd, cwd)
-        if not os.path.isdir(cwd):
-            return self._answer(req, 1, f"cwd does not exist: {cwd}".encode(), started, cap)
-        env = dict(self.env)
-        env.update({k: v for k, v in self.limits.items() if v})
-        proc = subprocess.Popen(
+    def _near_process_limit(self) -> bool:
+        return self.max_procs > 0 and len(_pids()) >= self.max_procs * _PROCS_HEADROOM
+
+    def _kill_everything(self) -> str:
+        """The sandbox is at its process limit (a fork bomb): kill every process but us, so the
+        rollout's later commands can run again. Returns the note the model sees."""
+        if _in_own_pid_namespace():
+            _kill_all_others()
+        else:
+            for pgid in list(self.groups):
+                self._kill_group(pgid)
+        self.groups.clear()
+        return (
+            f"\n[the sandbox reached its process limit ({self.max_procs}); every process in it, "
+            "background jobs included, was killed]\n"
+        )
+
+    def _as_commands(self) -> dict:
+        """Popen arguments that start a process as the commands' uid. From uid 0 to another uid the
+        kernel clears every capability, so nothing the command runs keeps any of ours."""
+        if self.run_as is None:
+            return {}
+        return {"user": self.run_as[0], "group": self.run_as[1], "extra_groups": []}
+
+    def _spawn(self, cwd: str, state: str, cmd_file: str, env: dict) -> subprocess.Popen:
+        return subprocess.Popen(
             ["bash", "-c", WRAPPER, "bash", state, cmd_file],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -297,12 +521,53 @@ class Agent:
             cwd=cwd,
             env=env,
             start_new_session=True,
+            **self._as_commands(),
         )
+
+    def exec(self, req: dict) -> dict:
+        started = time.monotonic()
+        timeout = float(req.get("timeout") or 60.0)
+        cap = OutputCap(int(req.get("cap") or 16384))
+        note = self._kill_everything() if self._near_process_limit() else ""
+        self.counter += 1
+        cmd_file = os.path.join(self.cmd_dir, f"s{self.counter}.sh")
+        fd = os.open(cmd_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(req["command"].encode("utf-8", "surrogateescape"))
+        state = os.path.join(self.out_dir, f"s{self.counter}.state")
+        with contextlib.suppress(OSError):
+            os.unlink(state)
+        cwd = req.get("cwd") or self.cwd
+        if not os.path.isabs(cwd):
+            cwd = os.path.join(self.cwd, cwd)
+        if "\0" in cwd or not os.path.isdir(cwd):
+            return self._answer(req, 1, f"cwd does not exist: {cwd!r}".encode(), started, cap)
+        env = dict(self.env)
+        env.update({k: v for k, v in self.limits.items() if v})
+        try:
+            proc = self._spawn(cwd, state, cmd_file, env)
+        except BlockingIOError:  # no process left to fork: recover the sandbox, then try once more
+            note += self._kill_everything()
+            proc = self._spawn(cwd, state, cmd_file, env)
         self.groups.add(proc.pid)
+        code, timed_out = self._collect(proc, cap, started + timeout)
+        with contextlib.suppress(OSError):
+            os.unlink(cmd_file)
+        if not timed_out:
+            self._load_state(state)
+        with contextlib.suppress(OSError):
+            os.unlink(state)
+        if self._near_process_limit():
+            note += self._kill_everything()
+        if note:
+            cap.feed(note.encode())
+        return self._answer(req, None if timed_out else code, None, started, cap, timed_out)
+
+    def _collect(self, proc: subprocess.Popen, cap: OutputCap, deadline: float) -> tuple[int, bool]:
+        """Read the command's output into ``cap`` until it exits (or its deadline kills it)."""
         assert proc.stdout is not None
         fd = os.dup(proc.stdout.fileno())
         proc.stdout.close()
-        deadline = started + timeout
         timed_out = False
         exited_at = None
         eof = False
@@ -329,15 +594,12 @@ class Agent:
         code = proc.wait()
         if eof:
             os.close(fd)
-        else:  # a background job still holds the pipe: keep draining it off the main path
+            return code, timed_out
+        try:  # a background job still holds the pipe: keep draining it off the main path
             threading.Thread(target=_drain_forever, args=(fd,), daemon=True).start()
-        with contextlib.suppress(OSError):
-            os.unlink(cmd_file)
-        if not timed_out:
-            self._load_state(state)
-        with contextlib.suppress(OSError):
-            os.unlink(state)
-        return self._answer(req, None if timed_out else code, None, started, cap, timed_out)
+        except RuntimeError:  # no thread left to start (a fork bomb holds them all): stop reading;
+            os.close(fd)  # writers get SIGPIPE, and the limit check that follows kills them anyway
+        return code, timed_out
 
     def _answer(self, req, code, message, started, cap, timed_out=False) -> dict:
         if message is not None:
@@ -358,6 +620,41 @@ class Agent:
             self._kill_group(pgid)
 
 
+def _kill_all_others() -> int:
+    """SIGKILL every process of our pid namespace but us (and bwrap, pid 1), repeating while a
+    fork bomb keeps spawning; how many are left."""
+    me = os.getpid()
+    left: list[int] = []
+    for _ in range(200):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(-1, signal.SIGKILL)
+        _reap()
+        left = [p for p in _pids() if p not in (1, me)]
+        if not left:
+            break
+        time.sleep(0.005)
+    return len(left)
+
+
+def _read_own_file(path: str, run_as: tuple[int, int] | None) -> bytes | None:
+    """A regular file's bytes (at most _STATE_LIMIT), never through a link, and when we run the
+    commands as another uid only if that uid owns it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (run_as is not None and st.st_uid != run_as[0]):
+            return None
+        data = os.read(fd, _STATE_LIMIT + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) <= _STATE_LIMIT else None
+
+
 def _read(path: str) -> str:
     try:
         with open(path) as f:
@@ -372,19 +669,6 @@ def _in_own_pid_namespace() -> bool:
     return os.getppid() == 1 and _read("/proc/1/comm").strip() == "bwrap"
 
 
-def _make_undumpable() -> None:
-    """Commands run as our uid and could otherwise ptrace this process (or read its memory) and
-    make a reset lie about the sandbox's state. A non-dumpable process can only be traced with
-    CAP_SYS_PTRACE, which nothing in the sandbox has. Only for reusable sandboxes: importing
-    ctypes costs ~9 ms of start-up, paid once per reused sandbox."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
-    except (ImportError, OSError, AttributeError):
-        pass
-
-
 def _reap() -> None:
     """Collect exited children (killed background shells), so they do not linger as zombies."""
     while True:
@@ -396,12 +680,29 @@ def _reap() -> None:
             return
 
 
+def _options(argv: list[str]) -> dict:
+    """``WORKDIR SCRATCH [--reusable] [--run-as UID:GID] [--state-dir DIR] [--max-procs N]``."""
+    opts: dict = {"reusable": False}
+    rest = list(argv)
+    while rest:
+        flag = rest.pop(0)
+        if flag == "--reusable":
+            opts["reusable"] = True
+        elif flag == "--run-as":
+            uid, _, gid = rest.pop(0).partition(":")
+            opts["run_as"] = (int(uid), int(gid or uid))
+        elif flag == "--state-dir":
+            opts["state_dir"] = rest.pop(0)
+        elif flag == "--max-procs":
+            opts["max_procs"] = int(rest.pop(0))
+        else:
+            raise SystemExit(f"exec agent: unknown option {flag!r}")
+    return opts
+
+
 def main() -> None:
     workdir, scratch = sys.argv[1], sys.argv[2]
-    reusable = "--reusable" in sys.argv[3:]
-    if reusable:
-        _make_undumpable()
-    agent = Agent(workdir, scratch, reusable=reusable)
+    agent = Agent(workdir, scratch, **_options(sys.argv[3:]))
     out = sys.stdout
     out.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
     out.flush()

@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from trajforge.sandbox.cgroup import SandboxCgroup
-from trajforge.sandbox.paths import PathMap
+from trajforge.sandbox.confined import ConfinedDir
+from trajforge.sandbox.disk import mount_disk, remove_tree
+from trajforge.sandbox.errors import SandboxUnavailableError
 from trajforge.sandbox.session import AgentSession
 from trajforge.sandbox.sweep import sweep_stale, write_owner
 from trajforge.sandbox.types import ExecResult, SandboxConfig
@@ -35,14 +37,6 @@ AGENT_SOURCE = "agent.py"
 
 
 T = TypeVar("T")
-
-
-class SandboxUnavailableError(RuntimeError):
-    """The chosen sandbox backend cannot run on this machine; the message says what to do."""
-
-
-class SandboxStartError(SandboxUnavailableError):
-    """One rollout's sandbox failed to start: an infrastructure failure, never shown to the model."""
 
 
 @dataclass
@@ -55,6 +49,7 @@ class Layout:
     agent: Path
     log: Path
     owner: tuple[int, int] | None = None  # (uid, gid) the tree belongs to, when not ours
+    disk_capped: bool = False  # work and tmp live on a tmpfs of the configured size
 
     def dir_stats(self) -> tuple[tuple[int, int], ...]:
         """(mode, uid) of the workdir and the scratch dir: what a reset must leave as it found."""
@@ -71,7 +66,7 @@ class Launch:
     env: dict[str, str] | None = None
     teardown: Callable[[], Awaitable[None]] | None = None
     owner: tuple[int, int] | None = None  # uid/gid that must own files the host writes
-    pass_fds: tuple[int, ...] = ()  # fds the launcher refers to (kept open for restarts)
+    pass_fds: tuple[int, ...] = ()  # fds the launcher refers to (kept open while it runs)
 
 
 def command_env(config: SandboxConfig, workdir: str, scratch: str) -> dict[str, str]:
@@ -138,11 +133,20 @@ class SandboxIO:
         return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args))
 
 
-def make_layout(root_dir: Path, task_id: str) -> Layout:
+def make_layout(root_dir: Path, task_id: str, disk: tuple[int, int] | None = None) -> Layout:
+    """A fresh sandbox directory; with ``disk`` (MiB, inodes) its work and tmp dirs share one
+    size-limited tmpfs when this process may mount one (``layout.disk_capped`` says)."""
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in task_id)[:40]
     root = Path(tempfile.mkdtemp(prefix=f"{safe}-", dir=root_dir))
-    layout = Layout(root, root / "work", root / "tmp", root / AGENT_SOURCE, root / "agent.log")
     write_owner(root)  # from now on a sweep can tell whether the process that made it is alive
+    try:
+        files = mount_disk(root, *disk) if disk is not None else None
+    except BaseException:
+        remove_tree(root)
+        raise
+    base = files or root
+    layout = Layout(root, base / "work", base / "tmp", root / AGENT_SOURCE, root / "agent.log")
+    layout.disk_capped = files is not None
     layout.work.mkdir()
     layout.tmp.mkdir()
     source = resources.files("trajforge.sandbox").joinpath(AGENT_SOURCE).read_bytes()
@@ -198,7 +202,7 @@ class Resident:
                 await self.teardown()
         finally:
             if not keep:
-                await io.run(shutil.rmtree, self.layout.root, True)
+                await io.run(remove_tree, self.layout.root)
 
     def destroy_now(self) -> None:
         """Blocking last-resort cleanup (a factory collected or the process exiting without
@@ -210,7 +214,7 @@ class Resident:
                 os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
             self.cgroup.remove()
-        shutil.rmtree(self.layout.root, True)
+        remove_tree(self.layout.root)
 
     def host_state(self) -> tuple[list[str], list[int], tuple[tuple[int, int], ...]]:
         """What the host itself can check after a reset: directory contents, processes, modes."""
@@ -242,8 +246,9 @@ class ProcessSandbox:
         return self.layout.work
 
     @property
-    def _paths(self) -> PathMap:
-        return PathMap(inside=self.workdir, host=str(self.layout.work))
+    def files(self) -> ConfinedDir:
+        """Race-free host access to the workdir, with the sandbox's own file permissions."""
+        return ConfinedDir(inside=self.workdir, host=str(self.layout.work), owner=self.owner)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -264,31 +269,13 @@ class ProcessSandbox:
             cap=self.config.output_cap_bytes,
         )
 
-    async def read_bytes(self, path: str) -> bytes:
+    async def read_bytes(self, path: str, limit: int | None = None) -> bytes:
         self._check_open()
-        return await self.io.run(self._read, path)
+        return await self.io.run(self.files.read, path, limit)
 
     async def write_bytes(self, path: str, data: bytes) -> None:
         self._check_open()
-        await self.io.run(self._write, path, bytes(data))
-
-    def _read(self, path: str) -> bytes:
-        host = self._paths.resolve(path)
-        fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as f:
-            return f.read()
-
-    def _write(self, path: str, data: bytes) -> None:
-        host = self._paths.resolve(path)
-        parent = Path(host).parent
-        missing = [p for p in [parent, *parent.parents] if not p.exists()]
-        parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        if self.owner is not None:
-            for p in [*missing, Path(host)]:
-                os.chown(p, *self.owner, follow_symlinks=False)
+        await self.io.run(self.files.write, path, bytes(data))
 
     async def close(self) -> None:
         """Kill everything still running in the sandbox; then its factory either resets it for
@@ -453,8 +440,6 @@ class ProcessSandboxFactory:
     async def _reset(self, resident: Resident) -> str | None:
         if resident.uses >= self.max_uses:
             return "reached max_uses"
-        if resident.session.restarts:
-            return "exec agent was restarted"
         problem = await resident.session.reset()
         if problem is not None:
             return problem
@@ -491,7 +476,7 @@ class ProcessSandboxFactory:
                 with contextlib.suppress(Exception):
                     layout, cgroup = await preparing
                     await self.io.run(cgroup.remove)
-                    await self.io.run(shutil.rmtree, layout.root, True)
+                    await self.io.run(remove_tree, layout.root)
                 raise
         dir_stats = layout.dir_stats()
         launch: Launch | None = None
@@ -504,7 +489,7 @@ class ProcessSandboxFactory:
             if launch is not None and launch.teardown is not None:
                 with contextlib.suppress(Exception):
                     await launch.teardown()
-            await self.io.run(shutil.rmtree, layout.root, True)
+            await self.io.run(remove_tree, layout.root)
             raise
         return Resident(
             workdir=launch.workdir,
@@ -522,11 +507,16 @@ class ProcessSandboxFactory:
         """The (uid, gid) a new sandbox's tree should belong to; None keeps ours (backends override)."""
         return None
 
+    def _disk(self) -> tuple[int, int] | None:
+        """(MiB, inodes) of the tmpfs that should hold a new sandbox's files; None: plain host
+        directories (backends that can enforce ``limits.disk_mb`` override)."""
+        return None
+
     def _prepare(
         self, task_id: str, cwd: str | None, owner: tuple[int, int] | None
     ) -> tuple[Layout, SandboxCgroup]:
         """Directory layout, copy-in, ownership and cgroup (blocking)."""
-        layout = make_layout(self._root_dir(), task_id)
+        layout = make_layout(self._root_dir(), task_id, self._disk())
         try:
             if cwd is not None:
                 copy_in(cwd, layout.work)
@@ -541,7 +531,7 @@ class ProcessSandboxFactory:
             )
             write_owner(layout.root, cgroup)  # ours again after chown, and names the cgroups
         except BaseException:
-            shutil.rmtree(layout.root, True)
+            remove_tree(layout.root)
             raise
         return layout, cgroup
 

@@ -10,12 +10,16 @@ Limits: a per-sandbox cgroup (pids, memory) where the host allows one; rlimits f
 time (and address space / process count when the cgroup is missing). When we run as root, bwrap
 is started under ``setpriv`` as a dedicated unprivileged uid for this sandbox: root inside the
 sandbox would ignore RLIMIT_NPROC, keep capabilities, and own every root-owned file on the host.
+The exec agent itself stays uid 0 with six capabilities and ``no_new_privs``: a uid the commands do
+not share, so they cannot signal, trace, ``prlimit``, renice or re-pin the process that starts all
+later commands (in a user namespace there is only one uid; there the reset verifies the agent).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import secrets
 import shutil
@@ -24,17 +28,25 @@ from trajforge.sandbox.base import (
     Launch,
     Layout,
     ProcessSandboxFactory,
-    SandboxUnavailableError,
     chown_tree,
     command_env,
     first_existing,
     limit_env,
+    make_layout,
 )
 from trajforge.sandbox.cgroup import SandboxCgroup
+from trajforge.sandbox.disk import remove_tree
+from trajforge.sandbox.errors import SandboxUnavailableError
+
+log = logging.getLogger(__name__)
 
 INSIDE_WORKDIR = "/workspace"
 INSIDE_SCRATCH = "/tmp"
 INSIDE_AGENT = "/run/trajforge/agent.py"
+INSIDE_SESSION = "/run/trajforge/session"  # the agent's command files: out of the commands' reach
+# What the agent (uid 0 when we are root) keeps: start commands as their uid, kill them, and remove
+# or restore whatever they left, whatever its mode. Nothing else (no sys_admin, net, ptrace, ...).
+_AGENT_CAPS = "+setuid,+setgid,+kill,+fowner,+dac_override,+chown"
 _PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
 _SYSTEM_DIRS = ("/usr", "/etc")
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -86,6 +98,7 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
 
     kind = "bwrap"
     supports_reuse = True  # its own pid namespace: the agent's reset can reach every process
+    _disk_warned = False
 
     def _bwrap_argv(self, fds: dict[str, int], uid: int | None) -> list[str]:
         python = first_existing(_PYTHONS)
@@ -100,13 +113,14 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
         else:  # root: no user namespace, so the uid below is a real host uid of its own
             namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
             namespaces += [] if self.config.network else ["--unshare-net"]
+            # The agent stays uid 0 with only the capabilities it needs (see the module doc) and
+            # starts every command as ``uid``; no_new_privs: no setuid binary gains anything.
             drop = [
                 "/usr/bin/setpriv",
-                f"--reuid={uid}",
-                f"--regid={uid}",
+                "--no-new-privs",
                 "--clear-groups",
                 "--inh-caps=-all",
-                "--bounding-set=-all",
+                f"--bounding-set=-all,{_AGENT_CAPS}",
                 "--",
             ]
         return [
@@ -121,6 +135,8 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             "/proc",
             "--dev",
             "/dev",
+            "--mqueue",
+            "/dev/mqueue",
             "--bind-fd",
             str(fds["tmp"]),
             INSIDE_SCRATCH,
@@ -145,6 +161,11 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             INSIDE_AGENT,
             INSIDE_WORKDIR,
             INSIDE_SCRATCH,
+            "--state-dir",
+            INSIDE_SESSION,
+            "--max-procs",
+            str(self.config.limits.max_processes),
+            *(["--run-as", f"{uid}:{uid}"] if uid is not None else []),
             *(["--reusable"] if self.reuse else []),
         ]
 
@@ -154,8 +175,6 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             return f"bubblewrap (`bwrap`) is not installed. {INSTALL_HINT}"
         if os.geteuid() == 0 and shutil.which("setpriv") is None:
             return "running as root needs `setpriv` (util-linux) to drop to a sandbox uid. " + INSTALL_HINT
-        from trajforge.sandbox.base import make_layout
-
         layout = await asyncio.to_thread(make_layout, self._root_dir(), "probe")
         try:
             uid = self._new_uid()
@@ -164,7 +183,8 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             fds = _open_paths(layout)
             try:
                 argv = self._bwrap_argv(fds, uid)
-                python_at = argv.index(first_existing(_PYTHONS) or "", len(argv) - 9)
+                python = first_existing(_PYTHONS) or ""
+                python_at = len(argv) - 1 - argv[::-1].index(python)
                 argv[python_at:] = ["/bin/sh", "-c", "echo ok > /workspace/probe"]  # the agent's place
                 proc = await asyncio.create_subprocess_exec(
                     *argv,
@@ -184,7 +204,7 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
         except (OSError, TimeoutError) as exc:
             return f"bubblewrap cannot start a sandbox here ({exc}). {INSTALL_HINT}"
         finally:
-            await asyncio.to_thread(shutil.rmtree, layout.root, True)
+            await asyncio.to_thread(remove_tree, layout.root)
         return ""
 
     @staticmethod
@@ -197,6 +217,20 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
     def _new_owner(self) -> tuple[int, int] | None:
         uid = self._new_uid()
         return (uid, uid) if uid is not None else None
+
+    def _disk(self) -> tuple[int, int] | None:
+        limits = self.config.limits
+        if limits.disk_mb is None or os.geteuid() != 0:
+            if limits.disk_mb is not None and not self._disk_warned:
+                self._disk_warned = True
+                log.warning(
+                    "sandbox disk_mb=%d cannot be enforced without root (no tmpfs can be mounted): "
+                    "each file is still capped at file_size_mb=%d",
+                    limits.disk_mb,
+                    limits.file_size_mb,
+                )
+            return None
+        return limits.disk_mb, limits.disk_inodes
 
     async def _launch(self, task_id: str, layout: Layout, cgroup: SandboxCgroup, image: str | None) -> Launch:
         owner = layout.owner

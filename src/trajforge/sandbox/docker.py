@@ -18,11 +18,11 @@ from trajforge.sandbox.base import (
     Launch,
     Layout,
     ProcessSandboxFactory,
-    SandboxUnavailableError,
     command_env,
     limit_env,
 )
 from trajforge.sandbox.cgroup import SandboxCgroup
+from trajforge.sandbox.errors import SandboxUnavailableError
 
 INSIDE_WORKDIR = "/workspace"
 INSIDE_SCRATCH = "/tmp"

@@ -2,8 +2,10 @@
 
 Commands in one sandbox are serialised (a lock): a shell session has one current directory, and
 two commands racing to save it would leave it undefined. File reads/writes do not take the lock.
-If the agent dies (killed by the command it ran, say), the next command starts a fresh one and says
-that the session state was lost, rather than failing the rollout.
+If the agent dies, stops answering or reports an error of its own, the command raises
+:class:`SandboxBrokenError` -- an infrastructure failure that ends the rollout (the batch retries
+it in a fresh sandbox) -- rather than a tool result the model would read and a trajectory that
+would be saved as completed although none of its later commands could run.
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from trajforge.sandbox.errors import SandboxBrokenError
 from trajforge.sandbox.types import ExecResult
 
 # Time allowed beyond a command's own timeout for the agent to kill it and answer.
@@ -46,7 +48,6 @@ class AgentSession:
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
         self._next_id = 0
-        self.restarts = 0
         # A call abandoned between request and answer (cancelled, timed out): the agent may still
         # be running that command, so its next answer is not ours. Such a session is not reused.
         self.interrupted = False
@@ -101,31 +102,17 @@ class AgentSession:
         cap: int,
     ) -> ExecResult:
         async with self._lock:
-            note = ""
             if not self.alive():
-                await self.kill()
-                await self.start()
-                self.restarts += 1
-                note = "[sandbox shell session was restarted; previous cd/export state was lost]\n"
-            started = time.monotonic()
+                raise SandboxBrokenError("the sandbox exec agent is not running")
             request = {"op": "exec", "command": command, "timeout": timeout, "cwd": cwd, "cap": cap}
             try:
                 answer = await asyncio.wait_for(self._call(request), timeout + _ANSWER_GRACE_S)
             except (TimeoutError, AgentError) as exc:
                 await self.kill()
-                return ExecResult(
-                    exit_code=None,
-                    output=f"{note}sandbox exec agent failed: {exc or 'no answer'}",
-                    timed_out=isinstance(exc, TimeoutError),
-                    duration_s=time.monotonic() - started,
-                )
+                raise SandboxBrokenError(f"the sandbox exec agent failed: {exc or 'no answer'}") from exc
             if "error" in answer:
-                return ExecResult(
-                    exit_code=None,
-                    output=f"{note}sandbox exec agent error: {answer['error']}",
-                    duration_s=time.monotonic() - started,
-                )
-            answer["output"] = note + answer["output"]
+                await self.kill()
+                raise SandboxBrokenError(f"the sandbox exec agent failed: {answer['error']}")
             return ExecResult.model_validate({k: v for k, v in answer.items() if k != "id"})
 
     async def _call(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -16,12 +16,12 @@ import contextlib
 import logging
 import os
 import re
-import shutil
 from pathlib import Path
 
 import orjson
 
 from trajforge.sandbox.cgroup import CGROUP_ROOT, SandboxCgroup
+from trajforge.sandbox.disk import remove_tree
 
 OWNER_FILE = "owner.json"
 # The only cgroups a sweep may kill and remove: ones named like ours, below the cgroup root.
@@ -109,7 +109,7 @@ def sweep_stale(root_dir: Path) -> int:
         stale = SandboxCgroup({str(i): p for i, p in enumerate(_our_cgroups(record.get("cgroups")))})
         with contextlib.suppress(OSError):
             stale.remove()  # kills anything still in them first
-        shutil.rmtree(entry.path, ignore_errors=True)
+        remove_tree(Path(entry.path))
         removed += 1
     if removed:
         log.info("removed %d sandbox directories left by dead trajforge processes in %s", removed, root_dir)

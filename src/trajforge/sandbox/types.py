@@ -36,7 +36,14 @@ class SandboxLimits(BaseModel):
     memory_mb: int = Field(2048, description="address-space / memory cap per command")
     file_size_mb: int = Field(1024, description="largest file a command may write")
     cpu_seconds: int = Field(600, description="CPU time per command")
-    disk_mb: int | None = Field(None, description="cap on the sandbox directory size (best effort)")
+    disk_mb: int | None = Field(
+        1024,
+        ge=1,
+        description="total size of a sandbox's files (workdir + scratch dir); beyond it commands get "
+        "ENOSPC. Enforced with a per-sandbox tmpfs when trajforge runs as root (bwrap); the files then "
+        "also count toward memory_mb. None: no total cap (files go to plain host directories)",
+    )
+    disk_inodes: int = Field(131_072, ge=64, description="files and directories a sandbox may hold")
 
 
 class SandboxConfig(BaseModel):
