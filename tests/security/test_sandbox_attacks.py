@@ -1,0 +1,133 @@
+"""The sandbox attacked as a model would attack it, as root and as an unprivileged user.
+
+As root (most containers and CI) bubblewrap runs without a user namespace: commands get a uid of
+their own and the exec agent stays uid 0 with a few capabilities. As an unprivileged user bwrap
+makes a user namespace with a single uid shared by the agent and the commands. Each scenario in
+``attacks.py`` runs in both set-ups; the unprivileged run is a subprocess as ``nobody``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import trajforge
+from attacks import PLANTS, SCENARIOS
+
+pytestmark = [
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="runs as root and, through setpriv, as nobody"),
+]
+
+HERE = Path(__file__).parent
+MODES = ["root", "unprivileged"]
+
+
+def _as_nobody(scenario: str) -> dict[str, Any]:
+    """Run one scenario with the system python3 as ``nobody`` on this checkout's code."""
+    if shutil.which("setpriv") is None or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs setpriv and /usr/bin/python3 to run as an unprivileged user")
+    work = Path(tempfile.mkdtemp(prefix="tf-nobody-"))  # pytest's tmp_path is private to root
+    os.chmod(work, 0o777)
+    paths = [str(HERE), str(Path(trajforge.__file__).parents[1])]
+    paths += [p for p in sys.path if p.endswith("site-packages")]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(work), "PYTHONPATH": os.pathsep.join(paths), "TMPDIR": str(work)}
+    cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"]
+    probe = subprocess.run([*cmd, "-c", "import trajforge.sandbox, pydantic"], env=env, capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"the system python3 cannot import this checkout as nobody: {probe.stderr[-200:]!r}")
+    try:
+        done = subprocess.run(
+            [*cmd, str(HERE / "attacks.py"), scenario, str(work / "sb")],
+            env=env,
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+async def _run(scenario: str, mode: str, tmp_path: Path) -> dict[str, Any]:
+    if mode == "root":
+        return await SCENARIOS[scenario](str(tmp_path / "sb"))
+    return _as_nobody(scenario)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+async def test_file_tools_cannot_be_raced_out_of_the_sandbox(mode, tmp_path):
+    """10,000 read/write calls through ``d/`` while a command swaps ``d`` with a symlink to a host
+    directory (renameat2 RENAME_EXCHANGE in a loop): no host byte is read, no host file written.
+    The same racer against the old check-then-open resolution does win (the control)."""
+    out = await _run("race", mode, tmp_path)
+    assert out["read_escapes"] == 0 and out["write_escapes"] == 0, out
+    assert out["swaps"] > 1_000, out  # the racer really ran throughout
+    assert out["reads_inside"] > 100 and out["refused"] > 100, out  # both sides of the race were hit
+    assert out["naive_escapes"] > 0, out  # the attack is real: check-then-use loses to it
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_nothing_a_rollout_plants_reaches_the_next_one(mode, tmp_path):
+    """Each plant (files, modes, times, xattrs, ACLs, processes, IPC, message queues, keys, the
+    exec agent's limits/niceness/affinity/scheduler/OOM score/I/O priority, tmpfs additions) is
+    either undone by the reset -- the next rollout on the same sandbox sees exactly what the
+    planting rollout saw before it planted -- or makes the factory discard the sandbox, with the
+    reason counted, and the next rollout sees a fresh one."""
+    out = await _run("plant_then_look", mode, tmp_path)
+    plants = out["plants"]
+    assert len(PLANTS) >= 20 and set(plants) == set(PLANTS) | {"_stats"}
+    carried = {}
+    for name in PLANTS:
+        r = plants[name]
+        if r["reused"]:  # the same sandbox: everything as before the plant, uid and mtimes too
+            ref, seen = r["pristine"], r["seen"]
+        else:  # a fresh sandbox: its own uid and times, the rest as any fresh one
+            assert r["discarded"], (name, r)
+            ref, seen = dict(out["baseline"]), dict(r["seen"])
+            ref.pop("root owners and mtimes")
+            seen.pop("root owners and mtimes")
+        diff = {k: (seen[k], ref.get(k)) for k in seen if seen[k] != ref.get(k)}
+        if diff:
+            carried[name] = diff
+    assert carried == {}, json.dumps(carried, indent=1)[:4000]
+    stats = plants["_stats"]
+    assert stats["reused"] > 0, stats  # the reset is not simply refusing everything
+    if mode == "root":  # the agent is out of the commands' reach: nothing to discard for it
+        agent_plants = [n for n in PLANTS if n.startswith("agent")]
+        assert all(plants[n]["reused"] for n in agent_plants), {n: plants[n]["discarded"] for n in agent_plants}
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_fork_bomb_is_killed_and_the_rollout_goes_on(mode, tmp_path):
+    out = await _run("fork_bomb", mode, tmp_path)
+    # Killed at its timeout (with its process group) or, when it outlives the call, by the agent
+    # at the process limit: either way the call returns and the bomb is gone.
+    assert out["bomb_timed_out"] or "reached its process limit" in out["bomb"] + out["later"], out
+    assert out["later"].startswith("alive"), out
+    assert int(out["later"].split()[-1]) <= 8, out  # the bomb is gone: a handful of processes left
+    assert out["next"] == "fine\n", out
+
+
+async def test_disk_cap_gives_enospc_never_a_full_host_disk(tmp_path):
+    """Root: work and tmp share one size-limited tmpfs per sandbox (files and inodes)."""
+    out = await _run("disk_cap", "root", tmp_path)
+    assert out["capped"], out
+    assert "No space left on device" in out["big"], out
+    assert "No space left on device" in out["scratch"], out  # the total counts both directories
+    assert "No space left on device" in out["inodes"], out
+    assert out["host_bytes_under_root"] < 1_000_000, out  # nothing landed on the host's disk
+    assert out["after"].split()[-1] == "0", out  # the reused sandbox starts empty again
+    assert out["stats"]["reused"] == 1, out
