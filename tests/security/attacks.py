@@ -12,8 +12,10 @@ Usage as a script: ``python attacks.py SCENARIO ROOT_DIR [ARG]`` prints one JSON
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -73,22 +75,33 @@ async def race(root: str, calls: int = 10_000, naive_calls: int = 2_000) -> dict
                     out["reads_inside"] += data == b"INSIDE"
             except OSError:
                 out["refused"] += 1
-        out["write_escapes"] = sum(1 for p in host.iterdir() if p.name.startswith("w"))
-        naive = 0
-        for _ in range(naive_calls):  # control: the racer does win against check-then-use
-            try:
-                naive += _naive_read(str(sb.layout.work), "d/secret") == b"HOST-SECRET"
-            except OSError:
-                pass
-        out["naive_escapes"] = naive
+        out["write_escapes"] = await asyncio.to_thread(_count_written, host)
+        out["naive_escapes"] = await asyncio.to_thread(_naive_escapes, str(sb.layout.work), naive_calls)
         swaps = await sb.exec("cat /tmp/swaps")
         out["swaps"] = int(swaps.output.strip()) if swaps.output.strip().isdigit() else swaps.output
     finally:
         await sb.close()
-        for p in host.iterdir():
-            p.unlink()
-        host.rmdir()
+        await asyncio.to_thread(shutil.rmtree, host)
     return out
+
+
+def _count_written(host: Path) -> int:
+    return sum(1 for p in host.iterdir() if p.name.startswith("w"))
+
+
+def _naive_escapes(work: str, calls: int) -> int:
+    """The control: the same racer does win against check-then-use."""
+    naive = 0
+    for _ in range(calls):
+        with contextlib.suppress(OSError):
+            naive += _naive_read(work, "d/secret") == b"HOST-SECRET"
+    return naive
+
+
+def _host_disk_bytes(root: Path) -> int:
+    """Bytes under a sandbox directory that are on the host's disk (not in its tmpfs)."""
+    dev = os.stat(root).st_dev
+    return sum(p.lstat().st_size for p in root.rglob("*") if p.lstat().st_dev == dev)
 
 
 def _quote(text: str) -> str:
@@ -119,11 +132,13 @@ PLANTS: dict[str, str] = {
     "umask": "umask 077",
     "background process": "nohup sleep 1999 >/dev/null 2>&1 &",
     "double-forked setsid process": "(setsid sleep 1999 >/dev/null 2>&1 &) ; true",
-    "abstract socket listener": "nohup python3 -c \"import socket,time; s=socket.socket(socket.AF_UNIX); "
+    "abstract socket listener": 'nohup python3 -c "import socket,time; s=socket.socket(socket.AF_UNIX); '
     "s.bind('\\0tf-planted'); s.listen(); time.sleep(1999)\" >/dev/null 2>&1 &",
     "System V shared memory": "ipcmk -M 4096",
     "POSIX message queue": _PY
-    + _quote("import ctypes; r = ctypes.CDLL('librt.so.1'); print(r.mq_open(b'/tfplanted', 0o100, 0o600, None))"),
+    + _quote(
+        "import ctypes; r = ctypes.CDLL('librt.so.1'); print(r.mq_open(b'/tfplanted', 0o100, 0o600, None))"
+    ),
     "session keyring key": _PY + _quote(_KEYCTL + "print(l.syscall(248, b'user', b'k', b'secret', 6, -3))"),
     "user keyring key": _PY + _quote(_KEYCTL + "print(l.syscall(248, b'user', b'k', b'secret', 6, -4))"),
     "workdir mode": "chmod 1777 /workspace",
@@ -232,7 +247,9 @@ async def plant_then_look(root: str) -> dict[str, Any]:
                 "seen": seen,
                 "reused": b.session.pid == agent_pid,
                 "discarded": {
-                    k: v - before.get(k, 0) for k, v in factory.stats.discarded.items() if v != before.get(k, 0)
+                    k: v - before.get(k, 0)
+                    for k, v in factory.stats.discarded.items()
+                    if v != before.get(k, 0)
                 },
             }
             await b.close()
@@ -251,10 +268,7 @@ async def disk_cap(root: str) -> dict[str, Any]:
         big = await sb.exec("dd if=/dev/zero of=/workspace/big bs=1M count=500 2>&1; ls -l /workspace/big")
         scratch = await sb.exec("dd if=/dev/zero of=/tmp/more bs=1M count=100 2>&1")
         inodes = await sb.exec("for i in $(seq 3000); do : > /workspace/f$i || break; done 2>&1 | tail -1")
-        host_dev = os.stat(sb.layout.root).st_dev  # bytes on the host's disk, not in the tmpfs
-        host_bytes = sum(
-            p.lstat().st_size for p in Path(sb.layout.root).rglob("*") if p.lstat().st_dev == host_dev
-        )
+        host_bytes = await asyncio.to_thread(_host_disk_bytes, Path(sb.layout.root))
         capped = sb.layout.disk_capped
         await sb.close()
         again = await factory.create("after")

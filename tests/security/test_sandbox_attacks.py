@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from attacks import PLANTS, SCENARIOS
 
 import trajforge
-from attacks import PLANTS, SCENARIOS
 
 pytestmark = [
     pytest.mark.bwrap,
@@ -40,7 +40,12 @@ def _as_nobody(scenario: str) -> dict[str, Any]:
     os.chmod(work, 0o777)
     paths = [str(HERE), str(Path(trajforge.__file__).parents[1])]
     paths += [p for p in sys.path if p.endswith("site-packages")]
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(work), "PYTHONPATH": os.pathsep.join(paths), "TMPDIR": str(work)}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(work),
+        "PYTHONPATH": os.pathsep.join(paths),
+        "TMPDIR": str(work),
+    }
     cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"]
     probe = subprocess.run([*cmd, "-c", "import trajforge.sandbox, pydantic"], env=env, capture_output=True)
     if probe.returncode != 0:
@@ -107,7 +112,9 @@ async def test_nothing_a_rollout_plants_reaches_the_next_one(mode, tmp_path):
     assert stats["reused"] > 0, stats  # the reset is not simply refusing everything
     if mode == "root":  # the agent is out of the commands' reach: nothing to discard for it
         agent_plants = [n for n in PLANTS if n.startswith("agent")]
-        assert all(plants[n]["reused"] for n in agent_plants), {n: plants[n]["discarded"] for n in agent_plants}
+        assert all(plants[n]["reused"] for n in agent_plants), {
+            n: plants[n]["discarded"] for n in agent_plants
+        }
 
 
 @pytest.mark.parametrize("mode", MODES)
