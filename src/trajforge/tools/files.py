@@ -16,6 +16,9 @@ from trajforge.tools._args import ArgumentError, bounded_int, opt_bool, opt_str,
 from trajforge.tools.base import FunctionTool, ToolContext, ToolOutput
 
 MAX_READ_CHARS = 100_000
+# The most the host loads for one model-facing read (read_file, patch): the model chooses the file,
+# and a sandbox may hold a 1 GiB one; 64 concurrent rollouts must not make the host load 64 GiB.
+MAX_LOAD_BYTES = 32 * 1024 * 1024
 
 
 def _file_error(path: str, exc: Exception) -> ToolOutput:
@@ -40,11 +43,14 @@ async def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     offset = int(first.value)
     limit = None if bound is None else int(bound.value)
     try:
-        data = await ctx.sandbox.read_bytes(path)
+        data = await ctx.sandbox.read_bytes(path, MAX_LOAD_BYTES + 1)
     except OSError as exc:
         return _file_error(path, exc)
     if b"\x00" in data[:8192]:
         return ToolOutput(content=f"{path} is a binary file ({len(data)} bytes); not shown")
+    cut = len(data) > MAX_LOAD_BYTES
+    if cut:  # the lines shown come from the first MAX_LOAD_BYTES; the model is told
+        data = data[:MAX_LOAD_BYTES]
     lines = data.decode("utf-8", errors="replace").splitlines()
     start = max(offset, 1) - 1
     end = len(lines) if limit is None else start + limit
@@ -56,6 +62,8 @@ async def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         note += f"\n[truncated at {MAX_READ_CHARS} characters; use offset/limit to read further]"
     elif end < len(lines):
         note += f"\n[{len(lines) - end} more lines; use offset={end + 1} to continue]"
+    if cut and end >= len(lines):
+        note += f"\n[only the first {MAX_LOAD_BYTES} bytes of this file can be read; use terminal tools]"
     return ToolOutput(content=text + note)
 
 
@@ -93,7 +101,12 @@ async def _patch(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     if not old:
         return ToolOutput.failure("old_string is empty; give the exact text to replace")
     try:
-        text = (await ctx.sandbox.read_bytes(path)).decode("utf-8")
+        raw = await ctx.sandbox.read_bytes(path, MAX_LOAD_BYTES + 1)
+        if len(raw) > MAX_LOAD_BYTES:
+            return ToolOutput.failure(
+                f"{path} is larger than {MAX_LOAD_BYTES} bytes; edit it with terminal tools"
+            )
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return ToolOutput.failure(f"{path} is not UTF-8 text; patch works on text files only")
     except OSError as exc:
