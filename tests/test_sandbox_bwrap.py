@@ -160,7 +160,7 @@ async def test_process_burst_is_capped(tmp_path):
 
 async def test_fork_bomb_contained_without_cgroup(tmp_path, monkeypatch):
     """Fallback: a dedicated sandbox uid makes RLIMIT_NPROC effective even when we are root."""
-    from trajforge.sandbox import base
+    from trajforge.sandbox import factory as base
 
     monkeypatch.setattr(base.SandboxCgroup, "create", classmethod(lambda cls, *a, **k: cls()))
     limits = SandboxLimits(max_processes=40)
@@ -276,7 +276,7 @@ async def test_file_round_trip_and_path_escapes(sandbox):
 async def test_a_dead_agent_is_an_infrastructure_error(sandbox):
     """The sandbox's exec agent gone (here killed from the host) is not a tool result for the
     model: the command raises SandboxBrokenError, and so does every later one."""
-    os.kill(sandbox.session.pid, signal.SIGKILL)
+    os.kill(sandbox.agent.pid, signal.SIGKILL)
     for _ in range(2):
         with pytest.raises(SandboxBrokenError):
             await sandbox.exec("echo back")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from trajforge.sandbox import SandboxBrokenError, SandboxConfig, SandboxLimits, create_sandbox_factory
-from trajforge.sandbox import agent as agent_module
+from trajforge.sandbox import exec_agent as agent_module
 
 pytestmark = [
     pytest.mark.bwrap,
@@ -64,7 +64,7 @@ _MESS = (
 async def test_reset_sandbox_is_reused_and_looks_fresh(tmp_path):
     async with _factory(tmp_path) as factory:
         first = await factory.create("a")
-        agent_pid = first.session.pid
+        agent_pid = first.agent.pid
         mess = await first.exec(_MESS)
         assert mess.output.strip().endswith("done")
         assert _host_processes("sleep\x001031")
@@ -72,7 +72,7 @@ async def test_reset_sandbox_is_reused_and_looks_fresh(tmp_path):
 
         assert _host_processes("sleep\x001031") == []  # reset killed them all, at once
         second = await factory.create("b")
-        assert second.session.pid == agent_pid  # the same sandbox, not a new one
+        assert second.agent.pid == agent_pid  # the same sandbox, not a new one
         assert factory.stats.created == 1 and factory.stats.reused == 1
         seen = await second.exec(
             'ls -A; ls -A /tmp | grep -v trajforge-session; echo "[$LEAK]"; pwd; ipcs -m | grep -c 0x'
@@ -144,7 +144,7 @@ async def test_a_dead_agent_means_a_fresh_sandbox(tmp_path):
     async with _factory(tmp_path) as factory:
         sb = await factory.create("a")
         old_root = sb.layout.root
-        os.kill(sb.session.pid, signal.SIGKILL)  # the sandbox dies under the rollout
+        os.kill(sb.agent.pid, signal.SIGKILL)  # the sandbox dies under the rollout
         with pytest.raises(SandboxBrokenError):
             await sb.exec("echo back")
         await sb.close()
@@ -161,7 +161,7 @@ async def test_max_uses_and_max_idle(tmp_path):
         pids = []
         for name in "abc":
             sb = await factory.create(name)
-            pids.append(sb.session.pid)
+            pids.append(sb.agent.pid)
             await sb.close()
         assert pids[0] == pids[1] != pids[2]
         assert factory.stats.discarded == {"reached max_uses": 1}
@@ -177,7 +177,7 @@ async def test_aclose_and_forgotten_factory_remove_idle_sandboxes(tmp_path):
     factory = _factory(tmp_path)
     sb = await factory.create("a")
     await sb.exec("sleep 1032 >/dev/null 2>&1 &")
-    root, cgroup_dirs, pid = sb.layout.root, list(sb.cgroup.dirs.values()), sb.session.pid
+    root, cgroup_dirs, pid = sb.layout.root, list(sb.cgroup.dirs.values()), sb.agent.pid
     await sb.close()
     assert root.exists() and _alive(pid)  # idle, waiting for the next rollout
     await factory.aclose()

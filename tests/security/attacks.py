@@ -236,7 +236,7 @@ async def plant_then_look(root: str) -> dict[str, Any]:
             a = await factory.create("a")
             pristine = await _observe(a)
             planted = await a.exec(command, timeout=10)
-            agent_pid = a.session.pid
+            agent_pid = a.agent.pid
             before = dict(factory.stats.discarded)
             await a.close()
             b = await factory.create("b")
@@ -245,7 +245,7 @@ async def plant_then_look(root: str) -> dict[str, Any]:
                 "planted_output": planted.output[-300:],
                 "pristine": pristine,  # what A saw before planting (the same sandbox when reused)
                 "seen": seen,
-                "reused": b.session.pid == agent_pid,
+                "reused": b.agent.pid == agent_pid,
                 "discarded": {
                     k: v - before.get(k, 0)
                     for k, v in factory.stats.discarded.items()

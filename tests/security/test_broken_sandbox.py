@@ -37,7 +37,7 @@ async def sandbox(tmp_path):
 async def test_a_dead_exec_agent_ends_the_rollout_as_an_infrastructure_error(sandbox):
     def policy(messages, tools, sampling):
         if len(messages) > 2:  # after the first command: the sandbox dies under the rollout
-            os.kill(sandbox.session.pid, signal.SIGKILL)
+            os.kill(sandbox.agent.pid, signal.SIGKILL)
         if len(messages) > 4:
             return answer("all done")
         return tool_turn(("terminal", {"command": "echo step"}), ("terminal", {"command": "echo twin"}))

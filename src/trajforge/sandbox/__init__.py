@@ -10,8 +10,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from trajforge.sandbox.base import ProcessSandbox, ProcessSandboxFactory
 from trajforge.sandbox.errors import SandboxBrokenError, SandboxStartError, SandboxUnavailableError
+from trajforge.sandbox.factory import ProcessSandboxFactory
+from trajforge.sandbox.process import ProcessSandbox
 from trajforge.sandbox.types import ExecResult, SandboxConfig, SandboxKind, SandboxLimits
 
 if TYPE_CHECKING:  # protocols imports sandbox.types, which runs this package first

@@ -23,20 +23,14 @@ import logging
 import os
 import secrets
 import shutil
+from collections.abc import Sequence
 
-from trajforge.sandbox.base import (
-    Launch,
-    Layout,
-    ProcessSandboxFactory,
-    chown_tree,
-    command_env,
-    first_existing,
-    limit_env,
-    make_layout,
-)
 from trajforge.sandbox.cgroup import SandboxCgroup
 from trajforge.sandbox.disk import remove_tree
 from trajforge.sandbox.errors import SandboxUnavailableError
+from trajforge.sandbox.factory import ProcessSandboxFactory
+from trajforge.sandbox.launch import Launch, command_env, limit_env
+from trajforge.sandbox.layout import Layout, chown_tree, make_layout
 
 log = logging.getLogger(__name__)
 
@@ -257,3 +251,7 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             pass_fds=tuple(fds.values()),
             teardown=teardown,
         )
+
+
+def first_existing(paths: Sequence[str]) -> str | None:
+    return next((p for p in paths if os.path.exists(p)), None)

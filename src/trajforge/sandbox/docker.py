@@ -14,15 +14,11 @@ import asyncio
 import shutil
 import uuid
 
-from trajforge.sandbox.base import (
-    Launch,
-    Layout,
-    ProcessSandboxFactory,
-    command_env,
-    limit_env,
-)
 from trajforge.sandbox.cgroup import SandboxCgroup
 from trajforge.sandbox.errors import SandboxUnavailableError
+from trajforge.sandbox.factory import ProcessSandboxFactory
+from trajforge.sandbox.launch import Launch, command_env, limit_env
+from trajforge.sandbox.layout import Layout
 
 INSIDE_WORKDIR = "/workspace"
 INSIDE_SCRATCH = "/tmp"

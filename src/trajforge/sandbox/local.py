@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 import sys
 
-from trajforge.sandbox.base import Launch, Layout, ProcessSandboxFactory, command_env, limit_env
 from trajforge.sandbox.cgroup import SandboxCgroup
+from trajforge.sandbox.factory import ProcessSandboxFactory
+from trajforge.sandbox.launch import Launch, command_env, limit_env
+from trajforge.sandbox.layout import Layout
 
 
 class LocalSandboxFactory(ProcessSandboxFactory):

@@ -30,8 +30,8 @@ class AgentError(RuntimeError):
     """The exec agent could not be started or stopped answering."""
 
 
-class AgentSession:
-    """One resident exec agent process and the JSON-line conversation with it."""
+class ExecAgent:
+    """The host's handle on one sandbox's exec agent process: start it, talk JSON lines, close it."""
 
     def __init__(
         self,

@@ -1,0 +1,112 @@
+"""Where a sandbox lives on the host: its directories (and tmpfs), the exec agent's copy,
+copy-in of a starting directory, ownership, and the thread pool for that blocking work."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+from trajforge.sandbox.disk import mount_disk, remove_tree
+from trajforge.sandbox.sweep import write_owner
+
+AGENT_SOURCE = "exec_agent.py"
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class Layout:
+    """Host directories of one sandbox: ``work`` (the workdir), ``tmp`` (scratch), the agent copy."""
+
+    root: Path
+    work: Path
+    tmp: Path
+    agent: Path
+    log: Path
+    owner: tuple[int, int] | None = None  # (uid, gid) the tree belongs to, when not ours
+    disk_capped: bool = False  # work and tmp live on a tmpfs of the configured size
+
+    def dir_stats(self) -> tuple[tuple[int, int], ...]:
+        """(mode, uid) of the workdir and the scratch dir: what a reset must leave as it found."""
+        return tuple((st.st_mode, st.st_uid) for st in map(os.lstat, (self.work, self.tmp)))
+
+
+def shared_root() -> Path:
+    """One parent directory per user for all sandboxes (each one is a fresh mkdtemp inside), so
+    factories leave no empty directories behind. Falls back to a private mkdtemp when the shared
+    path is not a plain directory owned by us (someone else planted it)."""
+    root = Path(tempfile.gettempdir()) / f"trajforge-sandboxes-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        root.mkdir(mode=0o711)
+    info = root.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        root = Path(tempfile.mkdtemp(prefix="trajforge-sandboxes-"))
+    root.chmod(0o711)  # a sandbox's own uid must be able to traverse it
+    return root
+
+
+class SandboxIO:
+    """The thread pool that runs a factory's (and its sandboxes') blocking file-system work.
+
+    Its own pool rather than asyncio's default one (``cpu_count + 4`` threads, shared with
+    everything else in the process): with dozens of sandboxes starting and closing at once, queueing
+    on the default pool was most of a sandbox's start-up time (measured in benchmarks/).
+    """
+
+    def __init__(self, workers: int = 8) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trajforge-sandbox-io")
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args))
+
+
+def make_layout(root_dir: Path, task_id: str, disk: tuple[int, int] | None = None) -> Layout:
+    """A fresh sandbox directory; with ``disk`` (MiB, inodes) its work and tmp dirs share one
+    size-limited tmpfs when this process may mount one (``layout.disk_capped`` says)."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in task_id)[:40]
+    root = Path(tempfile.mkdtemp(prefix=f"{safe}-", dir=root_dir))
+    write_owner(root)  # from now on a sweep can tell whether the process that made it is alive
+    try:
+        files = mount_disk(root, *disk) if disk is not None else None
+    except BaseException:
+        remove_tree(root)
+        raise
+    base = files or root
+    layout = Layout(root, base / "work", base / "tmp", root / AGENT_SOURCE, root / "agent.log")
+    layout.disk_capped = files is not None
+    layout.work.mkdir()
+    layout.tmp.mkdir()
+    source = resources.files("trajforge.sandbox").joinpath(AGENT_SOURCE).read_bytes()
+    layout.agent.write_bytes(source)
+    layout.agent.chmod(0o644)
+    return layout
+
+
+def copy_in(source: str, dest: Path) -> None:
+    """Copy a row's starting directory into the fresh workdir (the original is never touched)."""
+    src = Path(source)
+    if not src.is_dir():
+        raise ValueError(
+            f"cwd {source!r} is not a directory on this machine; give a host directory whose "
+            "contents should be copied into the sandbox, or leave cwd unset"
+        )
+    shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
+
+
+def chown_tree(path: Path, owner: tuple[int, int]) -> None:
+    os.chown(path, *owner, follow_symlinks=False)
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            os.chown(os.path.join(dirpath, name), *owner, follow_symlinks=False)

@@ -1,0 +1,140 @@
+"""A running sandbox: its live parts (:class:`Resident`: directories, exec agent, cgroup) and one
+rollout's handle on them (:class:`ProcessSandbox`: exec, confined file access, close)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trajforge.sandbox.cgroup import SandboxCgroup
+from trajforge.sandbox.confined import ConfinedDir
+from trajforge.sandbox.disk import remove_tree
+from trajforge.sandbox.exec_client import ExecAgent
+from trajforge.sandbox.layout import Layout, SandboxIO
+from trajforge.sandbox.types import ExecResult, SandboxConfig
+
+
+@dataclass
+class Resident:
+    """The live parts of one sandbox: its directories, exec agent and cgroup.
+
+    A sandbox that is reused keeps its ``Resident`` across rollouts; each rollout gets its own
+    :class:`ProcessSandbox` handle onto it, so a handle kept past ``close`` cannot reach the next
+    rollout's sandbox.
+    """
+
+    workdir: str
+    scratch_dir: str
+    layout: Layout
+    agent: ExecAgent
+    cgroup: SandboxCgroup
+    teardown: Callable[[], Awaitable[None]] | None = None
+    owner: tuple[int, int] | None = None
+    baseline_pids: tuple[int, ...] = ()  # the cgroup's processes when idle (bwrap + the agent)
+    dir_stats: tuple[tuple[int, int], ...] = ()  # (mode, uid) of workdir and scratch dir at start
+    uses: int = 1
+
+    async def destroy(self, io: SandboxIO, keep: bool) -> None:
+        """Kill everything, remove the cgroup and (unless ``keep``) the directories."""
+        try:
+            await self.agent.close()
+            await io.run(self.cgroup.remove)
+            if self.teardown is not None:
+                await self.teardown()
+        finally:
+            if not keep:
+                await io.run(remove_tree, self.layout.root)
+
+    def destroy_now(self) -> None:
+        """Blocking last-resort cleanup (a factory collected or the process exiting without
+        ``aclose``): kill, remove, delete. The cgroup names exactly the sandbox's processes; a
+        bare pid is signalled only while asyncio has not seen it exit (it could be reused after)."""
+        pid = self.agent.pid
+        if not self.cgroup.dirs and pid is not None and self.agent.alive():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            self.cgroup.remove()
+        remove_tree(self.layout.root)
+
+    def host_state(self) -> tuple[list[str], list[int], tuple[tuple[int, int], ...]]:
+        """What the host itself can check after a reset: directory contents, processes, modes."""
+        left = os.listdir(self.layout.work) + os.listdir(self.layout.tmp)
+        return left, self.cgroup.pids(), self.layout.dir_stats()
+
+
+@dataclass
+class ProcessSandbox:
+    """One rollout's handle on a sandbox whose commands run through a resident exec agent."""
+
+    task_id: str
+    config: SandboxConfig
+    resident: Resident
+    io: SandboxIO = field(default_factory=SandboxIO)
+    release: Callable[[Resident], Awaitable[None]] | None = None  # default: destroy
+    _closed: bool = field(default=False, init=False)
+
+    workdir = property(lambda self: self.resident.workdir)
+    scratch_dir = property(lambda self: self.resident.scratch_dir)
+    layout = property(lambda self: self.resident.layout)
+    agent = property(lambda self: self.resident.agent)
+    cgroup = property(lambda self: self.resident.cgroup)
+    owner = property(lambda self: self.resident.owner)
+
+    @property
+    def host_workdir(self) -> Path:
+        """Where the workdir lives on the host (for debugging and ``keep``)."""
+        return self.layout.work
+
+    @property
+    def files(self) -> ConfinedDir:
+        """Race-free host access to the workdir, with the sandbox's own file permissions."""
+        return ConfinedDir(inside=self.workdir, host=str(self.layout.work), owner=self.owner)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"sandbox {self.task_id} is closed")
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (the Sandbox protocol's own parameter)
+        cwd: str | None = None,
+    ) -> ExecResult:
+        self._check_open()
+        return await self.agent.exec(
+            command,
+            timeout=timeout if timeout is not None else self.config.command_timeout_s,
+            cwd=cwd,
+            cap=self.config.output_cap_bytes,
+        )
+
+    async def read_bytes(self, path: str, limit: int | None = None) -> bytes:
+        self._check_open()
+        return await self.io.run(self.files.read, path, limit)
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        self._check_open()
+        await self.io.run(self.files.write, path, bytes(data))
+
+    async def close(self) -> None:
+        """Kill everything still running in the sandbox; then its factory either resets it for
+        the next rollout or removes it (and its directory, unless ``keep``)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.release is not None:
+            await self.release(self.resident)
+        else:
+            await self.resident.destroy(self.io, self.config.keep)
+
+    async def __aenter__(self) -> ProcessSandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
