@@ -24,8 +24,8 @@ from trajforge.llm.openai_client import (
     build_request_body,
     parse_retry_after,
 )
-from trajforge.llm.reasoning import combine_reasoning, extract_reasoning, reasoning_from_fields, split_think
 from trajforge.llm.types import ModelError, ModelErrorKind, SamplingParams
+from trajforge.messages import combine_reasoning, extract_reasoning, reasoning_from_fields, split_think
 from trajforge.protocols import ChatModel
 from trajforge.testing.scripted_server import FaultConfig, Reply, ScriptedServer, ToolCallSpec
 

@@ -10,8 +10,8 @@ import pytest
 
 from trajforge.protocols import Sandbox
 from trajforge.sandbox import SandboxConfig, create_sandbox_factory
-from trajforge.sandbox.exec_agent import OutputCap
 from trajforge.sandbox.confined import ConfinedDir
+from trajforge.sandbox.exec_agent import OutputCap
 
 
 @pytest.fixture

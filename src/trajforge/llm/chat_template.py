@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trajforge.trajectory.think import content_text, message_reasoning
+from trajforge.messages import content_text, message_reasoning
 
 
 class TemplateError(ValueError):

@@ -53,7 +53,6 @@ from trajforge.llm.completion_wire import (
 )
 from trajforge.llm.keys import redact, resolve_api_key
 from trajforge.llm.parsers import get_parser, to_tool_calls
-from trajforge.llm.reasoning import split_think
 from trajforge.llm.retry import (
     BackoffBase,
     BackoffMax,
@@ -66,7 +65,7 @@ from trajforge.llm.retry import (
     status_error,
 )
 from trajforge.llm.types import AssistantTurn, ModelError, ModelErrorKind, SamplingParams, TokenTrace, Usage
-from trajforge.trajectory.think import content_text, message_reasoning
+from trajforge.messages import content_text, message_reasoning, split_think
 
 log = logging.getLogger(__name__)
 

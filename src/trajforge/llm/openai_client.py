@@ -28,7 +28,6 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trajforge.llm.keys import redact, resolve_api_key
-from trajforge.llm.reasoning import extract_reasoning, reasoning_from_fields
 from trajforge.llm.retry import (
     BackoffBase,
     BackoffMax,
@@ -42,6 +41,7 @@ from trajforge.llm.retry import (
     status_error,
 )
 from trajforge.llm.types import AssistantTurn, ModelError, ModelErrorKind, SamplingParams, ToolCall, Usage
+from trajforge.messages import extract_reasoning, reasoning_from_fields
 
 log = logging.getLogger(__name__)
 

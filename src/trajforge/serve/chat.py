@@ -24,23 +24,7 @@ from typing import Any
 
 from trajforge.llm.parsers import ToolCallParser, to_tool_calls
 from trajforge.llm.types import ToolCall
-
-THINK_OPEN = "<think>"
-THINK_CLOSE = "</think>"
-
-
-def _text_of(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            part.get("text", "") if isinstance(part, Mapping) else str(part)
-            for part in content
-            if not isinstance(part, Mapping) or part.get("type", "text") == "text"
-        )
-    return str(content)
+from trajforge.messages import THINK_CLOSE, THINK_OPEN, content_text
 
 
 def _decoded_arguments(arguments: Any) -> Any:
@@ -57,7 +41,7 @@ def template_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, A
     out: list[dict[str, Any]] = []
     for msg in messages:
         m = dict(msg)
-        m["content"] = _text_of(m.get("content"))
+        m["content"] = content_text(m.get("content"))
         if m.get("reasoning") and not m.get("reasoning_content"):
             m["reasoning_content"] = m["reasoning"]
         if m.get("tool_calls"):

@@ -45,6 +45,8 @@ from typing import Any, Literal
 import orjson
 from aiohttp import web
 
+from trajforge.messages import content_text
+
 ReasoningField = Literal["reasoning_content", "reasoning", "reasoning_details", "think"]
 PolicyFn = Callable[[dict[str, Any]], "Reply | Awaitable[Reply]"]
 
@@ -168,14 +170,6 @@ class RequestRecord:
 # Ready-made policies
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return "" if content is None else str(content)
-
-
 def count_assistant_turns(body: Mapping[str, Any]) -> int:
     """How many assistant messages the conversation already has (= model calls answered so far)."""
     return sum(1 for m in body.get("messages", ()) if isinstance(m, dict) and m.get("role") == "assistant")
@@ -184,7 +178,7 @@ def count_assistant_turns(body: Mapping[str, Any]) -> int:
 def last_user_text(body: Mapping[str, Any]) -> str:
     for m in reversed(body.get("messages", ())):
         if isinstance(m, dict) and m.get("role") == "user":
-            return _text(m.get("content"))
+            return content_text(m.get("content"))
     return ""
 
 
@@ -392,7 +386,7 @@ def conversation_key(body: Mapping[str, Any]) -> str:
     """The conversation a request belongs to: its first user message."""
     for m in body.get("messages", ()):
         if isinstance(m, dict) and m.get("role") == "user":
-            return _text(m.get("content"))
+            return content_text(m.get("content"))
     return ""
 
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-SCRATCHPAD_OPEN = "<REASONING_SCRATCHPAD>"
-SCRATCHPAD_CLOSE = "</REASONING_SCRATCHPAD>"
-THINK_OPEN = "<think>"
-THINK_CLOSE = "</think>"
-
-# Fields a message may carry native reasoning in, in order of preference. Our own
-# ``AssistantTurn.to_message`` writes ``reasoning``; providers and other tools use the others.
-REASONING_FIELDS = ("reasoning", "reasoning_content")
+from trajforge.messages import (
+    SCRATCHPAD_CLOSE,
+    SCRATCHPAD_OPEN,
+    THINK_CLOSE,
+    THINK_OPEN,
+    content_text,
+    message_reasoning,
+)
 
 
 def scratchpad_to_think(text: str) -> str:
@@ -55,44 +55,23 @@ def has_unclosed_think(text: str | None) -> bool:
     return _unclosed(text or "", THINK_OPEN, THINK_CLOSE)
 
 
-def content_text(content: Any) -> str:
-    """The text of a message ``content``: ``None`` -> ``""``; a list of parts -> its text parts.
-
-    Trajectories are text only; image parts would embed megabytes of base64 in every line.
-    """
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-        return "\n".join(parts)
-    return str(content)
-
-
-def message_reasoning(msg: Mapping[str, Any]) -> str | None:
-    """Native reasoning of a message: ``reasoning``, ``reasoning_content`` or ``reasoning_details[].text``."""
-    for key in REASONING_FIELDS:
-        value = msg.get(key)
-        if isinstance(value, str) and value.strip():
-            return value
-    details = msg.get("reasoning_details")
-    if isinstance(details, list):
-        texts = [d["text"] for d in details if isinstance(d, Mapping) and isinstance(d.get("text"), str)]
-        joined = "\n".join(t for t in texts if t)
-        if joined.strip():
-            return joined
-    return None
-
-
 def has_reasoning(msg: Mapping[str, Any]) -> bool:
     """Whether an assistant message reasoned: a native field, or think/scratchpad tags in content."""
     if message_reasoning(msg) is not None:
         return True
     text = content_text(msg.get("content"))
     return SCRATCHPAD_OPEN in text or THINK_OPEN in text
+
+
+__all__ = [
+    "SCRATCHPAD_CLOSE",
+    "SCRATCHPAD_OPEN",
+    "THINK_CLOSE",
+    "THINK_OPEN",
+    "content_text",
+    "has_incomplete_scratchpad",
+    "has_reasoning",
+    "has_unclosed_think",
+    "message_reasoning",
+    "scratchpad_to_think",
+]

@@ -19,8 +19,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from trajforge.llm.parsers import get_parser, to_tool_calls
-from trajforge.llm.reasoning import split_think
 from trajforge.llm.types import AssistantTurn, SamplingParams, Usage
+from trajforge.messages import split_think
 
 EVAL_SEED = 1_000_003
 """Held-out seed: training data uses small seeds, so these tasks were never trained on."""

@@ -1,4 +1,11 @@
-"""Reasoning text out of whatever field a provider put it in.
+"""Message text and reasoning conventions, in one place on the ground floor (stdlib only).
+
+Every layer needs the same few facts about chat messages: the ``<think>`` and
+``<REASONING_SCRATCHPAD>`` tags, the text of a ``content`` that may be a list of parts, and where
+a message keeps its reasoning. The model clients, the local server, the trajectory converters and
+the test servers all import them from here.
+
+Reasoning text out of whatever field a provider put it in.
 
 Providers disagree on where a model's reasoning goes: ``reasoning_content`` (DeepSeek, vLLM,
 SGLang), ``reasoning`` (OpenRouter), ``reasoning_details[].text`` (OpenRouter's structured form)
@@ -15,6 +22,12 @@ from typing import Any
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
+SCRATCHPAD_OPEN = "<REASONING_SCRATCHPAD>"
+SCRATCHPAD_CLOSE = "</REASONING_SCRATCHPAD>"
+
+# Fields a *saved* message may carry native reasoning in, in order of preference. Our own
+# ``AssistantTurn.to_message`` writes ``reasoning``; providers and other tools use the others.
+MESSAGE_REASONING_FIELDS = ("reasoning", "reasoning_content")
 
 # Order matters: a provider sending both ``reasoning`` and ``reasoning_details`` (OpenRouter
 # does) sends the same text twice; the first non-empty field wins.
@@ -38,7 +51,7 @@ def reasoning_from_fields(fields: Mapping[str, Any] | None) -> str | None:
     return _text_of_details(fields.get("reasoning_details"))
 
 
-def _text_of_details(details: Any) -> str | None:
+def _text_of_details(details: Any, sep: str = "", summaries: bool = True) -> str | None:
     """Joins ``reasoning_details[].text`` (or ``.summary``); encrypted entries carry no text."""
     if not isinstance(details, list):
         return None
@@ -47,11 +60,41 @@ def _text_of_details(details: Any) -> str | None:
         if not isinstance(item, Mapping):
             continue
         text = item.get("text")
-        if not isinstance(text, str) or not text:
+        if (not isinstance(text, str) or not text) and summaries:
             text = item.get("summary")
         if isinstance(text, str) and text:
             parts.append(text)
-    return "".join(parts) or None
+    return sep.join(parts) or None
+
+
+def content_text(content: Any) -> str:
+    """The text of a message ``content``: ``None`` -> ``""``; a list of parts -> its text parts,
+    one per line (images and other non-text parts are left out: trajectories are text only, and
+    an image part would embed megabytes of base64 in every line)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+        return "\n".join(parts)
+    return str(content)
+
+
+def message_reasoning(msg: Mapping[str, Any]) -> str | None:
+    """Native reasoning of a saved message: ``reasoning``, ``reasoning_content`` or
+    ``reasoning_details[].text`` (one per line); whitespace-only counts as none."""
+    for key in MESSAGE_REASONING_FIELDS:
+        value = msg.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    joined = _text_of_details(msg.get("reasoning_details"), sep="\n", summaries=False)
+    return joined if joined and joined.strip() else None
 
 
 def split_think(content: str | None) -> tuple[str | None, str | None]:
