@@ -23,7 +23,6 @@ from trajforge.llm.token_trace import (
     MASKED_LOGPROB,
     TraceError,
     build_episode_trace,
-    episode_trace_from_result,
 )
 from trajforge.llm.types import SamplingParams, TokenTrace
 from trajforge.testing.tiny import CHATML_TEMPLATE, build_tiny_model, build_tiny_tokenizer
@@ -256,7 +255,7 @@ async def test_agent_loop_result_gives_an_exact_episode(tiny_dirs: dict[str, str
         await model.aclose()
     assert result.finished_naturally, result.error
     assert len(result.token_traces) == 4 and result.tool_errors[0].tool_name == "<parse>"
-    ep = episode_trace_from_result(AgentResult.model_validate(result.model_dump()), ChatTemplate(tok), TOOLS)
+    ep = AgentResult.model_validate(result.model_dump()).episode_trace(ChatTemplate(tok), TOOLS)
     assert [ep.tokens[s.start : s.end] for s in ep.spans] == [s.ids for s in server.served]
     assert ep.drift is not None and not ep.drift.reproduces
     assert ep.drift.first_diff_index == ep.spans[0].start

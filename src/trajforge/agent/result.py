@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import enum
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from trajforge.llm.token_trace import EpisodeTrace, build_episode_trace
 from trajforge.llm.types import TokenTrace, Usage
+
+if TYPE_CHECKING:
+    from trajforge.llm.chat_template import ChatTemplate
 
 
 class Termination(enum.StrEnum):
@@ -70,3 +75,13 @@ class AgentResult(BaseModel):
         default_factory=list, description="one per assistant turn when the backend is token-exact"
     )
     model: str | None = None
+
+    def episode_trace(
+        self, template: ChatTemplate | None = None, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> EpisodeTrace:
+        """The episode's exact tokens, masks and logprobs (:func:`~trajforge.llm.token_trace.build_episode_trace`).
+
+        ``messages`` are the messages the model saw (the loop's record includes the system
+        prompt). Pass the offered tool schemas as ``tools`` for a meaningful drift report.
+        """
+        return build_episode_trace(self.token_traces, messages=self.messages, template=template, tools=tools)

@@ -28,7 +28,6 @@ from pydantic import BaseModel, Field
 from trajforge.llm.types import TokenTrace
 
 if TYPE_CHECKING:
-    from trajforge.agent.result import AgentResult
     from trajforge.llm.chat_template import ChatTemplate
 
 MASKED = -100
@@ -121,19 +120,6 @@ def build_episode_trace(
     if messages is not None and template is not None:
         episode.drift = drift_report(tokens, messages, template, tools)
     return episode
-
-
-def episode_trace_from_result(
-    result: AgentResult,
-    template: ChatTemplate | None = None,
-    tools: Sequence[Mapping[str, Any]] | None = None,
-) -> EpisodeTrace:
-    """:func:`build_episode_trace` for an :class:`~trajforge.agent.result.AgentResult`.
-
-    ``result.messages`` must be the messages the model saw (the loop's record includes the
-    system prompt). Pass the offered tool schemas as ``tools`` for a meaningful drift report.
-    """
-    return build_episode_trace(result.token_traces, messages=result.messages, template=template, tools=tools)
 
 
 def drift_report(
