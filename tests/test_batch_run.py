@@ -20,7 +20,7 @@ from trajforge.batch.scheduler import worker_share
 from trajforge.sandbox import SandboxUnavailableError, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.testing.scripted_server import Reply, ScriptedServer, echo_policy, tool_then_answer
-from trajforge.tools.registry import TOOLSETS
+from trajforge.tools.toolsets import TOOLSETS
 
 KEY_ENV = "TF_BATCH_TEST_KEY"
 

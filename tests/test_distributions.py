@@ -18,7 +18,7 @@ from trajforge.distributions import (
     sample_rng,
     sample_toolsets,
 )
-from trajforge.tools.registry import TOOLSETS, UnknownToolsetError
+from trajforge.tools.toolsets import TOOLSETS, UnknownToolsetError
 
 ALL7 = ("web", "vision", "image_gen", "terminal", "file", "moa", "browser")
 

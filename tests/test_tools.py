@@ -10,7 +10,7 @@ import pytest
 from trajforge.sandbox import create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.tools import ToolContext, default_registry
-from trajforge.tools.registry import TOOLSETS, UnknownToolsetError
+from trajforge.tools.toolsets import TOOLSETS, UnknownToolsetError
 
 
 @pytest.fixture(params=["local", "bwrap"])

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from trajforge.tools.registry import UnknownToolsetError, check_toolsets
+from trajforge.tools.toolsets import UnknownToolsetError, check_toolsets
 
 
 class UnknownDistributionError(ValueError):

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from trajforge.tools.registry import TOOLSETS
+from trajforge.tools.toolsets import TOOLSETS
 from trajforge.trajectory import system_prompt
 
 FORMATS: tuple[str, ...] = ("messages", "sharegpt", "hermes", "parquet", "dpo")

@@ -19,7 +19,8 @@ from trajforge.llm.types import ModelError, SamplingParams
 from trajforge.sandbox import SandboxUnavailableError, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig, SandboxKind
 from trajforge.tools.limits import DEFAULT_MAX_COMMAND_TIMEOUT_S, ToolLimits
-from trajforge.tools.registry import UnknownToolsetError, check_toolsets, default_registry
+from trajforge.tools.registry import default_registry
+from trajforge.tools.toolsets import UnknownToolsetError, check_toolsets
 from trajforge.trajectory import save_trajectory, to_sharegpt
 from trajforge.trajectory.save import append_jsonl, dumps_line, trajectory_line
 

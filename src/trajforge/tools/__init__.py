@@ -2,7 +2,8 @@
 
 from trajforge.tools.base import FunctionTool, Tool, ToolContext, ToolOutput, openai_schema
 from trajforge.tools.limits import ToolLimits
-from trajforge.tools.registry import TOOL_TO_TOOLSET, TOOLSETS, ToolRegistry, default_registry
+from trajforge.tools.registry import ToolRegistry, default_registry
+from trajforge.tools.toolsets import TOOL_TO_TOOLSET, TOOLSETS, UnknownToolsetError, check_toolsets
 
 __all__ = [
     "TOOLSETS",
@@ -13,6 +14,8 @@ __all__ = [
     "ToolLimits",
     "ToolOutput",
     "ToolRegistry",
+    "UnknownToolsetError",
+    "check_toolsets",
     "default_registry",
     "openai_schema",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from trajforge.tools.base import FunctionTool, ToolContext, ToolOutput
-from trajforge.tools.registry import TOOL_TO_TOOLSET
+from trajforge.tools.toolsets import TOOL_TO_TOOLSET
 
 
 def _obj(required: list[str], **props: str) -> dict[str, Any]:

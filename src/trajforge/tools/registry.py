@@ -1,71 +1,16 @@
-"""Toolsets and a tool registry *instance* (no import-time global mutation).
+"""A tool registry *instance* (no import-time global mutation).
 
-``TOOLSETS`` is the fixed map of toolset -> tool names of the reference system (SPEC section 3).
-``default_registry()`` builds a fresh registry holding every built-in tool; callers own it.
+``default_registry()`` builds a fresh registry holding every built-in tool; callers own it. The
+toolset tables it selects by live one floor down, in :mod:`trajforge.tools.toolsets`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from types import MappingProxyType
+from collections.abc import Iterable
 from typing import Any
 
 from trajforge.tools.base import Tool, openai_schema
-
-TOOLSETS: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {
-        "web": ("web_search", "web_extract"),
-        "vision": ("vision_analyze",),
-        "image_gen": ("image_generate",),
-        "terminal": ("terminal", "process"),
-        "file": ("read_file", "write_file", "patch", "search_files"),
-        "moa": ("mixture_of_agents",),
-        "browser": (
-            "browser_navigate",
-            "browser_snapshot",
-            "browser_click",
-            "browser_type",
-            "browser_scroll",
-            "browser_back",
-            "browser_press",
-            "browser_get_images",
-            "browser_vision",
-            "browser_console",
-        ),
-        "rl": (
-            "rl_list_environments",
-            "rl_select_environment",
-            "rl_get_current_config",
-            "rl_edit_config",
-            "rl_start_training",
-            "rl_check_status",
-            "rl_stop_training",
-            "rl_get_results",
-            "rl_list_runs",
-            "rl_test_inference",
-        ),
-    }
-)
-
-TOOL_TO_TOOLSET: Mapping[str, str] = MappingProxyType(
-    {tool: ts for ts, tools in TOOLSETS.items() for tool in tools}
-)
-
-
-class UnknownToolsetError(ValueError):
-    """A toolset name that trajforge does not know."""
-
-
-def check_toolsets(names: Iterable[str]) -> list[str]:
-    """Validate toolset names, raising a message that lists the known ones."""
-    out = []
-    for name in names:
-        if name not in TOOLSETS:
-            raise UnknownToolsetError(
-                f"unknown toolset {name!r}; known toolsets: {', '.join(sorted(TOOLSETS))}"
-            )
-        out.append(name)
-    return out
+from trajforge.tools.toolsets import TOOLSETS, check_toolsets
 
 
 class ToolRegistry:
