@@ -8,15 +8,11 @@ a fixed map, so nothing optional is imported up front); ``await factory.create(t
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
 from trajforge.sandbox.errors import SandboxBrokenError, SandboxStartError, SandboxUnavailableError
 from trajforge.sandbox.factory import ProcessSandboxFactory
 from trajforge.sandbox.process import ProcessSandbox
 from trajforge.sandbox.types import ExecResult, SandboxConfig, SandboxKind, SandboxLimits
-
-if TYPE_CHECKING:  # protocols imports sandbox.types, which runs this package first
-    from trajforge.protocols import SandboxFactory
 
 _BACKENDS = {
     "bwrap": ("trajforge.sandbox.bwrap", "BwrapSandboxFactory"),
@@ -25,8 +21,10 @@ _BACKENDS = {
 }
 
 
-def create_sandbox_factory(config: SandboxConfig | None = None) -> SandboxFactory:
-    """The factory for ``config.kind``. Availability is checked on the first ``create``."""
+def create_sandbox_factory(config: SandboxConfig | None = None) -> ProcessSandboxFactory:
+    """The factory for ``config.kind`` (every backend is a :class:`ProcessSandboxFactory`, which
+    satisfies :class:`trajforge.protocols.SandboxFactory`). Availability is checked on the first
+    ``create``."""
     config = config or SandboxConfig()
     try:
         module_name, class_name = _BACKENDS[config.kind]
@@ -34,7 +32,7 @@ def create_sandbox_factory(config: SandboxConfig | None = None) -> SandboxFactor
         raise ValueError(
             f"unknown sandbox backend {config.kind!r}; choose one of {', '.join(_BACKENDS)}"
         ) from None
-    factory_cls = getattr(importlib.import_module(module_name), class_name)
+    factory_cls: type[ProcessSandboxFactory] = getattr(importlib.import_module(module_name), class_name)
     return factory_cls(config)
 
 
