@@ -23,7 +23,7 @@ import sys
 import zlib
 from array import array
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -339,11 +339,16 @@ def save_index(index: DatasetIndex, path: Path) -> bool:
     )
     head = header.model_dump_json().encode()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(_INDEX_MAGIC + len(head).to_bytes(4, "little") + head)
-        fh.write(keys_blob)
-        fh.write(offsets)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(_INDEX_MAGIC + len(head).to_bytes(4, "little") + head)
+            fh.write(keys_blob)
+            fh.write(offsets)
+        os.replace(tmp, path)
+    except OSError:
+        with suppress(OSError):  # else the next start removes it
+            tmp.unlink(missing_ok=True)
+        raise
     return True
 
 

@@ -8,6 +8,7 @@ already holds a run, a second run on the same directory) fails here, before any 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import fcntl
 import logging
@@ -35,16 +36,22 @@ from trajforge.batch.stats import Aggregate, build_statistics, merge_all
 from trajforge.batch.writer import (
     SHARDS_DIR,
     Finished,
+    OutputError,
     OutputMerger,
     ShardWriter,
+    find_output_error,
+    output_error,
+    remove_temp_files,
     repair_shards,
     write_atomic,
+    writing,
 )
 from trajforge.distributions import UnknownDistributionError, get_distribution
 from trajforge.llm.endpoint import embedded_endpoint
 from trajforge.protocols import ChatModel, SandboxFactory
 from trajforge.sandbox import close_factory, create_sandbox_factory
-from trajforge.tools.registry import ToolRegistry, UnknownToolsetError, check_toolsets, default_registry
+from trajforge.tools.registry import ToolRegistry, default_registry
+from trajforge.tools.toolsets import UnknownToolsetError, check_toolsets
 
 log = logging.getLogger(__name__)
 
@@ -127,11 +134,47 @@ def check_run_dir(cfg: BatchConfig) -> None:
         raise RunError(f"{run_dir} exists and is not empty; choose another --run-name or empty it")
 
 
+def check_output_dir(cfg: BatchConfig) -> None:
+    """Fail fast, before any endpoint or sandbox starts, on an output directory that cannot be
+    written: a file in the way, no permission, a read-only or full file system. Creates nothing
+    that stays: a probe file goes into the run directory or, while that does not exist yet, into
+    its nearest existing ancestor, and is removed at once."""
+    run_dir = cfg.run_dir
+    target = run_dir
+    while True:
+        try:
+            os.stat(target)
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            if target.parent == target:
+                break
+            target = target.parent
+        except OSError as exc:
+            raise RunError(str(output_error(target, exc, resume=False))) from None
+    if not target.is_dir():
+        raise RunError(
+            f"{target} is not a directory; remove or rename that file, or choose another --output-dir"
+        )
+    probe = target / f".trajforge-probe-{os.getpid()}.tmp"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, b"trajforge\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            probe.unlink(missing_ok=True)
+    except OSError as exc:  # named after the directory, not the probe
+        bare = OSError(exc.errno, exc.strerror)
+        raise RunError(str(output_error(target, bare, resume=False))) from None
+
+
 @contextmanager
 def run_lock(run_dir: Path) -> Iterator[None]:
     """An exclusive ``flock`` on the run directory for the whole run (released by the kernel
     even on ``kill -9``)."""
-    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    with writing(run_dir / LOCK_FILE):
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -141,8 +184,9 @@ def run_lock(run_dir: Path) -> Iterator[None]:
                 f"another trajforge batch (pid {holder}) is running on {run_dir}; wait for it or "
                 "stop it before starting another"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        with writing(run_dir / LOCK_FILE):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
         os.close(fd)
@@ -292,8 +336,9 @@ def _partition(items: list[Any], parts: int) -> list[list[Any]]:
 
 async def _run_processes(specs: list[WorkerSpec]) -> None:
     ctx = multiprocessing.get_context("spawn")
+    errors = ctx.SimpleQueue()  # one-line output errors of workers (see worker_process_main)
     procs = [
-        ctx.Process(target=worker_process_main, args=(spec,), name=f"trajforge-w{spec.worker_id}")
+        ctx.Process(target=worker_process_main, args=(spec, errors), name=f"trajforge-w{spec.worker_id}")
         for spec in specs
     ]
     for proc in procs:
@@ -307,6 +352,8 @@ async def _run_processes(specs: list[WorkerSpec]) -> None:
         for proc in procs:
             await asyncio.to_thread(proc.join, 10)
     bad = [(s.worker_id, p.exitcode) for s, p in zip(specs, procs, strict=True) if p.exitcode]
+    if bad and not errors.empty():
+        raise OutputError(errors.get())
     if bad:
         raise RunError(
             "worker(s) exited abnormally: "
@@ -327,11 +374,31 @@ async def run_batch(
     """Run (or resume) a batch to the end. ``model_factory``/``sandbox_factory`` let tests and
     embedders inject backends (in-process workers only). Without an endpoint in ``cfg`` the
     embedded policy is served on loopback for the duration of the run (``announce`` says so)."""
+    try:
+        return await _run_batch(cfg, progress, model_factory, sandbox_factory, registry, announce)
+    except OutputError as exc:  # the run directory cannot be written: one line, what to do
+        raise RunError(str(exc)) from None
+    except BaseExceptionGroup as group:
+        found = find_output_error(group)
+        if found is None:
+            raise
+        raise RunError(str(found)) from None
+
+
+async def _run_batch(
+    cfg: BatchConfig,
+    progress: ProgressSink | None,
+    model_factory: Callable[[], ChatModel] | None,
+    sandbox_factory: SandboxFactory | None,
+    registry: ToolRegistry | None,
+    announce: Callable[[str], None],
+) -> RunSummary:
     registry = registry or default_registry()
     if model_factory is not None and cfg.workers > 1:
         raise RunError("an injected model only works with workers=1")
     prep = prepare(cfg, registry)  # bad rows, names and directories fail before anything starts
     check_run_dir(cfg)
+    check_output_dir(cfg)
     pending = [n for n in prep.run_tools if not getattr(registry.get(n), "implemented", True)]
     if pending:
         announce(
@@ -356,7 +423,8 @@ async def _start(
 ) -> RunSummary:
     await preflight(cfg, model_factory() if model_factory else None, sandbox_factory)
     run_dir = cfg.run_dir
-    (run_dir / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
+    with writing(run_dir / SHARDS_DIR, resume=False):
+        (run_dir / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
     with run_lock(run_dir):
         return await _run_locked(
             cfg, prep, registry, progress or NullProgress(), model_factory, sandbox_factory
@@ -372,25 +440,32 @@ async def _run_locked(
     sandbox_factory: SandboxFactory | None,
 ) -> RunSummary:
     run_dir = cfg.run_dir
-    ledger = Ledger(run_dir / LEDGER_FILE)
-    try:
-        _check_same_run(cfg, run_dir)
-        _write_run_file(cfg, prep, run_dir)
-        cut = repair_shards(run_dir, ledger)
-        session = ledger.next_session()
-        data = prep.dataset
-        plan = plan_run(ledger, data)
-        ledger.add_pending(plan.upserts, plan.mark)
-        _commit_bad_rows(cfg, ledger, plan.bad, session, prep.run_tools)
-        todo = plan.todo
-        data.forget_parsed()
+    with writing(run_dir):
+        left = remove_temp_files(run_dir)  # a crashed or failed run's; ours start only now
+        if left:
+            log.info("removed %d temp file(s) left in %s by an earlier run", len(left), run_dir)
+        with writing(run_dir / LEDGER_FILE):
+            ledger = Ledger(run_dir / LEDGER_FILE)
         try:
-            save_index(data, run_dir / INDEX_FILE)  # the next start parses only rows added since
-        except OSError as exc:  # only costs the next start a full parse
-            log.warning("could not save the dataset index in %s: %s", run_dir, exc)
-    finally:
-        ledger.close()
-    monitor = _Monitor(cfg, data.total_rows, session, progress)
+            _check_same_run(cfg, run_dir)
+            _write_run_file(cfg, prep, run_dir)
+            cut = repair_shards(run_dir, ledger)
+            with writing(run_dir / LEDGER_FILE):
+                session = ledger.next_session()
+                data = prep.dataset
+                plan = plan_run(ledger, data)
+                ledger.add_pending(plan.upserts, plan.mark)
+            _commit_bad_rows(cfg, ledger, plan.bad, session, prep.run_tools)
+            todo = plan.todo
+            data.forget_parsed()
+            try:
+                save_index(data, run_dir / INDEX_FILE)  # the next start parses only rows added since
+            except OSError as exc:  # only costs the next start a full parse
+                log.warning("could not save the dataset index in %s: %s", run_dir, exc)
+        finally:
+            ledger.close()
+    with writing(run_dir / LEDGER_FILE):
+        monitor = _Monitor(cfg, data.total_rows, session, progress)
     specs = [
         WorkerSpec(cfg, w, session, part, prep.run_tools, prep.prefill)
         for w, part in enumerate(_partition(todo, cfg.workers))
@@ -414,9 +489,27 @@ async def _run_locked(
             finally:
                 watcher.cancel()
                 merging.cancel()
-    finally:
+    except BaseException as exc:
+        # The merged files and statistics are still brought up to date with what was committed;
+        # if the disk is full that fails too, and the first error is the one reported.
+        with contextlib.suppress(OutputError):
+            await _finish(merger, monitor, progress)
+        found = find_output_error(exc) if isinstance(exc, BaseExceptionGroup) else None
+        if found is not None:
+            raise found from None
+        raise
+    counts, stats = await _finish(merger, monitor, progress)
+    return RunSummary(run_dir, stats, counts, session, sum(cut.values()))
+
+
+async def _finish(
+    merger: OutputMerger, monitor: _Monitor, progress: ProgressSink
+) -> tuple[dict[str, int], dict[str, Any]]:
+    """The final merge and statistics (the ledger and the display are closed whatever happens)."""
+    try:
         counts = await asyncio.to_thread(merger.merge)
         stats = monitor.refresh(finished=True)
+    finally:
         monitor.ledger.close()
         progress.close(monitor.last)
-    return RunSummary(run_dir, stats, counts, session, sum(cut.values()))
+    return counts, stats

@@ -26,7 +26,14 @@ from trajforge.batch.config import BatchConfig
 from trajforge.batch.dataset import Sample
 from trajforge.batch.ledger import Ledger
 from trajforge.batch.records import Attempting, Outcome, build_line, classify
-from trajforge.batch.writer import SHARDS_DIR, Finished, ShardWriter
+from trajforge.batch.writer import (
+    SHARDS_DIR,
+    Finished,
+    OutputError,
+    ShardWriter,
+    find_output_error,
+    writing,
+)
 from trajforge.distributions import derive_seed, get_distribution, sample_toolsets
 from trajforge.protocols import ChatModel, SandboxFactory
 from trajforge.sandbox import (
@@ -141,8 +148,15 @@ class Worker:
         self._closing += 1
 
         async def run() -> None:
+            closing = asyncio.ensure_future(teardown)
             try:
-                await teardown
+                await asyncio.shield(closing)
+            except asyncio.CancelledError:
+                # A worker that stops early (an output error, Ctrl-C) still closes its sandboxes:
+                # a close cut short leaves processes that outlive the event loop.
+                await asyncio.wait([closing])
+                _ = closing.cancelled() or closing.exception()  # retrieved: we are stopping
+                raise
             finally:
                 async with self._closed:
                     self._closing -= 1
@@ -256,9 +270,14 @@ async def run_worker(
     own_model, own_factory = model is None, sandbox_factory is None
     model = model if model is not None else build_model(cfg)
     factory = sandbox_factory or create_sandbox_factory(cfg.sandbox_config())
-    ledger = Ledger(run_dir / LEDGER_FILE)
+    with writing(run_dir / LEDGER_FILE):
+        ledger = Ledger(run_dir / LEDGER_FILE)
     shard = run_dir / SHARDS_DIR / f"{spec.owner}.jsonl"
-    writer = ShardWriter(ledger, shard, spec.owner, fsync=cfg.fsync)
+    try:
+        writer = ShardWriter(ledger, shard, spec.owner, fsync=cfg.fsync)
+    except BaseException:
+        ledger.close()
+        raise
     writer.sandbox_counts = functools.partial(factory_counts, factory)
     worker = Worker(
         spec, model=model, sandbox_factory=factory, registry=registry or default_registry(), writer=writer
@@ -271,6 +290,12 @@ async def run_worker(
             finally:
                 writer.close()
             await writer_task
+    except BaseExceptionGroup as group:
+        # A shard or ledger write failed (disk full, ...): that is the error to report.
+        found = find_output_error(group)
+        if found is None:
+            raise
+        raise found from None
     finally:
         if own_model:
             await model.aclose()
@@ -280,14 +305,21 @@ async def run_worker(
     return writer.committed
 
 
-def worker_process_main(spec: WorkerSpec) -> None:
-    """Entry point of a spawned worker process: dies with its parent, runs, exits."""
+def worker_process_main(spec: WorkerSpec, errors: Any = None) -> None:
+    """Entry point of a spawned worker process: dies with its parent, runs, exits.
+
+    An output error (the run directory cannot be written) is not a crash: its one-line message
+    goes to ``errors`` (a queue the parent reads) and the process exits with code 2."""
     _die_with_parent()
     gc.freeze()  # the unpickled samples live all run long: keep them out of GC scans
     try:
         asyncio.run(run_worker(spec))
     except KeyboardInterrupt:
         raise SystemExit(130) from None
+    except OutputError as exc:
+        if errors is not None:
+            errors.put(str(exc))
+        raise SystemExit(2) from None
 
 
 def _die_with_parent() -> None:

@@ -13,12 +13,15 @@ be read, and a killed run's files are at most one interval old) and once at the 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
+import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,102 @@ OUTPUT_FILES = {
 }
 
 
+class OutputError(RuntimeError):
+    """The run directory cannot be written: not a directory, no permission, or a full disk.
+
+    Its message is one line that names the path and says what to do. The ledger stays exact
+    (a line is committed only after it is durable), so a run stopped by one resumes cleanly.
+    """
+
+
+# SQLite's primary result codes for the same conditions (``sqlite3.Error.sqlite_errorcode``).
+_SQLITE_PERM, _SQLITE_READONLY, _SQLITE_FULL, _SQLITE_CANTOPEN = 3, 8, 13, 14
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_DENIED = {errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def output_error(path: Path, exc: BaseException, *, resume: bool = True) -> OutputError:
+    """A one-line :class:`OutputError` for ``exc`` (an ``OSError`` or a SQLite error) at ``path``.
+
+    ``resume``: the run directory already holds this run's state, so the advice is to fix the
+    problem and continue with ``--resume``."""
+    if isinstance(exc, OutputError):
+        return exc
+    code = getattr(exc, "errno", None)
+    lite = getattr(exc, "sqlite_errorcode", None)
+    lite = lite & 0xFF if isinstance(lite, int) else None  # extended code -> primary code
+    where = Path(getattr(exc, "filename", None) or path)
+    then = ", then continue with --resume (finished samples are kept)" if resume else ""
+    if code in _FULL or lite == _SQLITE_FULL:
+        what = f"no space left on the device holding {where}"
+        todo = f"free some space or choose another --output-dir{then}"
+    elif code == errno.EROFS:
+        what = f"cannot write to {where}: read-only file system"
+        todo = f"choose another --output-dir{then}"
+    elif code in _DENIED or lite in (_SQLITE_PERM, _SQLITE_READONLY):
+        what = f"cannot write to {where}: permission denied"
+        todo = f"make it writable for this user or choose another --output-dir{then}"
+    elif code in (errno.ENOTDIR, errno.EEXIST):
+        blocker = _file_in_the_way(where)
+        what = f"{blocker} is not a directory"
+        todo = "remove or rename that file, or choose another --output-dir"
+    else:
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        what = f"cannot write to {where}: {reason}"
+        todo = f"check the output directory or choose another --output-dir{then}"
+    return OutputError(f"{what}; {todo}".replace("\n", " "))
+
+
+def _file_in_the_way(path: Path) -> Path:
+    """The path itself or the first ancestor that exists but is not a directory."""
+    for candidate in (path, *path.parents):
+        try:
+            if not candidate.is_dir() and candidate.exists():
+                return candidate
+        except OSError:
+            continue
+    return path
+
+
+@contextmanager
+def writing(path: Path, *, resume: bool = True) -> Iterator[None]:
+    """Turn an ``OSError``/SQLite error raised while writing under ``path`` into an
+    :class:`OutputError`."""
+    try:
+        yield
+    except (OSError, sqlite3.OperationalError) as exc:
+        raise output_error(path, exc, resume=resume) from exc
+
+
+def find_output_error(exc: BaseException) -> OutputError | None:
+    """The first :class:`OutputError` in ``exc``, looking inside (nested) exception groups."""
+    if isinstance(exc, OutputError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = find_output_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
+# Temp files of atomic rewrites in a run directory (``write_atomic``, ``merge_outputs``, the
+# dataset index, the start-up probe): a crash can leave them; the next start removes them.
+TEMP_PATTERNS = (".*.jsonl.tmp", ".*.json.tmp", ".dataset.index.*.tmp", ".trajforge-probe-*.tmp")
+
+
+def remove_temp_files(run_dir: Path) -> list[Path]:
+    """Remove temp files a crashed or failed run left in ``run_dir``. Call it only while holding
+    the run lock (another run's temp files are in use). Returns what it removed."""
+    removed = []
+    for pattern in TEMP_PATTERNS:
+        for path in run_dir.glob(pattern):
+            with writing(path):
+                path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
 @dataclass(slots=True)
 class Finished:
     """A sample's final line, ready to be made durable."""
@@ -57,8 +156,13 @@ class ShardWriter:
         self, ledger: Ledger, shard_path: Path, owner: str, *, fsync: bool = True, interval_s: float = 0.05
     ) -> None:
         self._ledger = ledger
+        self._path = shard_path
         self._shard = shard_path.name
-        self._fd = os.open(shard_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        with writing(shard_path):
+            self._fd = os.open(shard_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # Set when a flush failed: nothing more is written (the shard is back at its committed
+        # end, or will be cut there by the next start's repair); pending samples run on resume.
+        self._failed: OutputError | None = None
         self._end = os.fstat(self._fd).st_size
         self._owner = owner
         self._fsync = fsync
@@ -102,7 +206,7 @@ class ShardWriter:
                     return
         finally:
             # Cancelled mid-way: what is queued is still complete data; make it durable.
-            if self._starts or self._finished:
+            if (self._starts or self._finished) and self._failed is None:
                 starts, self._starts = self._starts, []
                 batch, self._finished = self._finished, []
                 self._flush(starts, batch)
@@ -127,6 +231,22 @@ class ShardWriter:
             self._flush_locked(starts, batch)
 
     def _flush_locked(self, starts: list[str], batch: list[Finished]) -> None:
+        if self._failed is not None:
+            raise self._failed
+        committed_end = self._end
+        try:
+            self._write_and_commit(starts, batch)
+        except (OSError, sqlite3.OperationalError) as exc:
+            # Lines past the committed end belong to no sample: cut them now so the shard stays
+            # exact (if this fails too, the next start's repair_shards cuts them).
+            self._end = committed_end
+            with suppress(OSError):
+                os.ftruncate(self._fd, committed_end)
+            failed_at = self._ledger.path if isinstance(exc, sqlite3.Error) else self._path
+            self._failed = output_error(failed_at, exc)
+            raise self._failed from exc
+
+    def _write_and_commit(self, starts: list[str], batch: list[Finished]) -> None:
         commits: list[Commit] = []
         if batch:
             buf = b"".join(item.line for item in batch)
@@ -192,24 +312,54 @@ def repair_shards(run_dir: Path, ledger: Ledger) -> dict[str, int]:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file + rename, so readers never see half a file."""
+    """Write ``data`` to ``path`` via a temp file + rename, so readers never see half a file.
+
+    A failure (disk full, ...) removes the temp file and raises :class:`OutputError`."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        _discard(tmp)
+        raise output_error(path, exc) from exc
+
+
+def _discard(path: Path) -> None:
+    with suppress(OSError):  # else the next start removes it (remove_temp_files)
+        path.unlink(missing_ok=True)
 
 
 def merge_outputs(run_dir: Path, ledger: Ledger) -> dict[str, int]:
     """Rebuild the merged output files from the ledger, in dataset order. Returns line counts."""
-    shard_dir = run_dir / SHARDS_DIR
     names = sorted(set(OUTPUT_FILES.values()))
     tmps = {name: run_dir / f".{name}.tmp" for name in names}
-    outs = {name: open(tmps[name], "wb", buffering=1 << 20) for name in names}  # noqa: SIM115
+    try:
+        counts = _write_merged(run_dir, ledger, tmps)
+        for name in names:
+            os.replace(tmps[name], run_dir / name)
+    except (OSError, sqlite3.OperationalError) as exc:
+        for tmp in tmps.values():
+            _discard(tmp)
+        raise output_error(run_dir, exc) from exc
+    except BaseException:
+        for tmp in tmps.values():
+            _discard(tmp)
+        raise
+    return counts
+
+
+def _write_merged(run_dir: Path, ledger: Ledger, tmps: dict[str, Path]) -> dict[str, int]:
+    shard_dir = run_dir / SHARDS_DIR
+    names = list(tmps)
+    outs: dict[str, Any] = {}
     fds: dict[str, int] = {}
     counts = dict.fromkeys(names, 0)
     try:
+        for name in names:
+            outs[name] = open(tmps[name], "wb", buffering=1 << 20)  # noqa: SIM115
         for loc in ledger.stored_lines():
             fd = fds.get(loc.shard)
             if fd is None:
@@ -227,11 +377,10 @@ def merge_outputs(run_dir: Path, ledger: Ledger) -> dict[str, int]:
             os.fsync(fh.fileno())
     finally:
         for fh in outs.values():
-            fh.close()
+            with suppress(OSError):  # after an error only: on success all was fsynced above
+                fh.close()
         for fd in fds.values():
             os.close(fd)
-    for name in names:
-        os.replace(tmps[name], run_dir / name)
     return counts
 
 
