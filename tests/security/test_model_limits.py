@@ -185,7 +185,7 @@ def test_limits_are_typed_and_reach_batch_rollouts(tmp_path: Path) -> None:
             ToolLimits(max_command_timeout_s=bad)
     ds = tmp_path / "d.jsonl"
     ds.write_text('{"prompt": "p"}\n')
-    base = dict(dataset=ds, run_name="r", output_dir=tmp_path, model="m")
+    base = dict(dataset=ds, run_name="r", output_dir=tmp_path, model="m", base_url="http://127.0.0.1:9/v1")
     cfg = load_config(None, {**base, "max_command_timeout": 5, "command_timeout": 5})
     assert build_agent_config(cfg, []).tool_limits.max_command_timeout_s == 5
     with pytest.raises(ConfigError, match="command_timeout 60s is above --max-command-timeout 5s"):
