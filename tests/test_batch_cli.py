@@ -22,7 +22,19 @@ def _dataset(path: Path, lines: list[bytes]) -> Path:
 def test_bad_row_is_reported_with_line_number(tmp_path: Path) -> None:
     ds = _dataset(tmp_path / "d.jsonl", [b'{"prompt": "a"}', b"", b'{"prompt": oops}'])
     result = runner.invoke(
-        app, ["batch", str(ds), "--run-name", "r", "--model", "m", "--output-dir", str(tmp_path)]
+        app,
+        [
+            "batch",
+            str(ds),
+            "--run-name",
+            "r",
+            "--model",
+            "m",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--output-dir",
+            str(tmp_path),
+        ],
     )
     assert result.exit_code == 2
     assert "line 3: malformed JSON" in result.output and "--skip-bad-rows" in result.output
@@ -38,6 +50,8 @@ def test_mutually_exclusive_flags(tmp_path: Path) -> None:
         "r",
         "--model",
         "m",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
         "--distribution",
         "default",
         "--toolsets",
@@ -55,7 +69,8 @@ def test_api_key_is_not_a_flag(tmp_path: Path) -> None:
 
 def test_missing_key_env_fails_fast(tmp_path: Path) -> None:
     ds = _dataset(tmp_path / "d.jsonl", [b'{"prompt": "a"}'])
-    args = ["batch", str(ds), "--run-name", "r", "--model", "m", "--api-key-env", "TF_UNSET_KEY_XYZ"]
+    args = ["batch", str(ds), "--run-name", "r", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"]
+    args += ["--api-key-env", "TF_UNSET_KEY_XYZ"]
     result = runner.invoke(app, [*args, "--output-dir", str(tmp_path / "out")])
     assert result.exit_code == 2 and "TF_UNSET_KEY_XYZ" in result.output
     assert not (tmp_path / "out").exists()
@@ -118,6 +133,7 @@ def test_unimplemented_toolsets_are_announced(tmp_path):
             run_name="r",
             output_dir=tmp_path,
             model="m",
+            base_url="http://127.0.0.1:9/v1",
             toolsets=["terminal", "web"],
             sandbox="local",
             progress="none",

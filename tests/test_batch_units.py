@@ -20,7 +20,7 @@ def _write(path: Path, lines: list[bytes]) -> Path:
     return path
 
 
-BASE = {"dataset": "d.jsonl", "run_name": "r", "model": "m"}
+BASE = {"dataset": "d.jsonl", "run_name": "r", "model": "m", "base_url": "http://127.0.0.1:9/v1"}
 
 
 # -- config -------------------------------------------------------------------------------------
@@ -36,7 +36,9 @@ def test_config_rejects_contradicting_reasoning_flags() -> None:
 
 def test_config_yaml_with_flags_winning(tmp_path: Path) -> None:
     cfg_file = tmp_path / "c.yaml"
-    cfg_file.write_text("dataset: d.jsonl\nrun-name: fromfile\nmodel: m\nconcurrency: 8\nworkers: 2\n")
+    cfg_file.write_text(
+        "dataset: d.jsonl\nrun-name: fromfile\nmodel: m\nbase-url: http://127.0.0.1:9/v1\nconcurrency: 8\nworkers: 2\n"
+    )
     cfg = load_config(cfg_file, {"concurrency": 16, "workers": None})
     assert (cfg.run_name, cfg.concurrency, cfg.workers) == ("fromfile", 16, 2)
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from trajforge.endpoint import pairing_problem
 from trajforge.llm.types import SamplingParams
 from trajforge.sandbox.types import SandboxConfig, SandboxKind
 from trajforge.tools.limits import DEFAULT_MAX_COMMAND_TIMEOUT_S, ToolLimits
@@ -31,9 +32,6 @@ class ConfigError(ValueError):
     """A configuration the run cannot start with; the message says what to change."""
 
 
-LOCAL_ENDPOINT = "http://127.0.0.1:8000/v1"
-
-
 class BatchConfig(BaseModel):
     """Everything a ``trajforge batch`` run needs. API keys are never part of it (only the name
     of the environment variable that holds one)."""
@@ -47,7 +45,7 @@ class BatchConfig(BaseModel):
         None, description="model name sent to the endpoint; omit with base_url for the embedded policy"
     )
     base_url: str | None = Field(
-        None, description=f"OpenAI-compatible endpoint root (with --model only: {LOCAL_ENDPOINT})"
+        None, description="OpenAI-compatible endpoint root (with --model; omit both for the embedded policy)"
     )
     api_key_env: str | None = Field(
         None,
@@ -111,10 +109,9 @@ class BatchConfig(BaseModel):
             raise ValueError("give either --distribution or --toolsets, not both")
         if self.toolsets is not None and not self.toolsets:
             raise ValueError("--toolsets is empty; name at least one toolset (e.g. terminal,file)")
-        if self.model is None and self.base_url is not None:
-            raise ValueError("--base-url needs --model (the model name the endpoint serves)")
-        if self.model is not None and self.base_url is None:
-            self.base_url = LOCAL_ENDPOINT  # a local vLLM/SGLang/`trajforge serve` on its usual port
+        problem = pairing_problem(self.model, self.base_url)  # the same rule as `trajforge run`
+        if problem:
+            raise ValueError(problem)
         if self.command_timeout > self.max_command_timeout:
             raise ValueError(
                 f"command_timeout {self.command_timeout:g}s is above --max-command-timeout "

@@ -47,7 +47,7 @@ from trajforge.batch.writer import (
     writing,
 )
 from trajforge.distributions import UnknownDistributionError, get_distribution
-from trajforge.llm.endpoint import embedded_endpoint
+from trajforge.endpoint import embedded_endpoint
 from trajforge.protocols import ChatModel, SandboxFactory
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.tools.registry import ToolRegistry, default_registry

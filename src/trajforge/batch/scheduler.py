@@ -35,6 +35,7 @@ from trajforge.batch.writer import (
     writing,
 )
 from trajforge.distributions import derive_seed, get_distribution, sample_toolsets
+from trajforge.endpoint import EndpointConfig, build_chat_model
 from trajforge.protocols import ChatModel, SandboxFactory
 from trajforge.sandbox import (
     SandboxUnavailableError,
@@ -98,15 +99,12 @@ def worker_share(total: float | None, workers: int, *, integer: bool) -> float |
 
 def build_model(cfg: BatchConfig) -> ChatModel:
     """The endpoint client for this worker, holding its share of the endpoint budget."""
-    from trajforge.llm.openai_client import OpenAIChatModel, OpenAIModelConfig
-
     in_flight = worker_share(cfg.max_concurrent_requests, cfg.workers, integer=True)
-    return OpenAIChatModel(
-        OpenAIModelConfig(
+    return build_chat_model(
+        EndpointConfig(
             base_url=cfg.base_url,
             model=cfg.model,
             api_key_env=cfg.api_key_env,
-            stream=False,
             max_concurrency=int(in_flight or max(cfg.concurrency, 1)),
             requests_per_second=worker_share(cfg.rate_limit, cfg.workers, integer=False),
             request_timeout_s=cfg.request_timeout,

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from trajforge.agent import AgentConfig, AgentResult, run_session
 from trajforge.distributions import UnknownDistributionError, get_distribution, sample_toolsets
-from trajforge.llm.endpoint import EndpointConfig, open_chat_model
+from trajforge.endpoint import EndpointConfig, open_chat_model
 from trajforge.llm.types import ModelError, SamplingParams
 from trajforge.sandbox import SandboxUnavailableError, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig, SandboxKind

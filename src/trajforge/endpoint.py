@@ -1,0 +1,135 @@
+"""Which model a command talks to: a given OpenAI-compatible endpoint, or the embedded default.
+
+One place decides it for every command (``run``, ``batch`` and its workers and preflight): the
+pairing rule (``--model`` and ``--base-url`` together, or neither for the embedded policy), the
+one builder of the endpoint client, and the embedded default itself -- ``trajforge serve`` with
+the committed tiny policy on a free loopback port, reached over the same HTTP path as any other
+endpoint, so the default is not a special case anywhere below. It sits above ``llm/`` (which
+knows clients, not where models live) and ``serve/`` (which it launches).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, Field
+
+if TYPE_CHECKING:  # the client (and the openai SDK) load when one is built, not at CLI start-up
+    from trajforge.llm.openai_client import OpenAIChatModel
+
+EMBEDDED_MODEL_NAME = "trajforge-tiny"
+# Package data of ``trajforge.models.tiny`` (its recipe writes them), located without importing it.
+_EMBEDDED_WEIGHTS = Path(__file__).resolve().parent / "models" / "tiny" / "weights"
+
+
+class EndpointConfig(BaseModel):
+    """Where the model lives and how hard to use it. ``api_key_env`` names an environment
+    variable; keys never travel in argv or configs."""
+
+    model: str | None = Field(
+        None, description="model name; omit both model and base_url for the embedded one"
+    )
+    base_url: str | None = Field(
+        None, description="OpenAI-compatible endpoint root, e.g. http://host:8000/v1"
+    )
+    api_key_env: str | None = Field(None, description="env var holding the API key")
+    stream: bool = Field(False, description="use SSE streaming")
+    max_concurrency: int = Field(256, ge=1, description="requests in flight to the endpoint")
+    requests_per_second: float | None = Field(None, gt=0, description="request start rate limit")
+    request_timeout_s: float = Field(600.0, gt=0)
+    max_retries: int = Field(5, ge=0)
+    backoff_base_s: float = Field(1.0, gt=0, description="first retry pause (doubles, with jitter)")
+
+    @property
+    def embedded(self) -> bool:
+        return self.model is None and self.base_url is None
+
+
+def pairing_problem(model: str | None, base_url: str | None) -> str | None:
+    """Why a ``--model``/``--base-url`` pair cannot be used, or None. The same rule everywhere."""
+    if base_url is not None and model is None:
+        return "--base-url needs --model (the model name the endpoint serves)"
+    if model is not None and base_url is None:
+        return (
+            "--model needs --base-url (an OpenAI-compatible endpoint); omit both to use the embedded policy"
+        )
+    return None
+
+
+def build_chat_model(cfg: EndpointConfig) -> OpenAIChatModel:
+    """The endpoint client: the one place one is built from an :class:`EndpointConfig`."""
+    from trajforge.llm.openai_client import OpenAIChatModel, OpenAIModelConfig
+
+    problem = pairing_problem(cfg.model, cfg.base_url)
+    if problem or cfg.model is None or cfg.base_url is None:
+        raise ValueError(
+            problem or "the embedded policy has no endpoint until it is served (open_chat_model)"
+        )
+    return OpenAIChatModel(
+        OpenAIModelConfig(
+            base_url=cfg.base_url,
+            model=cfg.model,
+            api_key_env=cfg.api_key_env,
+            stream=cfg.stream,
+            max_concurrency=cfg.max_concurrency,
+            requests_per_second=cfg.requests_per_second,
+            request_timeout_s=cfg.request_timeout_s,
+            max_retries=cfg.max_retries,
+            backoff_base_s=cfg.backoff_base_s,
+        )
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_chat_model(
+    cfg: EndpointConfig, *, announce: Callable[[str], None] = lambda _msg: None
+) -> AsyncIterator[OpenAIChatModel]:
+    """Yield a ready client; for the embedded default, also run (and finally stop) its server."""
+    problem = pairing_problem(cfg.model, cfg.base_url)
+    if problem:
+        raise ValueError(problem)
+    async with contextlib.AsyncExitStack() as stack:
+        if cfg.embedded:
+            base_url, name = await stack.enter_async_context(embedded_endpoint(announce=announce))
+            cfg = cfg.model_copy(update={"base_url": base_url, "model": name})
+        model = build_chat_model(cfg)
+        try:
+            yield model
+        finally:
+            await model.aclose()
+
+
+def embedded_weights() -> Path:
+    """Directory of the committed policy (config.json, model.safetensors, tokenizer, template).
+
+    Raises ``FileNotFoundError`` saying how to build it when the weights are missing (for example
+    in a source checkout where they were deleted).
+    """
+    if (
+        not (_EMBEDDED_WEIGHTS / "config.json").is_file()
+        or not (_EMBEDDED_WEIGHTS / "model.safetensors").is_file()
+    ):
+        raise FileNotFoundError(
+            f"the embedded tiny policy is missing from {_EMBEDDED_WEIGHTS}; rebuild it with "
+            f"`trajforge model build-tiny --out {_EMBEDDED_WEIGHTS}`"
+        )
+    return _EMBEDDED_WEIGHTS
+
+
+@contextlib.asynccontextmanager
+async def embedded_endpoint(
+    *, announce: Callable[[str], None] = lambda _msg: None
+) -> AsyncIterator[tuple[str, str]]:
+    """Serve the embedded tiny policy on a free loopback port; yields ``(base_url, model_name)``."""
+    from trajforge.serve.launcher import LocalServer
+
+    path = embedded_weights()
+    announce(
+        f"No --model/--base-url given: using the embedded tiny policy ({path}) served by "
+        "`trajforge serve` on loopback. It is for demos and tests; point --base-url at a real endpoint for data."
+    )
+    async with LocalServer(path, extra_args=("--served-model-name", EMBEDDED_MODEL_NAME)) as server:
+        yield server.openai_base_url, EMBEDDED_MODEL_NAME
