@@ -54,7 +54,7 @@ def test_numbers_as_strings_stay_strings_with_or_without_schema():
 @pytest.mark.parametrize(
     "text,message",
     [
-        ("[f(a=1), g(b=2)", "unclosed call list"),
+        ("[f(a=1", "unclosed call list"),
         ("[f(a='unterminated)]", "unclosed call list"),
         ("[f(1, a=2)]", "positional arguments"),
         ("[f(a=open('/etc/passwd'))]", "not a literal"),

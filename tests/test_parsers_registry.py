@@ -98,7 +98,8 @@ def test_auto_detects_each_family(family):
 def test_auto_without_markers_is_all_content_and_reports_broken_calls():
     auto = get_parser("auto")
     plain = auto.parse("  No tools needed: the answer is 4.  ")
-    assert plain == ParseResult("No tools needed: the answer is 4.", [], [], None)
+    text = "  No tools needed: the answer is 4.  "
+    assert plain == ParseResult("No tools needed: the answer is 4.", [], [], None, prose=text)
     broken = auto.parse('<tool_call>{"name": "f", </tool_call>')
     assert broken.parser == "hermes" and broken.calls == [] and len(broken.errors) == 1
     with pytest.raises(ValueError, match="pick a family"):

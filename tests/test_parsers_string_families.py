@@ -103,10 +103,7 @@ def test_qwen3_coder_tolerates_missing_parameter_close_when_unambiguous():
             "<tool_call>\n<function=run>\n<parameter=cmd>\nls\n</parameter>\n</tool_call>",
             "unclosed <function=run>",
         ),
-        (
-            "<tool_call>\n<function=run>\n<parameter=cmd>\nls\n</parameter>\n</function>\n",
-            "unclosed <tool_call>",
-        ),
+        ("<tool_call>\n<function=run>\n<parameter=cmd>\nls", "unclosed <tool_call>"),
         ("<tool_call>\nrun ls\n</tool_call>", "unexpected text"),
         ("<tool_call>\n<function=>\n</function>\n</tool_call>", "invalid function name"),
         ("<tool_call>\n\n</tool_call>", "no <function=NAME>"),

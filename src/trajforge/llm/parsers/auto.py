@@ -3,8 +3,9 @@
 For when the serving stack does not say which model produced a text (debugging, mixed logs).
 Detection looks at unambiguous markers first (special tokens), then at what the first
 ``<tool_call>`` holds (JSON -> hermes, ``<function=`` -> qwen3_coder, a bare name -> glm47),
-then at bare JSON (llama3_json) and line-leading ``[name(`` (pythonic). One text is parsed with
-one family; a text without any marker is all content. Prefer naming the family when known:
+then at Qwen3-Coder ``<function=NAME>`` blocks without the wrapper, bare JSON (llama3_json)
+and line-leading ``[name(`` (pythonic). One text is parsed with one family; a text without any
+marker is all content, returned untouched. Prefer naming the family when known:
 detection cannot tell GLM-4.5 from GLM-4.7, or Hermes from a model that merely mentions JSON.
 """
 
@@ -14,13 +15,14 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from trajforge.llm.parsers.base import ParseResult, Tools, make_content
+from trajforge.llm.parsers.base import ParseResult, Tools, build_result
 from trajforge.llm.parsers.deepseek_v3 import CALL_BEGIN as DS_CALL_BEGIN
 from trajforge.llm.parsers.deepseek_v3 import CALLS_BEGIN as DS_CALLS_BEGIN
 from trajforge.llm.parsers.llama3_json import _CANDIDATE as LLAMA_CANDIDATE
 from trajforge.llm.parsers.pythonic import _START as PYTHONIC_START
 
 _DS_V3 = re.compile(r"<｜tool▁call▁begin｜>\s*function\s*<｜tool▁sep｜>[^\n]*\n\s*```")
+_BARE_QWEN = re.compile(r"<function=[^<>\n]+>\s*(?:<parameter=|</function>|$)")
 _KIMI = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>", "<|tool_call_begin|>")
 
 
@@ -49,6 +51,8 @@ class AutoParser:
             if body[:1].isalpha() or body[:1] == "_":
                 return "glm47"
             return "hermes"
+        if _BARE_QWEN.search(text):
+            return "qwen3_coder"
         if LLAMA_CANDIDATE.search(text):
             return "llama3_json"
         if PYTHONIC_START.search(text):
@@ -60,7 +64,7 @@ class AutoParser:
 
         family = self.detect(text)
         if family is None:
-            return ParseResult(make_content([text]), [], [], None)
+            return build_result([text], [], [], None)
         return get_parser(family).parse(text, tools)
 
     def format_calls(self, calls: Sequence[Any]) -> str:

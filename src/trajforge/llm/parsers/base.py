@@ -22,10 +22,17 @@ Tools = Sequence[dict[str, Any]] | None
 
 @dataclass(frozen=True, slots=True)
 class ParsedCall:
-    """One tool call that parsed: a name and its decoded arguments (a JSON object)."""
+    """One tool call that parsed: a name and its arguments.
+
+    ``arguments`` is the decoded JSON object in the normal case. When the model wrote something
+    else -- a JSON string that does not hold an object, an array, a number -- it is passed
+    through as the arguments *text* (a ``str``, what OpenAI's ``function.arguments`` carries), so
+    the agent loop can tell the model that the tool wants an object instead of the call being
+    dropped or its arguments guessed.
+    """
 
     name: str
-    arguments: Any = field(default_factory=dict)
+    arguments: dict[str, Any] | str = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "arguments": self.arguments}
@@ -56,7 +63,10 @@ class ParseError:
 class ParseResult:
     """The parse of one assistant message.
 
-    ``content`` is the text that is not a tool call, stripped (``None`` when nothing is left);
+    ``prose`` is the text outside the calls exactly as the model wrote it (leading and trailing
+    text and whitespace kept; for a text without any call, the text itself, byte for byte).
+    ``content`` is the same text trimmed at both ends, ``None`` when nothing is left: what goes
+    into an assistant message, where the layout newlines around call blocks are not content.
     ``parser`` names the family that produced the result (useful after ``auto``).
     """
 
@@ -64,6 +74,7 @@ class ParseResult:
     calls: list[ParsedCall] = field(default_factory=list)
     errors: list[ParseError] = field(default_factory=list)
     parser: str | None = None
+    prose: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -98,16 +109,46 @@ def make_content(pieces: Sequence[str]) -> str | None:
     return content or None
 
 
+def build_result(
+    pieces: Sequence[str], calls: list[ParsedCall], errors: list[ParseError], parser: str | None
+) -> ParseResult:
+    """The result of a family parse from the pieces of text outside its calls."""
+    prose = "".join(pieces)
+    return ParseResult(prose.strip() or None, calls, errors, parser, prose)
+
+
 def call_arguments(call: Any) -> Any:
-    """The decoded arguments of a call-like object (a :class:`ParsedCall` or a ``ToolCall``)."""
+    """The decoded arguments of a call-like object (a :class:`ParsedCall` or a ``ToolCall``).
+
+    Arguments text that is not JSON (a passed-through value, see :class:`ParsedCall`) comes back
+    as that text.
+    """
     args = call.arguments
     if isinstance(args, str):
-        return json.loads(args) if args.strip() else {}
+        if not args.strip():
+            return {}
+        try:
+            return json.loads(args)
+        except ValueError:
+            return args
+    return args
+
+
+def object_arguments_of(call: Any, family: str) -> dict[str, Any]:
+    """A call's arguments for a format that can only write key/value pairs."""
+    args = call_arguments(call)
+    if not isinstance(args, dict):
+        raise ValueError(f"the {family} format can only write object arguments, got {args!r}")
     return args
 
 
 def arguments_json(call: Any) -> str:
-    """A call's arguments as JSON text for ``format_calls`` (non-ASCII kept as is)."""
+    """A call's arguments as JSON text for ``format_calls`` (non-ASCII kept as is).
+
+    Arguments that are already text (a passed-through non-object value) are written as they are.
+    """
+    if isinstance(call.arguments, str) and call.arguments.strip():
+        return call.arguments
     return json.dumps(call_arguments(call), ensure_ascii=False)
 
 
@@ -121,13 +162,16 @@ def to_tool_calls(result: ParseResult, *, start: int = 0, prefix: str = "call_")
 
     Ids are ``call_<n>`` counted from ``start`` within the message, so re-parsing the same text
     gives the same ids; pass a running ``start`` to keep them unique across an episode.
-    Arguments are re-encoded as compact JSON (non-ASCII kept as is).
+    Object arguments are re-encoded as JSON (non-ASCII kept as is); passed-through arguments text
+    is kept exactly as the model wrote it.
     """
     return [
         ToolCall(
             id=f"{prefix}{start + i}",
             name=call.name,
-            arguments=json.dumps(call.arguments, ensure_ascii=False),
+            arguments=call.arguments
+            if isinstance(call.arguments, str)
+            else json.dumps(call.arguments, ensure_ascii=False),
         )
         for i, call in enumerate(result.calls)
     ]

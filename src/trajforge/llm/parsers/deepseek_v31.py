@@ -25,8 +25,10 @@ class DeepseekV31Parser(DeepseekV3Parser):
     def _format_one(self, call: Any) -> str:
         return f"{call.name}{SEP}{arguments_json(call)}"
 
-    def _read_call(self, body: str) -> ParsedCall:
+    def _read_call(self, body: str, truncated: bool = False) -> ParsedCall:
         name, sep, args = body.partition(SEP)
         if not sep:
             raise MalformedCall(f"no {SEP} in the call")
+        if truncated and not args.strip():
+            raise MalformedCall("the text ends before the arguments")
         return named_call(name, args)

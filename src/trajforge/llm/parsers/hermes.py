@@ -1,8 +1,14 @@
 """Hermes / Qwen2.5 / Qwen3 format: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
 
-Each call is its own tagged block holding one JSON object; whitespace and newlines around the
-JSON are ignored. ``arguments`` may also be spelled ``parameters``, may be a JSON string holding
-an object (decoded), or be absent (a call without arguments).
+Each call is its own tagged block holding one JSON object (a list of such objects is read as
+several calls); whitespace and newlines around the JSON are ignored. ``arguments`` may also be
+spelled ``parameters``, may be a JSON string holding an object (decoded), or be absent (a call
+without arguments); any other value is passed through as the arguments text.
+
+The JSON is decoded before the end tag is looked for, so ``</tool_call>`` inside a string value
+does not cut the call, and a call whose ``</tool_call>`` the end of generation ate (maybe half of
+it) is still a call when its JSON is complete. An unclosed block whose body does not start like
+JSON is prose that mentions the tag.
 """
 
 from __future__ import annotations
@@ -11,8 +17,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from trajforge.llm.parsers._scan import json_call, loads, scan_blocks
-from trajforge.llm.parsers.base import ParsedCall, ParseResult, Tools, call_arguments, make_content
+from trajforge.llm.parsers._scan import scan_json_blocks
+from trajforge.llm.parsers.base import ParseResult, Tools, build_result, call_arguments
 
 
 class HermesParser:
@@ -27,8 +33,8 @@ class HermesParser:
         return (self.start_marker, self.end_marker)
 
     def parse(self, text: str, tools: Tools = None) -> ParseResult:
-        scan = scan_blocks(text, self.start_marker, self.end_marker, _read_call)
-        return ParseResult(make_content(scan.pieces), scan.calls, scan.errors, self.name)
+        scan = scan_json_blocks(text, self.start_marker, self.end_marker)
+        return build_result(scan.pieces, scan.calls, scan.errors, self.name)
 
     def format_calls(self, calls: Sequence[Any]) -> str:
         return "\n".join(
@@ -37,8 +43,3 @@ class HermesParser:
             + f"\n{self.end_marker}"
             for c in calls
         )
-
-
-def _read_call(body: str) -> ParsedCall:
-    """One block holds one JSON object; whitespace around it is layout."""
-    return json_call(loads(body.strip()))

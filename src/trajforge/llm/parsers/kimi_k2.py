@@ -7,6 +7,9 @@
 The call id ``functions.NAME:IDX`` carries the name (the ``functions.`` prefix and the ``:IDX``
 suffix are stripped). Each ``tool_call_begin ... tool_call_end`` block is one call; section
 markers (also the singular ``tool_call_section`` spelling some checkpoints emit) are layout.
+A last call cut off after its arguments (``tool_call_end``, maybe half of it, eaten by the end of
+generation) is still a call when its JSON is complete. Arguments that are not a JSON object are
+passed through as written.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trajforge.llm.parsers._scan import MalformedCall, named_call, scan_blocks
-from trajforge.llm.parsers.base import ParsedCall, ParseResult, Tools, arguments_json, make_content
+from trajforge.llm.parsers.base import ParsedCall, ParseResult, Tools, arguments_json, build_result
 
 SECTION_BEGIN = "<|tool_calls_section_begin|>"
 SECTION_END = "<|tool_calls_section_end|>"
@@ -35,10 +38,15 @@ class KimiK2Parser:
     markers = (SECTION_BEGIN, CALL_BEGIN, ARG_BEGIN, CALL_END, SECTION_END)
 
     def parse(self, text: str, tools: Tools = None) -> ParseResult:
-        scan = scan_blocks(text, CALL_BEGIN, CALL_END, _read_call)
+        scan = scan_blocks(
+            text,
+            CALL_BEGIN,
+            CALL_END,
+            _read_call,
+            read_truncated=lambda body: _read_call(body, truncated=True),
+        )
         scan.flag_empty_section(text, _SECTION_ALIASES[::2], f"tool calls section without any {CALL_BEGIN}")
-        content = make_content([_strip_sections(p) for p in scan.pieces])
-        return ParseResult(content, scan.calls, scan.errors, self.name)
+        return build_result([_strip_sections(p) for p in scan.pieces], scan.calls, scan.errors, self.name)
 
     def format_calls(self, calls: Sequence[Any]) -> str:
         if not calls:
@@ -56,10 +64,12 @@ def _strip_sections(piece: str) -> str:
     return piece
 
 
-def _read_call(body: str) -> ParsedCall:
+def _read_call(body: str, truncated: bool = False) -> ParsedCall:
     call_id, sep, args = body.partition(ARG_BEGIN)
     if not sep:
         raise MalformedCall(f"no {ARG_BEGIN} in the call")
+    if truncated and not args.strip():
+        raise MalformedCall("the text ends before the arguments")
     match = _CALL_ID.fullmatch(call_id)
     if match is None:
         raise MalformedCall(f"invalid call id {call_id.strip()!r} (expected functions.NAME:IDX)")

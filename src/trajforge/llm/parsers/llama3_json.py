@@ -4,7 +4,8 @@ Calls are bare JSON objects, optionally after ``<|python_tag|>``, several separa
 An object counts as a call when it starts with a ``"name"`` key (or ``"type": "function"``) and
 carries ``parameters`` or ``arguments``; other JSON in the prose (``{"name": "Bob"}``) stays
 content. Text that starts like a call (``{"name":``) but is not valid JSON is an error, since it
-is far more likely a broken call than prose.
+is far more likely a broken call than prose (a call the end of generation cut off is one).
+Arguments that are not a JSON object are passed through as written.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from trajforge.llm.parsers.base import (
     ParseError,
     ParseResult,
     Tools,
+    build_result,
     call_arguments,
-    make_content,
 )
 
 PYTHON_TAG = "<|python_tag|>"
@@ -67,7 +68,7 @@ class Llama3JsonParser:
             except MalformedCall as exc:
                 errors.append(ParseError(str(exc), text[start:end], start))
         pieces.append(text[pos:])
-        return ParseResult(make_content(pieces), calls, errors, self.name)
+        return build_result(pieces, calls, errors, self.name)
 
     def format_calls(self, calls: Sequence[Any]) -> str:
         return "; ".join(

@@ -4,8 +4,12 @@ A call list starts a line (or follows ``<|python_start|>``) with ``[name(``; its
 by bracket matching that skips string literals, then it is parsed with :mod:`ast` -- never
 evaluated. Only keyword arguments with literal values are accepted (strings, numbers, booleans,
 None, and lists/tuples/dicts of them; JSON's ``true``/``false``/``null`` too). A positional
-argument, a non-literal value (``f(x=open("/etc/passwd"))``), a syntax error or a missing
-closing bracket is an error, never a silent "no call".
+argument, a non-literal value (``f(x=open("/etc/passwd"))``) or a syntax error is an error,
+never a silent "no call".
+
+A list the end of generation cut off keeps its complete calls: a missing ``]`` alone is no loss,
+and a call cut in the middle is an error next to the complete ones before it. What only looks
+like a call list -- a Markdown link ``[text(x)](url)``, a list comprehension -- stays prose.
 """
 
 from __future__ import annotations
@@ -22,14 +26,15 @@ from trajforge.llm.parsers.base import (
     ParseError,
     ParseResult,
     Tools,
-    call_arguments,
-    make_content,
+    build_result,
+    object_arguments_of,
 )
 
 PYTHON_START = "<|python_start|>"
 PYTHON_END = "<|python_end|>"
 _START = re.compile(r"(?:^|(?<=<\|python_start\|>))[ \t]*\[\s*[A-Za-z_][\w.]*\s*\(", re.MULTILINE)
 _INTERESTING = re.compile(r"[\[\](){}'\"]")
+_INTERESTING_COMMA = re.compile(r"[\[\](){}'\",]")
 _STRING_END = {
     "'": re.compile(r"'(?:[^'\\]|\\.)*'", re.DOTALL),
     '"': re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL),
@@ -50,30 +55,38 @@ class PythonicParser:
         pieces: list[str] = []
         calls: list[ParsedCall] = []
         errors: list[ParseError] = []
-        pos = 0
-        while (m := _START.search(text, pos)) is not None:
+        pos = search_from = 0
+        while (m := _START.search(text, search_from)) is not None:
             start = text.index("[", m.start())
-            pieces.append(text[pos:start])
             end = _match_bracket(text, start)
             if end is None:
-                errors.append(ParseError("unclosed call list: no matching ']'", text[start:], start))
-                pos = len(text)
+                pieces.append(text[pos:start])
+                pos = _read_cut_list(text, start, calls, errors)
                 break
+            if text.startswith(("(", "["), end):  # a Markdown link, not a call list
+                search_from = end
+                continue
             try:
-                calls.extend(_read_list(text[start:end]))
+                found = _read_list(text[start:end])
             except MalformedCall as exc:
                 errors.append(ParseError(str(exc), text[start:end], start))
-            pos = end
+                found = []
+            if found is None:  # a list comprehension: prose
+                search_from = end
+                continue
+            pieces.append(text[pos:start])
+            calls.extend(found)
+            pos = search_from = end
         pieces.append(text[pos:])
-        content = make_content([p.replace(PYTHON_START, "").replace(PYTHON_END, "") for p in pieces])
-        return ParseResult(content, calls, errors, self.name)
+        pieces = [p.replace(PYTHON_START, "").replace(PYTHON_END, "") for p in pieces]
+        return build_result(pieces, calls, errors, self.name)
 
     def format_calls(self, calls: Sequence[Any]) -> str:
         if not calls:
             return ""
         rendered = []
         for call in calls:
-            args = call_arguments(call)
+            args = object_arguments_of(call, self.name)
             bad = [k for k in args if not str(k).isidentifier()]
             if bad:
                 raise ValueError(f"cannot write argument names {bad} as Python keywords")
@@ -101,11 +114,63 @@ def _match_bracket(text: str, start: int) -> int | None:
     return None
 
 
-def _read_list(source: str) -> list[ParsedCall]:
+def _read_cut_list(text: str, start: int, calls: list[ParsedCall], errors: list[ParseError]) -> int:
+    """A call list without its closing bracket, which runs to the end of the text (or to
+    ``<|python_end|>``): its complete calls are calls, a call cut in the middle is an error.
+    Returns where the list ends."""
+    stop = text.find(PYTHON_END, start)
+    stop = len(text) if stop < 0 else stop
+    whole, last_comma = _cut_list_shape(text, start, stop)
+    candidates = [(whole, None)] if whole is not None else []
+    if last_comma is not None:  # the calls before the last top-level comma, the rest was cut
+        candidates.append((text[start:last_comma] + "]", last_comma + 1))
+    for source, cut in candidates:
+        try:
+            found = _read_list(source)
+        except MalformedCall:
+            continue
+        if found is None:
+            break
+        calls.extend(found)
+        if cut is not None:
+            errors.append(ParseError("call cut off by the end of the text", text[cut:stop], cut))
+        return stop
+    errors.append(ParseError("unclosed call list: no matching ']'", text[start:stop], start))
+    return stop
+
+
+def _cut_list_shape(text: str, start: int, stop: int) -> tuple[str | None, int | None]:
+    """For an unclosed list ``text[start:stop]``: its source closed with ``]`` when only that
+    bracket is missing (else ``None``), and its last top-level comma."""
+    depth, pos, last_comma = 0, start, None
+    while (m := _INTERESTING_COMMA.search(text, pos, stop)) is not None:
+        char, at = m.group(0), m.start()
+        if char in "'\"":
+            quote = char * 3 if text.startswith(char * 3, at) else char
+            string = _STRING_END[quote].match(text, at, stop)
+            if string is None:
+                depth = -1  # the text ends inside a string
+                break
+            pos = string.end()
+            continue
+        if char == ",":
+            if depth == 1:
+                last_comma = at
+        else:
+            depth += 1 if char in "([{" else -1
+        pos = at + 1
+    whole = text[start:stop].rstrip() + "]" if depth == 1 else None
+    return whole, last_comma
+
+
+def _read_list(source: str) -> list[ParsedCall] | None:
+    """The calls of a call list (``None`` for a list comprehension, which is not one)."""
     try:
         tree = ast.parse(source.strip(), mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise MalformedCall(f"not a valid Python call list ({type(exc).__name__}: {exc})") from None
+    if isinstance(tree, ast.ListComp):
+        return None
     if not isinstance(tree, ast.List):
         raise MalformedCall("expected a list of calls")
     return [_read_call(node) for node in tree.elts]

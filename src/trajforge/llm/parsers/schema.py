@@ -6,7 +6,8 @@ the same whether the tool wants the integer 5 or the string "5". The tool's JSON
 Rules, in order:
 
 - the parameter's schema types are read from ``type`` (a string or a list) or ``anyOf``/``oneOf``;
-- a parameter whose only type is ``string`` keeps the raw text;
+- a parameter whose only type is ``string`` keeps the raw text, even when it looks like JSON;
+- a schema without ``type`` but with ``properties`` is an object, with ``items`` an array;
 - otherwise each non-string type is tried (null, boolean, integer, number, object, array) and the
   first that converts wins; when none does, the raw string is kept and the tool's own argument
   validation reports the mismatch (we never guess a different value);
@@ -36,13 +37,31 @@ class ToolSchemas:
 
     def __init__(self, tools: Sequence[dict[str, Any]] | None) -> None:
         self._props: dict[str, dict[str, Any]] = {}
+        self._required: dict[str, frozenset[str]] = {}
         for tool in tools or ():
             fn = tool.get("function", tool) if isinstance(tool, dict) else None
             if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
                 continue
             params = fn.get("parameters") or {}
             props = params.get("properties") if isinstance(params, dict) else None
+            required = params.get("required") if isinstance(params, dict) else None
             self._props[fn["name"]] = props if isinstance(props, dict) else {}
+            self._required[fn["name"]] = frozenset(
+                r for r in (required if isinstance(required, list) else ()) if isinstance(r, str)
+            )
+
+    def __bool__(self) -> bool:
+        """Whether any tool is known."""
+        return bool(self._props)
+
+    def params_of(self, tool: str) -> frozenset[str] | None:
+        """The parameter names of ``tool`` (``None`` when the tool is not known)."""
+        props = self._props.get(tool)
+        return None if props is None else frozenset(props)
+
+    def missing_required(self, tool: str, given: Any) -> list[str]:
+        """The parameters ``tool``'s schema requires that ``given`` lacks (sorted)."""
+        return sorted(self._required.get(tool, frozenset()) - set(given))
 
     def types_of(self, tool: str, param: str) -> tuple[str, ...]:
         """The JSON types the schema allows for ``param`` of ``tool`` (empty when unknown)."""
@@ -70,6 +89,10 @@ def _schema_types(schema: dict[str, Any]) -> tuple[str, ...]:
         return (kind,)
     if isinstance(kind, list):
         return tuple(k for k in kind if isinstance(k, str))
+    if isinstance(schema.get("properties"), dict):
+        return ("object",)
+    if isinstance(schema.get("items"), dict | list):
+        return ("array",)
     out: list[str] = []
     for key in ("anyOf", "oneOf"):
         for sub in schema.get(key) or ():
