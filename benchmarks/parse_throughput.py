@@ -6,8 +6,10 @@ For each family, builds a long output (prose paragraphs with that family's calls
 it, written by the parser's own ``format_calls``), parses it repeatedly and prints calls/s and
 MB/s. The ``x4`` column parses a 4x longer text and reports its time ratio to the base size:
 about 4 means linear; 16 would mean quadratic. A second table does the same for adversarial
-texts (thousands of unclosed markers), where a naive "find the end from every start" parser
-goes quadratic.
+texts: thousands of calls cut off before their end, where a naive "find the end from every
+start" parser goes quadratic. For the families whose values are raw text between tags each cut
+call is left inside an open value, so every one of them is also read again past its end tag (a
+value may hold it); for the JSON families each one is a failed JSON decode.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def build_text(family: str, target_bytes: int) -> tuple[str, int]:
 
 
 def adversarial_text(family: str, target_bytes: int) -> str:
-    """Many unclosed call starts followed by one good call: worst case for end-marker searches."""
+    """Many cut-off call starts followed by one good call: worst case for end-marker searches."""
     parser = get_parser("hermes" if family == "auto" else family)
     start = {
         "llama3_json": '{"name": "f", "parameters": {"a": ',
@@ -55,7 +57,11 @@ def adversarial_text(family: str, target_bytes: int) -> str:
         "deepseek_v3": "<｜tool▁call▁begin｜>x ",
         "deepseek_v31": "<｜tool▁call▁begin｜>x ",
         "kimi_k2": "<|tool_call_begin|>x ",
-    }.get(family, parser.start_marker + "x ")
+        "qwen3_coder": "<tool_call>\n<function=f>\n<parameter=a>\nx ",
+        "glm45": "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>x ",
+        "glm47": "<tool_call>f<arg_key>a</arg_key><arg_value>x ",
+        "mistral": '[TOOL_CALLS] [{"name": "f", "arguments": {"a": ',
+    }.get(family, parser.start_marker + '{"name": "f", "arguments": {"a": ')
     good = parser.format_calls([CALL])
     return start * max(1, target_bytes // len(start.encode())) + "\n" + good
 
@@ -117,7 +123,7 @@ def main() -> None:
             f"{calls / sec:>12,.0f}{mb / sec:>9.1f}{sec4 / sec:>9.1f}"
         )
 
-    print(f"\nAdversarial: ~{args.kb} KB of unclosed call starts, then one good call")
+    print(f"\nAdversarial: ~{args.kb} KB of cut-off call starts, then one good call")
     print(f"{'parser':<14}{'starts':>8}{'ms/parse':>10}{'MB/s':>9}{'x4 time':>9}")
     for family in list_parsers():
         text = adversarial_text(family, size)
