@@ -48,8 +48,13 @@ class Sandbox(Protocol):
     outside the working directory (see :mod:`trajforge.sandbox.confined`).
     """
 
-    task_id: str
-    workdir: str
+    @property
+    def task_id(self) -> str: ...
+
+    @property
+    def workdir(self) -> str:
+        """The working directory as commands inside the sandbox see it."""
+        ...
 
     async def exec(self, command: str, *, timeout: float | None = None, cwd: str | None = None) -> ExecResult:
         """Run ``command`` in the persistent session (``cd`` and ``export`` carry over)."""

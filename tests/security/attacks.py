@@ -35,9 +35,10 @@ n = 0
 while True:
     libc.renameat2(-100, b"d", -100, b"l", 2)
     n += 1
-    if n % 256 == 0:
-        with open("/tmp/swaps", "w") as f:
+    if n % 256 == 0:  # atomically: a reader never sees a truncated count
+        with open("/tmp/swaps.new", "w") as f:
             f.write(str(n))
+        os.replace("/tmp/swaps.new", "/tmp/swaps")
 """
 
 

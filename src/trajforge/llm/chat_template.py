@@ -155,7 +155,7 @@ class ChatTemplate:
 
     def decode(self, ids: Sequence[int]) -> str:
         with self._lock:
-            return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+            return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
 
     def prompt_ids(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None

@@ -149,7 +149,7 @@ def _tools_seed(tools: Sequence[Mapping[str, Any]] | None) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class _Remembered:
-    ids: array.array  # prompt + completion, int32
+    ids: array.array[int]  # prompt + completion, int32
     ended_turn: bool  # the completion ended with the end-of-turn token
 
 

@@ -42,6 +42,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 # The wrapper sources the user's command from a file (no ARG_MAX limit, exact bytes), with the
 # limits set first and the session state saved on exit, whatever way the command exits.
@@ -133,11 +134,11 @@ def _tmpfs_mounts() -> list[str]:
     return mounts
 
 
-def _tree(root: str) -> dict:
+def _tree(root: str) -> dict[str, Any]:
     """Every entry of one mount (not descending into other mounts): type+mode, owner, and the
     size+mtime of files or the target of links. Directory times are left out on purpose: removing
     what a command added changes them, and that is not a difference the next rollout can see."""
-    out = {}
+    out: dict[str, Any] = {}
     top = os.lstat(root)
     out[root] = (top.st_mode, top.st_uid, top.st_gid, None)
     stack = [root]
@@ -145,6 +146,7 @@ def _tree(root: str) -> dict:
         with os.scandir(stack.pop()) as entries:
             for entry in entries:
                 st = entry.stat(follow_symlinks=False)
+                extra: str | tuple[int, int] | None
                 if stat.S_ISLNK(st.st_mode):
                     extra = os.readlink(entry.path)
                 elif stat.S_ISREG(st.st_mode):
@@ -237,13 +239,13 @@ class Kernel:
     def ioprio(self) -> int | None:
         if self._ioprio is None:
             return None
-        return self._libc.syscall(self._ioprio, 1, 0)  # IOPRIO_WHO_PROCESS, this process
+        return int(self._libc.syscall(self._ioprio, 1, 0))  # IOPRIO_WHO_PROCESS, this process
 
 
-def _own_attributes(kernel: Kernel | None) -> dict:
+def _own_attributes(kernel: Kernel | None) -> dict[str, Any]:
     """What a process of our uid could change about the agent from outside (and so about every
     command it starts later): rlimits, niceness, CPU affinity, scheduling, OOM score, I/O priority."""
-    attrs: dict = {
+    attrs: dict[str, Any] = {
         "nice": os.getpriority(os.PRIO_PROCESS, 0),
         "affinity": sorted(os.sched_getaffinity(0)),
         "scheduler": os.sched_getscheduler(0),
@@ -257,7 +259,7 @@ def _own_attributes(kernel: Kernel | None) -> dict:
     return attrs
 
 
-def _xattrs(path: str) -> dict:
+def _xattrs(path: str) -> dict[str, Any]:
     try:
         names = os.listxattr(path, follow_symlinks=False)
     except OSError:  # not supported by this file system
@@ -285,7 +287,7 @@ def _fs_flags(path: str, value: int | None = None) -> int | None:
         os.close(fd)
 
 
-def _dir_attributes(path: str) -> dict:
+def _dir_attributes(path: str) -> dict[str, Any]:
     """Everything about a writable root (workdir, scratch dir) that survives emptying it: mode,
     owner, modification time, extended attributes (ACLs included) and chattr flags. Its ctime
     cannot be set back by anyone and its atime moves when it is read, so neither is compared."""
@@ -299,7 +301,7 @@ def _dir_attributes(path: str) -> dict:
     }
 
 
-def _restore_dir(path: str, start: dict, times: tuple[int, int]) -> None:
+def _restore_dir(path: str, start: dict[str, Any], times: tuple[int, int]) -> None:
     """Put a writable root's attributes back as they were at start (best effort; verified after)."""
     with contextlib.suppress(OSError):
         os.chown(path, *start["owner"], follow_symlinks=False)
@@ -505,14 +507,14 @@ class Agent:
             "background jobs included, was killed]\n"
         )
 
-    def _as_commands(self) -> dict:
+    def _as_commands(self) -> dict[str, Any]:
         """Popen arguments that start a process as the commands' uid. From uid 0 to another uid the
         kernel clears every capability, so nothing the command runs keeps any of ours."""
         if self.run_as is None:
             return {}
         return {"user": self.run_as[0], "group": self.run_as[1], "extra_groups": []}
 
-    def _spawn(self, cwd: str, state: str, cmd_file: str, env: dict) -> subprocess.Popen:
+    def _spawn(self, cwd: str, state: str, cmd_file: str, env: dict[str, Any]) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             ["bash", "-c", WRAPPER, "bash", state, cmd_file],
             stdin=subprocess.DEVNULL,
@@ -524,7 +526,7 @@ class Agent:
             **self._as_commands(),
         )
 
-    def exec(self, req: dict) -> dict:
+    def exec(self, req: dict[str, Any]) -> dict[str, Any]:
         started = time.monotonic()
         timeout = float(req.get("timeout") or 60.0)
         cap = OutputCap(int(req.get("cap") or 16384))
@@ -563,7 +565,7 @@ class Agent:
             cap.feed(note.encode())
         return self._answer(req, None if timed_out else code, None, started, cap, timed_out)
 
-    def _collect(self, proc: subprocess.Popen, cap: OutputCap, deadline: float) -> tuple[int, bool]:
+    def _collect(self, proc: subprocess.Popen[bytes], cap: OutputCap, deadline: float) -> tuple[int, bool]:
         """Read the command's output into ``cap`` until it exits (or its deadline kills it)."""
         assert proc.stdout is not None
         fd = os.dup(proc.stdout.fileno())
@@ -601,7 +603,15 @@ class Agent:
             os.close(fd)  # writers get SIGPIPE, and the limit check that follows kills them anyway
         return code, timed_out
 
-    def _answer(self, req, code, message, started, cap, timed_out=False) -> dict:
+    def _answer(
+        self,
+        req: dict[str, Any],
+        code: int | None,
+        message: bytes | None,
+        started: float,
+        cap: OutputCap,
+        timed_out: bool = False,
+    ) -> dict[str, Any]:
         if message is not None:
             cap.feed(message)
         output, truncated = cap.render()
@@ -680,9 +690,9 @@ def _reap() -> None:
             return
 
 
-def _options(argv: list[str]) -> dict:
+def _options(argv: list[str]) -> dict[str, Any]:
     """``WORKDIR SCRATCH [--reusable] [--run-as UID:GID] [--state-dir DIR] [--max-procs N]``."""
-    opts: dict = {"reusable": False}
+    opts: dict[str, Any] = {"reusable": False}
     rest = list(argv)
     while rest:
         flag = rest.pop(0)

@@ -143,9 +143,12 @@ class ExecAgent:
         if not line:
             raise AgentError("the sandbox exec agent exited")
         try:
-            return json.loads(line)
+            answer = json.loads(line)
         except ValueError as exc:
             raise AgentError(f"unreadable answer from the sandbox exec agent: {line[:200]!r}") from exc
+        if not isinstance(answer, dict):
+            raise AgentError(f"unreadable answer from the sandbox exec agent: {line[:200]!r}")
+        return answer
 
     async def reset(self, timeout_s: float = 15.0) -> str | None:
         """Ask the agent to put its sandbox back into the starting state (``op: reset``).

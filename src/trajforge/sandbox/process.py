@@ -4,6 +4,7 @@ rollout's handle on them (:class:`ProcessSandbox`: exec, confined file access, c
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 from collections.abc import Awaitable, Callable
@@ -78,12 +79,29 @@ class ProcessSandbox:
     release: Callable[[Resident], Awaitable[None]] | None = None  # default: destroy
     _closed: bool = field(default=False, init=False)
 
-    workdir = property(lambda self: self.resident.workdir)
-    scratch_dir = property(lambda self: self.resident.scratch_dir)
-    layout = property(lambda self: self.resident.layout)
-    agent = property(lambda self: self.resident.agent)
-    cgroup = property(lambda self: self.resident.cgroup)
-    owner = property(lambda self: self.resident.owner)
+    @property
+    def workdir(self) -> str:
+        return self.resident.workdir
+
+    @property
+    def scratch_dir(self) -> str:
+        return self.resident.scratch_dir
+
+    @property
+    def layout(self) -> Layout:
+        return self.resident.layout
+
+    @property
+    def agent(self) -> ExecAgent:
+        return self.resident.agent
+
+    @property
+    def cgroup(self) -> SandboxCgroup:
+        return self.resident.cgroup
+
+    @property
+    def owner(self) -> tuple[int, int] | None:
+        return self.resident.owner
 
     @property
     def host_workdir(self) -> Path:
@@ -107,6 +125,10 @@ class ProcessSandbox:
         cwd: str | None = None,
     ) -> ExecResult:
         self._check_open()
+        if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+            raise ValueError(
+                f"a command timeout must be a positive finite number of seconds, not {timeout!r}"
+            )
         return await self.agent.exec(
             command,
             timeout=timeout if timeout is not None else self.config.command_timeout_s,

@@ -17,6 +17,7 @@ import logging
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -53,7 +54,7 @@ def write_owner(root: Path, cgroup: SandboxCgroup | None = None) -> None:
     path.write_bytes(orjson.dumps({"pid": pid, "start": process_start(pid), "cgroups": cgroups}))
 
 
-def _owner_alive(record: dict) -> bool:
+def _owner_alive(record: dict[str, Any]) -> bool:
     pid, start = record.get("pid"), record.get("start")
     if not isinstance(pid, int):
         return True  # unreadable: not ours to judge
@@ -61,7 +62,7 @@ def _owner_alive(record: dict) -> bool:
     return now is not None and now == start
 
 
-def _read_owner(path: Path) -> dict | None:
+def _read_owner(path: Path) -> dict[str, Any] | None:
     """The owner record, only if we wrote it: a file of another uid is never trusted."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)

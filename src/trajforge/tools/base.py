@@ -67,10 +67,17 @@ class Tool(Protocol):
     exception is treated by the agent loop as a tool crash and also reported to the model.
     """
 
-    name: str
-    toolset: str
-    description: str
-    parameters: dict[str, Any]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def toolset(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def parameters(self) -> dict[str, Any]: ...
 
     async def __call__(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput: ...
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trajforge.tools.base import FunctionTool, ToolContext, ToolOutput
+from trajforge.tools.base import FunctionTool, Handler, ToolContext, ToolOutput
 from trajforge.tools.toolsets import TOOL_TO_TOOLSET
 
 
@@ -76,7 +76,7 @@ _SPECS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def _pending_handler(name: str, toolset: str):
+def _pending_handler(name: str, toolset: str) -> Handler:
     async def handler(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         return ToolOutput.failure(
             f"tool {name!r} (toolset {toolset!r}) is not implemented in this version of trajforge; "

@@ -41,7 +41,8 @@ class BackgroundProcess:
 
 
 def _processes(ctx: ToolContext) -> dict[str, BackgroundProcess]:
-    return ctx.state.setdefault(_STATE_KEY, {})
+    procs: dict[str, BackgroundProcess] = ctx.state.setdefault(_STATE_KEY, {})
+    return procs
 
 
 def _result_text(res: ExecResult, **extra: Any) -> str:
