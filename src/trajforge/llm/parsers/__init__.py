@@ -51,7 +51,8 @@ def get_parser(name: str) -> ToolCallParser:
     if target is None:
         raise ValueError(f"unknown tool-call parser {name!r}; choose one of: {', '.join(list_parsers())}")
     module_name, _, class_name = target.partition(":")
-    return getattr(importlib.import_module(module_name), class_name)()
+    parser: ToolCallParser = getattr(importlib.import_module(module_name), class_name)()
+    return parser
 
 
 __all__ = [

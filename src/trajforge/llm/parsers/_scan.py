@@ -327,7 +327,7 @@ def read_tagged_calls(
                 prose_from = limit
                 continue
         pieces.append(text[prose_from:start])
-        calls.extend(found)
+        calls.extend(found or ())
         prose_from = end
     pieces.append(text[prose_from:])
     return build_result(pieces, calls, errors, family)

@@ -121,7 +121,7 @@ def _read_cut_list(text: str, start: int, calls: list[ParsedCall], errors: list[
     stop = text.find(PYTHON_END, start)
     stop = len(text) if stop < 0 else stop
     whole, last_comma = _cut_list_shape(text, start, stop)
-    candidates = [(whole, None)] if whole is not None else []
+    candidates: list[tuple[str, int | None]] = [(whole, None)] if whole is not None else []
     if last_comma is not None:  # the calls before the last top-level comma, the rest was cut
         candidates.append((text[start:last_comma] + "]", last_comma + 1))
     for source, cut in candidates:
@@ -209,11 +209,11 @@ def _literal(node: ast.expr, where: str) -> Any:
     elif isinstance(node, ast.List | ast.Tuple):
         return [_literal(item, where) for item in node.elts]
     elif isinstance(node, ast.Dict):
-        out = {}
-        for key, value in zip(node.keys, node.values, strict=True):
+        out: dict[str, Any] = {}
+        for key, item in zip(node.keys, node.values, strict=True):
             if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
                 raise MalformedCall(f"{where}: dict keys must be strings")
-            out[key.value] = _literal(value, where)
+            out[key.value] = _literal(item, where)
         return out
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
         value = _literal(node.operand, where)
