@@ -28,6 +28,7 @@ setup: system-deps $(STAMP)
 
 test: setup
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -n 2 --dist loadfile -q $(PYTEST_ARGS)
 
 test-fast: setup
@@ -43,6 +44,7 @@ demo: setup
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .mypy_cache
