@@ -33,6 +33,12 @@ class AgentConfig(BaseModel):
     max_consecutive_parse_errors: int = Field(
         3, ge=1, description="unparseable tool-call turns in a row before the session ends"
     )
+    unexecuted_call_parser: str | None = Field(
+        "auto",
+        description="tool-call parser that looks for call markup left in an answer's text (an endpoint "
+        "that did not parse the model's call returns it as content): found, it is told to the model as "
+        "a parse error instead of ending the session as a final answer. None: do not look",
+    )
 
     @field_validator("prefill_messages")
     @classmethod

@@ -16,6 +16,7 @@ import orjson
 
 from trajforge.agent.config import AgentConfig
 from trajforge.agent.result import AgentResult, Termination, ToolErrorRecord, ToolStat
+from trajforge.llm.parsers import ToolCallParser, get_parser
 from trajforge.llm.types import AssistantTurn, ModelError, ModelErrorKind, ToolCall
 from trajforge.protocols import ChatModel
 from trajforge.sandbox.errors import SandboxUnavailableError
@@ -36,6 +37,8 @@ class AgentLoop:
         self.ctx = ctx
         self.config = config or AgentConfig()
         self._tool_slots = asyncio.Semaphore(self.config.max_parallel_tools)
+        name = self.config.unexecuted_call_parser
+        self._markup_parser: ToolCallParser | None = get_parser(name) if name and self.schemas else None
 
     async def run(self, messages: list[dict[str, Any]]) -> AgentResult:
         """Run until a final answer, the turn budget, a fatal model error or the deadline."""
@@ -89,6 +92,8 @@ class AgentLoop:
             history.append(turn.to_message())
             result.turns_used = turn_index + 1
 
+            if not turn.tool_calls and not turn.parse_errors:
+                turn.parse_errors = self._unexecuted_calls(turn)
             if turn.parse_errors and not turn.tool_calls:
                 parse_errors_in_row += 1
                 self._report_parse_errors(turn, turn_index, history, result)
@@ -126,6 +131,23 @@ class AgentLoop:
         result.reasoning_per_turn.append(turn.reasoning or None)
         if turn.token_trace is not None:
             result.token_traces.append(turn.token_trace)
+
+    def _unexecuted_calls(self, turn: AssistantTurn) -> list[str]:
+        """Tool-call markup in what would be the final answer: the endpoint returned the model's
+        call as text instead of parsing it. Saving it as an answer would make a "completed"
+        trajectory end in a call that never ran (and a DPO "chosen" reply that teaches it)."""
+        if not turn.content or not self.schemas or self._markup_parser is None:
+            return []
+        found = self._markup_parser.parse(turn.content, self.schemas)
+        offered = {t["function"]["name"] for t in self.schemas}
+        named = [c.name for c in found.calls if c.name in offered]
+        if not named and not found.errors:
+            return []
+        what = f"a call to {named[0]!r}" if named else "tool-call markup"
+        return [
+            f"your reply contains {what} as plain text; it was not run. Emit tool calls in the "
+            "tool-call format (not inside the answer text), or answer without call markup."
+        ]
 
     def _report_parse_errors(
         self, turn: AssistantTurn, turn_index: int, history: list[dict[str, Any]], result: AgentResult
