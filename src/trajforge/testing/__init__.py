@@ -1,7 +1,8 @@
 """Public test helpers: a scripted OpenAI-compatible server and an in-process scripted model.
 
-Imported lazily so ``python -m trajforge.testing.scripted_server`` runs cleanly and importing
-:class:`ScriptedModel` does not pull in the aiohttp server.
+Imported lazily so ``python -m trajforge.testing.scripted_server`` runs cleanly, and importing
+:class:`ScriptedModel` or the reply vocabulary (:class:`Reply`, policies) does not pull in the
+aiohttp server.
 """
 
 from __future__ import annotations
@@ -10,16 +11,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from trajforge.testing.policies import echo_policy, tool_then_answer
+    from trajforge.testing.replies import FaultConfig, Reply, ToolCallSpec
     from trajforge.testing.scripted_model import ScriptedCall, ScriptedModel, answer, tool_turn
-    from trajforge.testing.scripted_server import (
-        FaultConfig,
-        Reply,
-        RequestRecord,
-        ScriptedServer,
-        ToolCallSpec,
-        echo_policy,
-        tool_then_answer,
-    )
+    from trajforge.testing.scripted_server import RequestRecord, ScriptedServer
 
 _EXPORTS = {
     "ScriptedModel": "trajforge.testing.scripted_model",
@@ -27,12 +22,12 @@ _EXPORTS = {
     "answer": "trajforge.testing.scripted_model",
     "tool_turn": "trajforge.testing.scripted_model",
     "ScriptedServer": "trajforge.testing.scripted_server",
-    "Reply": "trajforge.testing.scripted_server",
-    "ToolCallSpec": "trajforge.testing.scripted_server",
-    "FaultConfig": "trajforge.testing.scripted_server",
     "RequestRecord": "trajforge.testing.scripted_server",
-    "echo_policy": "trajforge.testing.scripted_server",
-    "tool_then_answer": "trajforge.testing.scripted_server",
+    "Reply": "trajforge.testing.replies",
+    "ToolCallSpec": "trajforge.testing.replies",
+    "FaultConfig": "trajforge.testing.replies",
+    "echo_policy": "trajforge.testing.policies",
+    "tool_then_answer": "trajforge.testing.policies",
 }
 
 __all__ = [
