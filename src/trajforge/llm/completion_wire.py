@@ -47,33 +47,48 @@ def build_body(
     kind: EndpointKind, prompt_ids: list[int], sampling: SamplingParams, max_tokens: int, model: str
 ) -> dict[str, Any]:
     """The request body for one endpoint kind (``sampling.extra_body`` merged last)."""
-    common = {
+    common: dict[str, Any] = {
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "stop": sampling.stop,
         "seed": sampling.seed,
     }
     if kind == "vllm_generate":
-        body = {"prompt": {"prompt_token_ids": prompt_ids}, "logprobs": 0, "max_tokens": max_tokens, **common}
+        body = _vllm_body(prompt_ids, common, max_tokens)
     elif kind == "sglang_generate":
-        params = {**common, "max_new_tokens": max_tokens, "sampling_seed": common["seed"]}
-        params.pop("seed")
-        body = {
-            "input_ids": prompt_ids,
-            "sampling_params": {k: v for k, v in params.items() if v is not None},
-            "return_logprob": True,
-        }
+        body = _sglang_body(prompt_ids, common, max_tokens)
     else:
-        body = {
-            "model": model,
-            "prompt": prompt_ids,
-            "max_tokens": max_tokens,
-            "logprobs": 1,
-            "return_tokens_as_token_ids": True,
-            **common,
-        }
+        body = _openai_body(prompt_ids, common, max_tokens, model)
     body = {k: v for k, v in body.items() if v is not None}
     return {**body, **sampling.extra_body}
+
+
+def _vllm_body(prompt_ids: list[int], common: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    return {"prompt": {"prompt_token_ids": prompt_ids}, "logprobs": 0, "max_tokens": max_tokens, **common}
+
+
+def _sglang_body(prompt_ids: list[int], common: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    """SGLang nests sampling under ``sampling_params`` and calls the seed ``sampling_seed``."""
+    params = {**common, "max_new_tokens": max_tokens, "sampling_seed": common["seed"]}
+    params.pop("seed")
+    return {
+        "input_ids": prompt_ids,
+        "sampling_params": {k: v for k, v in params.items() if v is not None},
+        "return_logprob": True,
+    }
+
+
+def _openai_body(
+    prompt_ids: list[int], common: dict[str, Any], max_tokens: int, model: str
+) -> dict[str, Any]:
+    return {
+        "model": model,
+        "prompt": prompt_ids,
+        "max_tokens": max_tokens,
+        "logprobs": 1,
+        "return_tokens_as_token_ids": True,
+        **common,
+    }
 
 
 def parse_response(kind: EndpointKind, data: Any) -> Sampled:

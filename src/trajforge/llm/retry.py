@@ -165,8 +165,37 @@ def backoff_s(settings: RetrySettings, attempt_number: int, retry_after: float |
     """
     if retry_after is not None:
         return min(retry_after, settings.max_retry_after_s) + random.uniform(0, 0.1)
-    exp = settings.backoff_base_s * 2 ** (attempt_number - 1)
+    exp = settings.backoff_base_s * 2.0 ** (attempt_number - 1)
     return min(settings.backoff_max_s, exp) * random.uniform(0.5, 1.0)
+
+
+def _failure(state: RetryCallState) -> BaseException | None:
+    return state.outcome.exception() if state.outcome else None
+
+
+@dataclass(frozen=True, slots=True)
+class _RetryHooks:
+    """tenacity's ``wait`` and ``before_sleep`` callbacks for the calls of one site."""
+
+    settings: RetrySettings
+    site: CallSite
+
+    def wait(self, state: RetryCallState) -> float:
+        exc = _failure(state)
+        retry_after = exc.retry_after if isinstance(exc, TransientError) else None
+        return backoff_s(self.settings, state.attempt_number, retry_after)
+
+    def log_retry(self, state: RetryCallState) -> None:
+        exc = _failure(state)
+        log.info(
+            "%s to %s failed (%s); retry %d/%d in %.2fs",
+            self.site.verb,
+            self.site.endpoint,
+            getattr(exc, "reason", exc),
+            state.attempt_number,
+            self.settings.max_retries,
+            state.next_action.sleep if state.next_action else 0.0,
+        )
 
 
 async def call_with_retries(
@@ -177,29 +206,12 @@ async def call_with_retries(
 
     Each retry is logged at INFO with its reason (already redacted by the client).
     """
-
-    def wait(state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        retry_after = exc.retry_after if isinstance(exc, TransientError) else None
-        return backoff_s(settings, state.attempt_number, retry_after)
-
-    def log_retry(state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
-        log.info(
-            "%s to %s failed (%s); retry %d/%d in %.2fs",
-            site.verb,
-            site.endpoint,
-            getattr(exc, "reason", exc),
-            state.attempt_number,
-            settings.max_retries,
-            state.next_action.sleep if state.next_action else 0.0,
-        )
-
+    hooks = _RetryHooks(settings, site)
     retrying = AsyncRetrying(
         stop=stop_after_attempt(settings.max_retries + 1),
-        wait=wait,
+        wait=hooks.wait,
         retry=retry_if_exception_type(TransientError),
-        before_sleep=log_retry,
+        before_sleep=hooks.log_retry,
         reraise=True,
     )
     try:
