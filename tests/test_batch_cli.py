@@ -101,7 +101,7 @@ def test_config_file_run_and_export(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         )
         assert result.exit_code == 0, result.output
         assert "4/4 done" in result.output and "statistics.json" in result.output
-        assert "4 built, 0 reused" in result.output
+        assert "5 built, 0 reused" in result.output  # the preflight's sandbox, then one per sample
     run_dir = tmp_path / "data" / "fromyaml"
     saved = orjson.loads((run_dir / "run.json").read_bytes())
     assert saved["config"]["concurrency"] == 3  # the flag won over the file
@@ -141,5 +141,5 @@ def test_unimplemented_toolsets_are_announced(tmp_path):
         ),
     )
     said: list[str] = []
-    asyncio.run(run_batch(cfg, model_factory=lambda: ScriptedModel(["ok"]), announce=said.append))
+    asyncio.run(run_batch(cfg, model=ScriptedModel(["ok"]), announce=said.append))
     assert any("web_search" in m and "not implemented" in m for m in said)

@@ -11,12 +11,13 @@ from typing import Any
 import orjson
 import pytest
 
+from trajforge.batch.backends import share_count, share_rate
 from trajforge.batch.config import BatchConfig, load_config
 from trajforge.batch.dataset import load_dataset
 from trajforge.batch.export import export_run
 from trajforge.batch.ledger import Ledger
-from trajforge.batch.runner import RunError, run_batch, run_lock
-from trajforge.batch.scheduler import worker_share
+from trajforge.batch.lock import run_lock
+from trajforge.batch.runner import RunError, run_batch
 from trajforge.sandbox import SandboxUnavailableError, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.testing.scripted_server import Reply, ScriptedServer, echo_policy, tool_then_answer
@@ -286,11 +287,72 @@ async def test_per_row_image_and_cwd_reach_the_sandbox(tmp_path: Path, scripted_
     assert factory.calls == [("img:1", "/src"), ("img:2", None)]
 
 
+async def test_one_model_and_one_sandbox_factory_per_run(
+    tmp_path: Path, scripted_server: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The preflight checks the very model and factory the (in-process) worker then uses."""
+    from trajforge.batch import backends
+
+    built: collections.Counter[str] = collections.Counter()
+
+    def counted(name: str, build: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def wrapper(config: Any) -> Any:
+            built[name] += 1
+            return build(config)
+
+        return wrapper
+
+    monkeypatch.setattr(backends, "build_chat_model", counted("model", backends.build_chat_model))
+    monkeypatch.setattr(
+        backends, "create_sandbox_factory", counted("factory", backends.create_sandbox_factory)
+    )
+    srv = await scripted_server(echo_policy)
+    _dataset(tmp_path / "prompts.jsonl", ["a", "b", "c"])
+    await run_batch(_cfg(tmp_path, srv, require_reasoning=False))
+    assert built == {"model": 1, "factory": 1}
+    assert srv.requests  # the one model served the samples
+
+
+async def test_preflight_is_an_optional_capability(tmp_path: Path) -> None:
+    """A model with ``check()`` is checked once before any sample; one without is not asked."""
+    from trajforge.batch.preflight import SupportsPreflight
+    from trajforge.testing.scripted_model import ScriptedModel
+
+    class Checked(ScriptedModel):
+        checks = 0
+
+        async def check(self) -> None:
+            self.checks += 1
+
+    plain, checked = ScriptedModel(["ok"]), Checked(["ok"])
+    assert not isinstance(plain, SupportsPreflight) and isinstance(checked, SupportsPreflight)
+    _dataset(tmp_path / "prompts.jsonl", ["x"])
+    fake = "http://127.0.0.1:9/v1"
+    for name, model in (("plain", plain), ("checked", checked)):
+        cfg = load_config(
+            None,
+            dict(
+                dataset=tmp_path / "prompts.jsonl",
+                run_name=name,
+                output_dir=tmp_path / "data",
+                model="m",
+                base_url=fake,
+                toolsets=["terminal"],
+                sandbox="local",
+                progress="none",
+                require_reasoning=False,
+            ),
+        )
+        summary = await run_batch(cfg, model=model)
+        assert summary.statistics["status_counts"] == {"completed": 1}
+    assert checked.checks == 1
+
+
 def test_endpoint_budget_is_split_across_workers() -> None:
-    assert worker_share(None, 4, integer=True) is None
-    assert worker_share(10.0, 4, integer=False) == 2.5
-    assert worker_share(10, 4, integer=True) == 2
-    assert worker_share(3, 4, integer=True) == 1  # never zero: a worker must make progress
+    assert share_count(None, 4) is None and share_rate(None, 4) is None
+    assert share_rate(10.0, 4) == 2.5
+    assert share_count(10, 4) == 2
+    assert share_count(3, 4) == 1  # never zero: a worker must make progress
 
 
 async def test_sample_deadline_gives_partial_with_reason(tmp_path: Path, scripted_server: Callable) -> None:

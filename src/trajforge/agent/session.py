@@ -10,25 +10,32 @@ from trajforge.agent.config import AgentConfig
 from trajforge.agent.loop import AgentLoop
 from trajforge.agent.result import AgentResult
 from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
-from trajforge.tools.base import ToolContext
+from trajforge.tools.base import Tool, ToolContext
 from trajforge.tools.registry import ToolRegistry
+
+Closer = Callable[[Coroutine[Any, Any, None]], object]
 
 
 async def run_session(
     prompt: str | list[dict[str, Any]],
     *,
     model: ChatModel,
-    registry: ToolRegistry,
-    toolsets: Sequence[str],
     sandbox_factory: SandboxFactory,
+    tools: Sequence[Tool] | None = None,
+    registry: ToolRegistry | None = None,
+    toolsets: Sequence[str] = (),
     config: AgentConfig | None = None,
     task_id: str = "task",
     image: str | None = None,
     cwd: str | None = None,
     setup_files: dict[str, str] | None = None,
-    closer: Callable[[Coroutine[Any, Any, None]], object] | None = None,
+    closer: Closer | None = None,
 ) -> AgentResult:
     """Run a fresh agent (no memory, no context files) in its own sandbox.
+
+    The model is offered ``tools`` -- resolved once by a caller that also needs them (the batch
+    scheduler records their schemas) -- or, for a one-off session, ``registry``'s tools of
+    ``toolsets``.
 
     ``setup_files`` (relative path -> text) are written into the sandbox before the first turn.
     A sandbox that fails to start raises ``SandboxStartError`` (an infrastructure failure the
@@ -38,30 +45,44 @@ async def run_session(
     so a caller with many rollouts does not wait for the teardown before its next one; without it
     the teardown is awaited here.
     """
-    tools = registry.for_toolsets(toolsets)
+    offered = _offered(tools, registry, toolsets)
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-
-    async def start() -> Sandbox:
-        sandbox = await sandbox_factory.create(task_id, image=image, cwd=cwd)
-        try:
-            for path, content in (setup_files or {}).items():
-                await sandbox.write_bytes(path, content.encode())
-        except BaseException:
-            await sandbox.close()
-            raise
-        return sandbox
-
     # The sandbox starts while the first model call is in flight: its start-up (processes,
     # namespaces) is hidden behind the model's latency instead of added to it.
-    starting = asyncio.create_task(start(), name=f"sandbox-start-{task_id}")
+    start = _start(sandbox_factory, task_id, image, cwd, setup_files or {})
+    starting = asyncio.create_task(start, name=f"sandbox-start-{task_id}")
     ctx = ToolContext(task_id=task_id, starting=starting, limits=(config or AgentConfig()).tool_limits)
     try:
-        return await AgentLoop(model, tools, ctx, config).run(messages)
+        return await AgentLoop(model, offered, ctx, config).run(messages)
     finally:
         if closer is None:
             await _dispose(starting)
         else:
             closer(_dispose(starting))
+
+
+def _offered(
+    tools: Sequence[Tool] | None, registry: ToolRegistry | None, toolsets: Sequence[str]
+) -> Sequence[Tool]:
+    if tools is not None and registry is None:
+        return tools
+    if registry is not None and tools is None:
+        return registry.for_toolsets(toolsets)
+    raise TypeError("run_session takes either tools or a registry (with toolsets), not both or neither")
+
+
+async def _start(
+    factory: SandboxFactory, task_id: str, image: str | None, cwd: str | None, setup_files: dict[str, str]
+) -> Sandbox:
+    """A new sandbox with ``setup_files`` written in (closed again if writing them fails)."""
+    sandbox = await factory.create(task_id, image=image, cwd=cwd)
+    try:
+        for path, content in setup_files.items():
+            await sandbox.write_bytes(path, content.encode())
+    except BaseException:
+        await sandbox.close()
+        raise
+    return sandbox
 
 
 async def _dispose(starting: asyncio.Task[Sandbox]) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import orjson
 
+LEDGER_FILE = "ledger.sqlite"  # in the run directory
 DONE_STATES = frozenset({"completed", "partial", "failed", "filtered"})
 ALL_STATES = ("pending", "running", *sorted(DONE_STATES))
 # Samples still to do. Spelled out literally: SQLite uses the partial index below only for a

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gc
 import random
 import time
 import traceback
@@ -22,30 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from trajforge.agent import AgentConfig, AgentResult, Termination, run_session
+from trajforge.batch.backends import Backends
 from trajforge.batch.config import BatchConfig
 from trajforge.batch.dataset import Sample
-from trajforge.batch.ledger import Ledger
 from trajforge.batch.records import Attempting, Outcome, build_line, classify
-from trajforge.batch.writer import (
-    SHARDS_DIR,
-    Finished,
-    OutputError,
-    ShardWriter,
-    find_output_error,
-    writing,
-)
+from trajforge.batch.writer import SHARDS_DIR, Finished, ShardWriter, find_output_error, open_ledger
 from trajforge.distributions import derive_seed, get_distribution, sample_toolsets
-from trajforge.endpoint import EndpointConfig, build_chat_model
 from trajforge.protocols import ChatModel, SandboxFactory
-from trajforge.sandbox import (
-    SandboxUnavailableError,
-    close_factory,
-    create_sandbox_factory,
-    factory_counts,
-)
-from trajforge.tools.registry import ToolRegistry, default_registry
+from trajforge.sandbox import SandboxUnavailableError, factory_counts
+from trajforge.tools.base import Tool
+from trajforge.tools.registry import ToolRegistry
 
-LEDGER_FILE = "ledger.sqlite"
 _HARD_DEADLINE_GRACE_S = 30.0  # the loop's own session timeout should fire first
 
 
@@ -70,7 +56,7 @@ class Attempt:
     """One try at a sample: a result, or an infrastructure error, and whether to retry."""
 
     result: AgentResult | None
-    outcome: Outcome | None
+    outcome: Outcome
     transient: bool
 
 
@@ -86,51 +72,17 @@ def build_agent_config(cfg: BatchConfig, prefill: list[dict[str, Any]]) -> Agent
     )
 
 
-def worker_share(total: float | None, workers: int, *, integer: bool) -> float | int | None:
-    """This worker's part of a global endpoint budget (``None`` = unlimited).
-
-    Each of P workers gets 1/P of the requests/s and of the requests in flight: the sum never
-    exceeds the budget, no IPC is needed on the hot path, and work is split evenly anyway.
-    """
-    if total is None:
-        return None
-    return max(1, int(total // workers)) if integer else total / workers
-
-
-def build_model(cfg: BatchConfig) -> ChatModel:
-    """The endpoint client for this worker, holding its share of the endpoint budget."""
-    in_flight = worker_share(cfg.max_concurrent_requests, cfg.workers, integer=True)
-    return build_chat_model(
-        EndpointConfig(
-            base_url=cfg.base_url,
-            model=cfg.model,
-            api_key_env=cfg.api_key_env,
-            max_concurrency=int(in_flight or max(cfg.concurrency, 1)),
-            requests_per_second=worker_share(cfg.rate_limit, cfg.workers, integer=False),
-            request_timeout_s=cfg.request_timeout,
-            max_retries=cfg.request_retries,
-            backoff_base_s=cfg.retry_backoff,
-        )
-    )
-
-
 class Worker:
     """Runs a list of samples; every one ends committed with a status, or stays pending if the
     worker is cancelled (and then runs again on resume)."""
 
     def __init__(
-        self,
-        spec: WorkerSpec,
-        *,
-        model: ChatModel,
-        sandbox_factory: SandboxFactory,
-        registry: ToolRegistry,
-        writer: ShardWriter,
+        self, spec: WorkerSpec, backends: Backends, registry: ToolRegistry, writer: ShardWriter
     ) -> None:
         self.spec = spec
         self.cfg = spec.config
-        self.model = model
-        self.factory = sandbox_factory
+        self.model: ChatModel = backends.model
+        self.factory: SandboxFactory = backends.sandbox_factory
         self.registry = registry
         self.writer = writer
         self.agent_config = build_agent_config(self.cfg, spec.prefill)
@@ -144,23 +96,22 @@ class Worker:
         """Own a sandbox teardown in the background (see ``run``)."""
         assert self._teardowns is not None
         self._closing += 1
+        self._teardowns.create_task(self._teardown(teardown))
 
-        async def run() -> None:
-            closing = asyncio.ensure_future(teardown)
-            try:
-                await asyncio.shield(closing)
-            except asyncio.CancelledError:
-                # A worker that stops early (an output error, Ctrl-C) still closes its sandboxes:
-                # a close cut short leaves processes that outlive the event loop.
-                await asyncio.wait([closing])
-                _ = closing.cancelled() or closing.exception()  # retrieved: we are stopping
-                raise
-            finally:
-                async with self._closed:
-                    self._closing -= 1
-                    self._closed.notify_all()
-
-        self._teardowns.create_task(run())
+    async def _teardown(self, teardown: Coroutine[Any, Any, None]) -> None:
+        closing = asyncio.ensure_future(teardown)
+        try:
+            await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            # A worker that stops early (an output error, Ctrl-C) still closes its sandboxes:
+            # a close cut short leaves processes that outlive the event loop.
+            await asyncio.wait([closing])
+            _ = closing.cancelled() or closing.exception()  # retrieved: we are stopping
+            raise
+        finally:
+            async with self._closed:
+                self._closing -= 1
+                self._closed.notify_all()
 
     async def run(self) -> None:
         slots = min(self.cfg.concurrency, len(self._queue))
@@ -179,7 +130,7 @@ class Worker:
             if self._queue:
                 await self._run_sample(self._queue.popleft())
 
-    def _toolsets(self, sample: Sample, seed: int) -> list[str]:
+    def _toolsets(self, seed: int) -> list[str]:
         if self._dist is None:
             return list(self.cfg.toolsets or ())
         return sample_toolsets(self._dist, random.Random(seed))
@@ -187,46 +138,50 @@ class Worker:
     async def _run_sample(self, sample: Sample) -> None:
         # 63 bits: the recorded seed must fit Arrow/Parquet int64; random.Random(seed) replays it.
         seed = derive_seed(self.cfg.seed, sample.key) & ((1 << 63) - 1)
-        toolsets = self._toolsets(sample, seed)
-        offered_tools = self.registry.for_toolsets(toolsets)
-        offered = [t.name for t in offered_tools]
+        toolsets = self._toolsets(seed)
+        tools = self.registry.for_toolsets(toolsets)  # resolved here only, handed to the session
         started = time.time()
         self.writer.started(sample.key)
-        attempts = 0
-        while True:
-            attempts += 1
-            attempt = await self._attempt(sample, toolsets, offered, attempts)
-            if not attempt.transient or attempts >= self.cfg.max_attempts:
-                break
-            delay = self.cfg.retry_backoff * 2 ** (attempts - 1)
-            await asyncio.sleep(min(delay, 60.0) * random.uniform(0.5, 1.5))
-        outcome = attempt.outcome
-        assert outcome is not None
-        if attempt.transient:
-            outcome = Outcome(
-                "failed", f"{outcome.reason} (gave up after {attempts} attempts)", outcome.reason_kind
-            )
+        attempt, attempts = await self._attempts(sample, tools)
+        offered = [t.name for t in tools]
         run = Attempting(toolsets, offered, attempts, started, time.time(), self.spec.worker_id, seed)
         line, summary = build_line(
             sample,
-            outcome,
+            attempt.outcome,
             attempt.result,
             run,
             model=self.cfg.model,
             run_tools=self.spec.run_tools,
-            tools=self.registry.schemas(offered_tools),
+            tools=self.registry.schemas(tools),
         )
-        self.writer.submit(Finished(sample.key, outcome.status, outcome.reason, line, summary))
+        self.writer.submit(
+            Finished(sample.key, attempt.outcome.status, attempt.outcome.reason, line, summary)
+        )
 
-    async def _attempt(self, sample: Sample, toolsets: list[str], offered: list[str], n: int) -> Attempt:
+    async def _attempts(self, sample: Sample, tools: list[Tool]) -> tuple[Attempt, int]:
+        """Try until an attempt is not transient or ``max_attempts`` ran (backoff with jitter)."""
+        attempts = 0
+        while True:
+            attempts += 1
+            attempt = await self._attempt(sample, tools, attempts)
+            if not attempt.transient:
+                return attempt, attempts
+            if attempts >= self.cfg.max_attempts:
+                reason = f"{attempt.outcome.reason} (gave up after {attempts} attempts)"
+                return Attempt(
+                    attempt.result, Outcome("failed", reason, attempt.outcome.reason_kind), True
+                ), attempts
+            delay = self.cfg.retry_backoff * 2 ** (attempts - 1)
+            await asyncio.sleep(min(delay, 60.0) * random.uniform(0.5, 1.5))
+
+    async def _attempt(self, sample: Sample, tools: list[Tool], n: int) -> Attempt:
         deadline = asyncio.timeout(self.cfg.sample_timeout + _HARD_DEADLINE_GRACE_S)
         try:
             async with deadline:
                 result = await run_session(
                     sample.prompt,
                     model=self.model,
-                    registry=self.registry,
-                    toolsets=toolsets,
+                    tools=tools,
                     sandbox_factory=self.factory,
                     config=self.agent_config,
                     task_id=f"{sample.key}-{n}",
@@ -235,51 +190,45 @@ class Worker:
                     setup_files=sample.setup_files,
                     closer=self._close_later,
                 )
-        except TimeoutError as exc:
-            if deadline.expired():
-                return Attempt(
-                    None, Outcome("failed", "sample_timeout: hard deadline passed", "sample_timeout"), False
-                )
-            return Attempt(
-                None, Outcome("failed", f"sandbox_unavailable: {exc}", "sandbox_unavailable"), True
-            )
-        except (SandboxUnavailableError, OSError) as exc:
-            return Attempt(
-                None, Outcome("failed", f"sandbox_unavailable: {exc}", "sandbox_unavailable"), True
-            )
-        except Exception as exc:  # a bug must not take the batch down: it is recorded as data
-            tb = traceback.format_exception_only(exc)[-1].strip()
-            return Attempt(None, Outcome("failed", f"internal_error: {tb}", "internal_error"), False)
-        outcome = classify(result, offered, self.cfg.require_reasoning)
+        except Exception as exc:
+            return _failed_attempt(exc, hard_deadline=deadline.expired())
+        outcome = classify(result, [t.name for t in tools], self.cfg.require_reasoning)
         transient = result.termination is Termination.MODEL_ERROR and result.error_kind == "transient"
         return Attempt(result, outcome, transient)
 
 
-async def run_worker(
-    spec: WorkerSpec,
-    *,
-    model: ChatModel | None = None,
-    sandbox_factory: SandboxFactory | None = None,
-    registry: ToolRegistry | None = None,
-) -> int:
-    """Run one worker to the end; returns how many samples it committed."""
-    cfg = spec.config
-    run_dir = cfg.run_dir
-    own_model, own_factory = model is None, sandbox_factory is None
-    model = model if model is not None else build_model(cfg)
-    factory = sandbox_factory or create_sandbox_factory(cfg.sandbox_config())
-    with writing(run_dir / LEDGER_FILE):
-        ledger = Ledger(run_dir / LEDGER_FILE)
-    shard = run_dir / SHARDS_DIR / f"{spec.owner}.jsonl"
+def _failed_attempt(exc: Exception, *, hard_deadline: bool) -> Attempt:
+    """An attempt that raised: a sandbox that could not start is retried; a bug is recorded."""
+    if isinstance(exc, TimeoutError) and hard_deadline:
+        return Attempt(
+            None, Outcome("failed", "sample_timeout: hard deadline passed", "sample_timeout"), False
+        )
+    if isinstance(exc, (TimeoutError, SandboxUnavailableError, OSError)):
+        return Attempt(None, Outcome("failed", f"sandbox_unavailable: {exc}", "sandbox_unavailable"), True)
+    # A bug must not take the batch down: it is recorded as data.
+    tb = traceback.format_exception_only(exc)[-1].strip()
+    return Attempt(None, Outcome("failed", f"internal_error: {tb}", "internal_error"), False)
+
+
+async def run_worker(spec: WorkerSpec, backends: Backends, registry: ToolRegistry) -> int:
+    """Run one worker to the end on ``backends`` (the caller's to close); returns how many
+    samples it committed."""
+    ledger = open_ledger(spec.config.run_dir)
     try:
-        writer = ShardWriter(ledger, shard, spec.owner, fsync=cfg.fsync)
-    except BaseException:
+        writer = ShardWriter(ledger, _shard(spec), spec.owner, fsync=spec.config.fsync)
+        writer.sandbox_counts = functools.partial(factory_counts, backends.sandbox_factory)
+        await _run_with_writer(Worker(spec, backends, registry, writer), writer)
+    finally:
         ledger.close()
-        raise
-    writer.sandbox_counts = functools.partial(factory_counts, factory)
-    worker = Worker(
-        spec, model=model, sandbox_factory=factory, registry=registry or default_registry(), writer=writer
-    )
+    return writer.committed
+
+
+def _shard(spec: WorkerSpec) -> Path:
+    return spec.config.run_dir / SHARDS_DIR / f"{spec.owner}.jsonl"
+
+
+async def _run_with_writer(worker: Worker, writer: ShardWriter) -> None:
+    """The worker's rollouts and its writer's commit loop, the writer drained at the end."""
     try:
         async with asyncio.TaskGroup() as tg:
             writer_task = tg.create_task(writer.run())
@@ -294,47 +243,3 @@ async def run_worker(
         if found is None:
             raise
         raise found from None
-    finally:
-        if own_model:
-            await model.aclose()
-        if own_factory:
-            await close_factory(factory)
-        ledger.close()
-    return writer.committed
-
-
-def worker_process_main(spec: WorkerSpec, errors: Any = None) -> None:
-    """Entry point of a spawned worker process: dies with its parent, runs, exits.
-
-    An output error (the run directory cannot be written) is not a crash: its one-line message
-    goes to ``errors`` (a queue the parent reads) and the process exits with code 2."""
-    _die_with_parent()
-    gc.freeze()  # the unpickled samples live all run long: keep them out of GC scans
-    try:
-        asyncio.run(run_worker(spec))
-    except KeyboardInterrupt:
-        raise SystemExit(130) from None
-    except OutputError as exc:
-        if errors is not None:
-            errors.put(str(exc))
-        raise SystemExit(2) from None
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when the parent dies, so a killed run leaves no worker
-    writing behind the back of the next ``--resume``."""
-    import ctypes
-    import os
-    import signal
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: fall back to the parent check below
-        pass
-    if os.getppid() == 1:
-        os._exit(1)
-
-
-def shard_dir(run_dir: Path) -> Path:
-    return run_dir / SHARDS_DIR

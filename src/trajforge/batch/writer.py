@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from trajforge.batch.ledger import Commit, Ledger
+from trajforge.batch.ledger import LEDGER_FILE, Commit, Ledger
 from trajforge.batch.stats import Aggregate
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,12 @@ def writing(path: Path, *, resume: bool = True) -> Iterator[None]:
         yield
     except (OSError, sqlite3.OperationalError) as exc:
         raise output_error(path, exc, resume=resume) from exc
+
+
+def open_ledger(run_dir: Path) -> Ledger:
+    """The run directory's ledger; a directory that cannot hold it raises :class:`OutputError`."""
+    with writing(run_dir / LEDGER_FILE):
+        return Ledger(run_dir / LEDGER_FILE)
 
 
 def find_output_error(exc: BaseException) -> OutputError | None:

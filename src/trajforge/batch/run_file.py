@@ -1,0 +1,52 @@
+"""``run.json``: what a run directory holds a run of (config, tools, rows), written once.
+
+A resume must draw the same toolsets and pad the same tool columns as the run it continues;
+otherwise old and new lines would disagree (and one file hold two schemas).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import orjson
+
+import trajforge
+from trajforge.batch.config import BatchConfig
+from trajforge.batch.errors import RunError
+from trajforge.batch.prepare import Prepared
+from trajforge.batch.writer import write_atomic
+
+RUN_FILE = "run.json"
+_SAMPLE_DEFINING = ("distribution", "toolsets", "seed")
+
+
+def check_same_run(cfg: BatchConfig, run_dir: Path) -> None:
+    """Refuse to resume with settings that change which toolsets a sample draws."""
+    path = run_dir / RUN_FILE
+    if not path.exists():
+        return
+    saved = orjson.loads(path.read_bytes()).get("config", {})
+    now = cfg.public_dict()
+    changed = [k for k in _SAMPLE_DEFINING if saved.get(k) != now.get(k)]
+    if changed:
+        diffs = ", ".join(f"--{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in changed)
+        raise RunError(
+            f"cannot resume {run_dir} with different sampling settings ({diffs}); use the original "
+            "values or start a new --run-name"
+        )
+
+
+def write_run_file(cfg: BatchConfig, prep: Prepared, run_dir: Path) -> None:
+    """Write ``run.json`` unless the directory already has one (a resume keeps the first)."""
+    if (run_dir / RUN_FILE).exists():
+        return
+    info = {
+        "trajforge_version": trajforge.__version__,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "config": cfg.public_dict(),
+        "run_tools": prep.run_tools,
+        "tools": prep.tool_schemas,
+        "total_rows": prep.dataset.total_rows,
+    }
+    write_atomic(run_dir / RUN_FILE, orjson.dumps(info, option=orjson.OPT_INDENT_2))
