@@ -32,7 +32,7 @@ async def engine(model_dir: Path):
 
 
 def _prompts(engine: Engine) -> list[list[int]]:
-    tok = engine._tokenizer
+    tok = engine.tokenizer
     texts = ["hello", "Please create a file called hello.txt", "def main():\n    print('hi')", "日本語 🙂 ok"]
     return [tok.encode(t, add_special_tokens=False) for t in texts]
 
@@ -78,7 +78,7 @@ async def test_seeded_sampling_is_the_same_batched_or_alone(engine: Engine) -> N
 
 
 async def test_stop_string_cuts_text_and_stream_never_shows_it(engine: Engine) -> None:
-    tok = engine._tokenizer
+    tok = engine.tokenizer
     script = tok.encode("hello world STOP more text", add_special_tokens=False)
     engine.logits_hook = ScriptedLogits(script)
     handle = engine.submit([1, 2, 3], SamplingSpec(max_tokens=40, temperature=0.0, stop=("STOP",)))
@@ -90,7 +90,7 @@ async def test_stop_string_cuts_text_and_stream_never_shows_it(engine: Engine) -
 
 
 async def test_eos_ends_the_sequence_and_is_kept_in_token_ids(engine: Engine) -> None:
-    tok = engine._tokenizer
+    tok = engine.tokenizer
     script = [*tok.encode("done", add_special_tokens=False), tok.eos_token_id]
     engine.logits_hook = ScriptedLogits(script)
     result = await engine.generate([5, 6], SamplingSpec(max_tokens=40, temperature=0.0))

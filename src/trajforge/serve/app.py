@@ -27,7 +27,9 @@ from aiohttp import web
 from trajforge.llm.parsers import get_parser
 from trajforge.serve.config import READY_PREFIX, ServeConfig
 from trajforge.serve.context import CTX, ServerContext, read_body
-from trajforge.serve.engine import Engine, EngineError, LogitsHook, RequestError
+from trajforge.serve.decode import LogitsHook
+from trajforge.serve.engine import Engine
+from trajforge.serve.errors import EngineError, RequestError
 from trajforge.serve.loading import load_tokenizer
 from trajforge.serve.protocol import APIError, LoadWeightsRequest
 from trajforge.serve.routes_chat import chat_completions

@@ -21,9 +21,11 @@ from pydantic import BaseModel, ValidationError
 from transformers import PreTrainedTokenizerBase
 
 from trajforge.llm.parsers import ToolCallParser
-from trajforge.serve.engine import Engine, EngineError, SequenceHandle
+from trajforge.serve.engine import Engine
+from trajforge.serve.errors import EngineError
 from trajforge.serve.protocol import APIError, validation_error
 from trajforge.serve.sampling import SamplingSpec
+from trajforge.serve.sequences import SequenceHandle
 
 M = TypeVar("M", bound=BaseModel)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

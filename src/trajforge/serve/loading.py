@@ -71,6 +71,12 @@ def context_length(model: torch.nn.Module) -> int:
     return 2048
 
 
+def vocab_size(model: torch.nn.Module) -> int:
+    """Rows of the output embedding: how many token ids the model can produce."""
+    transformers_model: Any = model  # get_output_embeddings is a PreTrainedModel method
+    return int(transformers_model.get_output_embeddings().weight.shape[0])
+
+
 def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
     """Token ids that end a sequence: the generation config's EOS ids plus the tokenizer's."""
     ids: set[int] = set()

@@ -16,8 +16,9 @@ from typing import Any
 from aiohttp import web
 
 from trajforge.serve.context import CTX, ServerContext, json_ok, new_id, owned_sequences, read_body, usage
-from trajforge.serve.engine import EngineError, SequenceHandle, SequenceResult, TokenEvent
+from trajforge.serve.errors import EngineError
 from trajforge.serve.protocol import APIError, CompletionRequest
+from trajforge.serve.sequences import SequenceHandle, SequenceResult, TokenEvent
 from trajforge.serve.sse import merged, open_stream, send, send_done, send_error
 
 log = logging.getLogger(__name__)

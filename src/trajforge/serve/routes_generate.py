@@ -23,8 +23,9 @@ from typing import Any
 from aiohttp import web
 
 from trajforge.serve.context import CTX, ServerContext, json_ok, read_body
-from trajforge.serve.engine import EngineError, SequenceHandle, SequenceResult
+from trajforge.serve.errors import EngineError
 from trajforge.serve.protocol import APIError, SglangGenerateRequest, VllmGenerateRequest
+from trajforge.serve.sequences import SequenceHandle, SequenceResult
 
 _SGLANG_KEYS = frozenset({"input_ids", "text", "sampling_params", "return_logprob"})
 

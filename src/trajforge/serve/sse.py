@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from trajforge.serve.engine import SequenceHandle, SequenceResult, TokenEvent
 from trajforge.serve.protocol import error_body
+from trajforge.serve.sequences import SequenceHandle, SequenceResult, TokenEvent
 
 
 async def open_stream(request: web.Request) -> web.StreamResponse:
