@@ -11,7 +11,7 @@ import pytest
 from trajforge.batch.config import ConfigError, load_config
 from trajforge.batch.dataset import DatasetError, load_dataset
 from trajforge.batch.ledger import Commit, Ledger
-from trajforge.batch.stats import Aggregate, merge_all
+from trajforge.batch.stats import Aggregate, SampleSummary, merge_all
 from trajforge.batch.writer import Finished, OutputMerger, ShardWriter, merge_outputs, repair_shards
 
 
@@ -124,24 +124,24 @@ def test_max_samples_counts_rows(tmp_path: Path) -> None:
 
 
 # -- ledger, shards, statistics -------------------------------------------------------------------
-def _summary(status: str, wall: float = 1.0) -> dict:
-    return {
-        "status": status,
-        "reason_kind": "no_reasoning" if status == "filtered" else "final_answer",
-        "tool_stats": {"terminal": (2, 1, 1)},
-        "tool_errors": {},
-        "toolsets": ["terminal"],
-        "turns_with_reasoning": 2,
-        "turns_without_reasoning": 1,
-        "usage": {"total_tokens": 10},
-        "api_calls": 3,
-        "attempts": 1,
-        "wall_s": wall,
-        "model_s": 0.5,
-        "tool_s": 0.1,
-        "started_at": 100.0,
-        "finished_at": 100.0 + wall,
-    }
+def _summary(status: str, wall: float = 1.0) -> SampleSummary:
+    return SampleSummary(
+        status=status,
+        reason_kind="no_reasoning" if status == "filtered" else "final_answer",
+        tool_stats={"terminal": (2, 1, 1)},
+        tool_errors={},
+        toolsets=["terminal"],
+        turns_with_reasoning=2,
+        turns_without_reasoning=1,
+        usage={"total_tokens": 10},
+        api_calls=3,
+        attempts=1,
+        wall_s=wall,
+        model_s=0.5,
+        tool_s=0.1,
+        started_at=100.0,
+        finished_at=100.0 + wall,
+    )
 
 
 async def test_writer_commits_then_repair_truncates_uncommitted(tmp_path: Path) -> None:

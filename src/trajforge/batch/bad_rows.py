@@ -7,7 +7,7 @@ import time
 from trajforge.batch.config import BatchConfig
 from trajforge.batch.dataset import BadRow
 from trajforge.batch.ledger import Ledger
-from trajforge.batch.records import Attempting, Outcome, build_line
+from trajforge.batch.records import Outcome, SampleFacts, build_line
 from trajforge.batch.writer import SHARDS_DIR, Finished, ShardWriter
 
 
@@ -23,7 +23,7 @@ def commit_bad_rows(
     for row in rows:
         outcome = Outcome("failed", f"bad_row: {row.reason}", "bad_row")
         line, summary = build_line(
-            row, outcome, None, Attempting([], [], 0, now, now, -1, 0), model=cfg.model, run_tools=run_tools
+            row, outcome, None, SampleFacts([], 0, now, now, -1, 0), model=cfg.model, run_tools=run_tools
         )
         writer.submit(Finished(row.key, "failed", outcome.reason, line, summary))
     writer.finish_sync()

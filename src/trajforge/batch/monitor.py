@@ -11,7 +11,7 @@ import orjson
 
 from trajforge.batch.config import BatchConfig
 from trajforge.batch.progress import ProgressSink, Snapshot
-from trajforge.batch.stats import Aggregate, build_statistics, merge_all
+from trajforge.batch.stats import Aggregate, RunLabel, build_statistics, merge_all
 from trajforge.batch.writer import open_ledger, write_atomic
 
 STATS_FILE = "statistics.json"
@@ -21,7 +21,8 @@ class Monitor:
     """Reads durable progress from the ledger; writes statistics.json; feeds the display."""
 
     def __init__(self, cfg: BatchConfig, total: int, session: int, progress: ProgressSink) -> None:
-        self.cfg = cfg
+        self.stats_path = cfg.run_dir / STATS_FILE
+        self.label = RunLabel(cfg.run_name, cfg.model, cfg.distribution_name, cfg.toolsets)
         self.total = total
         self.prefix = f"s{session:04d}-"
         self.progress = progress
@@ -41,17 +42,9 @@ class Monitor:
         session = merge_all(raws, self.prefix)
         elapsed = time.monotonic() - self.started
         stats = build_statistics(
-            agg,
-            run_name=self.cfg.run_name,
-            model=self.cfg.model,
-            distribution=self.cfg.distribution_name,
-            toolsets=self.cfg.toolsets,
-            total_samples=self.total,
-            session=session,
-            session_elapsed_s=elapsed,
-            finished=finished,
+            agg, session, self.label, total_samples=self.total, session_elapsed_s=elapsed, finished=finished
         )
-        write_atomic(self.cfg.run_dir / STATS_FILE, orjson.dumps(stats, option=orjson.OPT_INDENT_2))
+        write_atomic(self.stats_path, orjson.dumps(stats, option=orjson.OPT_INDENT_2))
         self.last = _snapshot(agg, session, self.total, elapsed)
         self.progress.update(self.last)
         return stats

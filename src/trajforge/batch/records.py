@@ -13,15 +13,23 @@ timings. Two deliberate differences keep lines small and loadable by Arrow:
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from trajforge.agent.result import AgentResult, Termination
+from trajforge.agent.result import AgentResult, Termination, ToolStat
 from trajforge.batch.dataset import BadRow, Sample
-from trajforge.trajectory import evaluate_filters, reasoning_coverage, system_prompt, to_sharegpt
+from trajforge.batch.stats import SampleSummary
+from trajforge.trajectory import (
+    ReasoningCoverage,
+    evaluate_filters,
+    reasoning_coverage,
+    system_prompt,
+    to_sharegpt,
+)
 
 _PARTIAL = {
     Termination.MAX_TURNS,
@@ -30,6 +38,7 @@ _PARTIAL = {
     Termination.CONTEXT_LENGTH,
     *([Termination("truncated")] if "truncated" in Termination._value2member_map_ else []),
 }
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens", "cached_tokens")
 
 
 @dataclass(slots=True)
@@ -42,11 +51,11 @@ class Outcome:
 
 
 @dataclass(slots=True)
-class Attempting:
-    """Facts about the sample's run that are not on the AgentResult."""
+class SampleFacts:
+    """How a sample was run, beyond its AgentResult: toolsets drawn, attempts, wall-clock span,
+    worker and seed."""
 
     toolsets: list[str]
-    offered: list[str]
     attempts: int
     started_at: float
     finished_at: float
@@ -73,106 +82,92 @@ def classify(result: AgentResult, offered: Sequence[str], require_reasoning: boo
     return Outcome("failed", f"{kind}: {result.error or 'no detail'}", kind)
 
 
-def _padded_stats(run_tools: Sequence[str], result: AgentResult | None) -> tuple[dict, dict]:
+def _padded_stats(
+    run_tools: Sequence[str], result: AgentResult | None
+) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """(tool_stats, tool_error_counts) over this run's tools, zeros where a tool was not called."""
     stats = result.tool_stats if result else {}
-    errors: dict[str, int] = {}
-    if result:
-        for err in result.tool_errors:
-            errors[err.tool_name] = errors.get(err.tool_name, 0) + 1
-    tool_stats = {}
-    for name in run_tools:
-        s = stats.get(name)
-        tool_stats[name] = (
-            {"count": s.count, "success": s.success, "failure": s.failure}
-            if s
-            else {"count": 0, "success": 0, "failure": 0}
-        )
-    return tool_stats, {name: errors.get(name, 0) for name in run_tools}
+    errors = Counter(err.tool_name for err in result.tool_errors) if result else Counter[str]()
+    zero = ToolStat()
+    tool_stats = {name: stats.get(name, zero).model_dump() for name in run_tools}
+    return tool_stats, {name: errors[name] for name in run_tools}
 
 
 def _iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="milliseconds")
 
 
+def _conversations(
+    sample: Sample | BadRow, result: AgentResult | None, tools: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    prompt = sample.prompt if isinstance(sample, Sample) else sample.raw
+    if result is not None and result.messages:
+        return to_sharegpt(result.messages, tools, prompt=prompt)
+    return [{"from": "system", "value": system_prompt(tools)}, {"from": "human", "value": prompt}]
+
+
 def build_line(
     sample: Sample | BadRow,
     outcome: Outcome,
     result: AgentResult | None,
-    run: Attempting,
+    run: SampleFacts,
     *,
-    model: str,
+    model: str | None,
     run_tools: Sequence[str],
     tools: Sequence[dict[str, Any]] = (),
-) -> tuple[bytes, dict[str, Any]]:
+) -> tuple[bytes, SampleSummary]:
     """(the JSONL line, the summary for statistics); ``tools`` are the schemas offered to the sample."""
-    prompt = sample.prompt if isinstance(sample, Sample) else sample.raw
-    if result is not None and result.messages:
-        conversations = to_sharegpt(result.messages, tools, prompt=prompt)
-    else:
-        conversations = [
-            {"from": "system", "value": system_prompt(tools)},
-            {"from": "human", "value": prompt},
-        ]
     tool_stats, tool_error_counts = _padded_stats(run_tools, result)
-    usage = result.usage.model_dump() if result else {}
-    wall = round(run.finished_at - run.started_at, 4)
-    timings = {
-        "wall_s": wall,
-        "model_s": round(result.model_time_s, 4) if result else 0.0,
-        "tool_s": round(result.tool_time_s, 4) if result else 0.0,
-        "started_at": _iso(run.started_at),
-        "finished_at": _iso(run.finished_at),
-    }
+    summary = _summary(outcome, result, run, tool_error_counts)
+    finished_at = _iso(run.finished_at)
     record = {
         "prompt_index": sample.index,
         "key": sample.key,
         "status": outcome.status,
         "reason": outcome.reason,
-        "conversations": conversations,
-        "metadata": {
-            "batch_num": run.worker,
-            "timestamp": timings["finished_at"],
-            "model": model,
-            "seed": run.seed,
-        },
+        "conversations": _conversations(sample, result, tools),
+        "metadata": {"batch_num": run.worker, "timestamp": finished_at, "model": model, "seed": run.seed},
         "completed": outcome.status == "completed",
         "partial": outcome.status == "partial",
-        "api_calls": result.api_calls if result else 0,
+        "api_calls": summary.api_calls,
         "toolsets_used": run.toolsets,
         "tool_stats": tool_stats,
         "tool_error_counts": tool_error_counts,
-        "usage": {
-            k: usage.get(k, 0)
-            for k in (
-                "prompt_tokens",
-                "completion_tokens",
-                "total_tokens",
-                "reasoning_tokens",
-                "cached_tokens",
-            )
+        "usage": {k: summary.usage.get(k, 0) for k in _USAGE_KEYS},
+        "timings": {
+            "wall_s": summary.wall_s,
+            "model_s": summary.model_s,
+            "tool_s": summary.tool_s,
+            "started_at": _iso(run.started_at),
+            "finished_at": finished_at,
         },
-        "timings": timings,
         "attempts": run.attempts,
         "termination": result.termination.value if result else "not_run",
     }
-    coverage = reasoning_coverage(result.messages) if result else None
-    summary = {
-        "status": outcome.status,
-        "reason_kind": outcome.reason_kind,
-        "tool_stats": {
+    return orjson.dumps(record) + b"\n", summary
+
+
+def _summary(
+    outcome: Outcome, result: AgentResult | None, run: SampleFacts, tool_error_counts: dict[str, int]
+) -> SampleSummary:
+    coverage = reasoning_coverage(result.messages) if result else ReasoningCoverage()
+    usage = result.usage.model_dump() if result else {}
+    return SampleSummary(
+        status=outcome.status,
+        reason_kind=outcome.reason_kind,
+        tool_stats={
             n: (s.count, s.success, s.failure) for n, s in (result.tool_stats.items() if result else ())
         },
-        "tool_errors": {n: c for n, c in tool_error_counts.items() if c},
-        "toolsets": run.toolsets,
-        "turns_with_reasoning": coverage.with_reasoning if coverage else 0,
-        "turns_without_reasoning": coverage.without_reasoning if coverage else 0,
-        "usage": {k: v for k, v in record["usage"].items() if v},
-        "api_calls": record["api_calls"],
-        "attempts": run.attempts,
-        "wall_s": wall,
-        "model_s": timings["model_s"],
-        "tool_s": timings["tool_s"],
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
-    }
-    return orjson.dumps(record) + b"\n", summary
+        tool_errors={n: c for n, c in tool_error_counts.items() if c},
+        toolsets=run.toolsets,
+        turns_with_reasoning=coverage.with_reasoning,
+        turns_without_reasoning=coverage.without_reasoning,
+        usage={k: usage[k] for k in _USAGE_KEYS if usage.get(k)},
+        api_calls=result.api_calls if result else 0,
+        attempts=run.attempts,
+        wall_s=round(run.finished_at - run.started_at, 4),
+        model_s=round(result.model_time_s, 4) if result else 0.0,
+        tool_s=round(result.tool_time_s, 4) if result else 0.0,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+    )

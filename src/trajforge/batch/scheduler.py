@@ -24,7 +24,7 @@ from trajforge.agent import AgentConfig, AgentResult, Termination, run_session
 from trajforge.batch.backends import Backends
 from trajforge.batch.config import BatchConfig
 from trajforge.batch.dataset import Sample
-from trajforge.batch.records import Attempting, Outcome, build_line, classify
+from trajforge.batch.records import Outcome, SampleFacts, build_line, classify
 from trajforge.batch.writer import SHARDS_DIR, Finished, ShardWriter, find_output_error, open_ledger
 from trajforge.distributions import derive_seed, get_distribution, sample_toolsets
 from trajforge.protocols import ChatModel, SandboxFactory
@@ -52,7 +52,7 @@ class WorkerSpec:
 
 
 @dataclass
-class Attempt:
+class AttemptResult:
     """One try at a sample: a result, or an infrastructure error, and whether to retry."""
 
     result: AgentResult | None
@@ -143,8 +143,7 @@ class Worker:
         started = time.time()
         self.writer.started(sample.key)
         attempt, attempts = await self._attempts(sample, tools)
-        offered = [t.name for t in tools]
-        run = Attempting(toolsets, offered, attempts, started, time.time(), self.spec.worker_id, seed)
+        run = SampleFacts(toolsets, attempts, started, time.time(), self.spec.worker_id, seed)
         line, summary = build_line(
             sample,
             attempt.outcome,
@@ -158,7 +157,7 @@ class Worker:
             Finished(sample.key, attempt.outcome.status, attempt.outcome.reason, line, summary)
         )
 
-    async def _attempts(self, sample: Sample, tools: list[Tool]) -> tuple[Attempt, int]:
+    async def _attempts(self, sample: Sample, tools: list[Tool]) -> tuple[AttemptResult, int]:
         """Try until an attempt is not transient or ``max_attempts`` ran (backoff with jitter)."""
         attempts = 0
         while True:
@@ -168,13 +167,13 @@ class Worker:
                 return attempt, attempts
             if attempts >= self.cfg.max_attempts:
                 reason = f"{attempt.outcome.reason} (gave up after {attempts} attempts)"
-                return Attempt(
+                return AttemptResult(
                     attempt.result, Outcome("failed", reason, attempt.outcome.reason_kind), True
                 ), attempts
             delay = self.cfg.retry_backoff * 2 ** (attempts - 1)
             await asyncio.sleep(min(delay, 60.0) * random.uniform(0.5, 1.5))
 
-    async def _attempt(self, sample: Sample, tools: list[Tool], n: int) -> Attempt:
+    async def _attempt(self, sample: Sample, tools: list[Tool], n: int) -> AttemptResult:
         deadline = asyncio.timeout(self.cfg.sample_timeout + _HARD_DEADLINE_GRACE_S)
         try:
             async with deadline:
@@ -194,20 +193,22 @@ class Worker:
             return _failed_attempt(exc, hard_deadline=deadline.expired())
         outcome = classify(result, [t.name for t in tools], self.cfg.require_reasoning)
         transient = result.termination is Termination.MODEL_ERROR and result.error_kind == "transient"
-        return Attempt(result, outcome, transient)
+        return AttemptResult(result, outcome, transient)
 
 
-def _failed_attempt(exc: Exception, *, hard_deadline: bool) -> Attempt:
+def _failed_attempt(exc: Exception, *, hard_deadline: bool) -> AttemptResult:
     """An attempt that raised: a sandbox that could not start is retried; a bug is recorded."""
     if isinstance(exc, TimeoutError) and hard_deadline:
-        return Attempt(
+        return AttemptResult(
             None, Outcome("failed", "sample_timeout: hard deadline passed", "sample_timeout"), False
         )
     if isinstance(exc, (TimeoutError, SandboxUnavailableError, OSError)):
-        return Attempt(None, Outcome("failed", f"sandbox_unavailable: {exc}", "sandbox_unavailable"), True)
+        return AttemptResult(
+            None, Outcome("failed", f"sandbox_unavailable: {exc}", "sandbox_unavailable"), True
+        )
     # A bug must not take the batch down: it is recorded as data.
     tb = traceback.format_exception_only(exc)[-1].strip()
-    return Attempt(None, Outcome("failed", f"internal_error: {tb}", "internal_error"), False)
+    return AttemptResult(None, Outcome("failed", f"internal_error: {tb}", "internal_error"), False)
 
 
 async def run_worker(spec: WorkerSpec, backends: Backends, registry: ToolRegistry) -> int:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import orjson
@@ -27,6 +28,38 @@ def _bucket(seconds: float) -> int:
 
 def _bucket_upper(bucket: int) -> float:
     return _BUCKET_MIN_S * _BUCKET_BASE**bucket
+
+
+@dataclass(frozen=True, slots=True)
+class SampleSummary:
+    """What statistics keep of one committed sample (built with its line by
+    :func:`trajforge.batch.records.build_line`)."""
+
+    status: str
+    reason_kind: str
+    tool_stats: dict[str, tuple[int, int, int]]  # name -> (count, success, failure)
+    tool_errors: dict[str, int]  # name -> failed calls, only tools that failed
+    toolsets: list[str]
+    turns_with_reasoning: int
+    turns_without_reasoning: int
+    usage: dict[str, int]  # token counts that are not zero
+    api_calls: int
+    attempts: int
+    wall_s: float
+    model_s: float
+    tool_s: float
+    started_at: float
+    finished_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunLabel:
+    """What ``statistics.json`` says the run is: its name, model and toolset choice."""
+
+    run_name: str
+    model: str | None
+    distribution: str | None
+    toolsets: list[str] | None
 
 
 @dataclass
@@ -53,42 +86,30 @@ class Aggregate:
     # per writer, so they are set (not added) at each commit and summed across writers.
     sandboxes: Counter[str] = field(default_factory=Counter)
 
-    def add(self, summary: dict[str, Any]) -> None:
-        """Add one committed sample (the summary dict built by :mod:`trajforge.batch.records`)."""
-        status = summary["status"]
-        self.status[status] += 1
-        if status != "completed":
-            self.reasons.setdefault(status, Counter())[summary["reason_kind"]] += 1
-        for name, (count, ok, bad) in summary["tool_stats"].items():
-            acc = self.tools.setdefault(name, [0, 0, 0])
-            acc[0] += count
-            acc[1] += ok
-            acc[2] += bad
-        self.tool_errors.update(summary["tool_errors"])
-        self.toolsets.update(summary["toolsets"])
-        self.turns_with_reasoning += summary["turns_with_reasoning"]
-        self.turns_without_reasoning += summary["turns_without_reasoning"]
-        self.tokens.update(summary["usage"])
-        self.api_calls += summary["api_calls"]
-        self.attempts += summary["attempts"]
-        wall = summary["wall_s"]
-        self.latency[_bucket(wall)] += 1
-        self.latency_sum += wall
-        self.model_time += summary["model_s"]
-        self.tool_time += summary["tool_s"]
-        started, finished = summary["started_at"], summary["finished_at"]
-        self.first_start = started if self.first_start is None else min(self.first_start, started)
-        self.last_finish = finished if self.last_finish is None else max(self.last_finish, finished)
+    def add(self, summary: SampleSummary) -> None:
+        """Add one committed sample."""
+        self.status[summary.status] += 1
+        if summary.status != "completed":
+            self.reasons.setdefault(summary.status, Counter())[summary.reason_kind] += 1
+        self._add_tools(summary.tool_stats)
+        self.tool_errors.update(summary.tool_errors)
+        self.toolsets.update(summary.toolsets)
+        self.turns_with_reasoning += summary.turns_with_reasoning
+        self.turns_without_reasoning += summary.turns_without_reasoning
+        self.tokens.update(summary.usage)
+        self.api_calls += summary.api_calls
+        self.attempts += summary.attempts
+        self.latency[_bucket(summary.wall_s)] += 1
+        self.latency_sum += summary.wall_s
+        self.model_time += summary.model_s
+        self.tool_time += summary.tool_s
+        self._add_span(summary.started_at, summary.finished_at)
 
     def merge(self, other: Aggregate) -> None:
         self.status.update(other.status)
         for status, counter in other.reasons.items():
             self.reasons.setdefault(status, Counter()).update(counter)
-        for name, (count, ok, bad) in other.tools.items():
-            acc = self.tools.setdefault(name, [0, 0, 0])
-            acc[0] += count
-            acc[1] += ok
-            acc[2] += bad
+        self._add_tools(other.tools)
         self.tool_errors.update(other.tool_errors)
         self.toolsets.update(other.toolsets)
         self.turns_with_reasoning += other.turns_with_reasoning
@@ -101,14 +122,31 @@ class Aggregate:
         self.model_time += other.model_time
         self.tool_time += other.tool_time
         self.sandboxes.update(other.sandboxes)
-        for attr, pick in (("first_start", min), ("last_finish", max)):
-            mine, theirs = getattr(self, attr), getattr(other, attr)
-            if theirs is not None:
-                setattr(self, attr, theirs if mine is None else pick(mine, theirs))
+        self._add_span(other.first_start, other.last_finish)
+
+    def _add_tools(self, tools: Mapping[str, Sequence[int]]) -> None:
+        for name, (count, ok, bad) in tools.items():
+            acc = self.tools.setdefault(name, [0, 0, 0])
+            acc[0] += count
+            acc[1] += ok
+            acc[2] += bad
+
+    def _add_span(self, started: float | None, finished: float | None) -> None:
+        if started is not None:
+            self.first_start = started if self.first_start is None else min(self.first_start, started)
+        if finished is not None:
+            self.last_finish = finished if self.last_finish is None else max(self.last_finish, finished)
 
     @property
     def done(self) -> int:
         return sum(self.status.values())
+
+    @property
+    def duration_s(self) -> float:
+        """From the first sample's start to the last one's finish (0 before any)."""
+        if self.first_start and self.last_finish:
+            return self.last_finish - self.first_start
+        return 0.0
 
     def percentile(self, q: float) -> float | None:
         total = sum(self.latency.values())
@@ -165,37 +203,18 @@ def merge_all(raws: dict[str, bytes], prefix: str | None = None) -> Aggregate:
 
 def build_statistics(
     agg: Aggregate,
-    *,
-    run_name: str,
-    model: str,
-    distribution: str | None,
-    toolsets: list[str] | None,
-    total_samples: int,
     session: Aggregate,
+    label: RunLabel,
+    *,
+    total_samples: int,
     session_elapsed_s: float,
     finished: bool,
 ) -> dict[str, Any]:
     """statistics.json: the reference's fields plus status counts, reasons, tokens, latency
     percentiles and throughput (of this session, so a resume reports its own speed)."""
-    turns = agg.turns_with_reasoning + agg.turns_without_reasoning
-    tool_stats = {
-        name: {
-            "count": c,
-            "success": ok,
-            "failure": bad,
-            "success_rate": round(ok / c, 4) if c else 0.0,
-            "failure_rate": round(bad / c, 4) if c else 0.0,
-        }
-        for name, (c, ok, bad) in sorted(agg.tools.items())
-    }
-    duration = (agg.last_finish - agg.first_start) if agg.first_start and agg.last_finish else 0.0
-    rate = session.done / session_elapsed_s if session_elapsed_s > 0 else 0.0
     remaining = max(total_samples - agg.done, 0)
     return {
-        "run_name": run_name,
-        "model": model,
-        "distribution": distribution,
-        "toolsets": toolsets,
+        **asdict(label),
         "finished": finished,
         "total_prompts": total_samples,
         "total_done": agg.done,
@@ -205,40 +224,71 @@ def build_statistics(
         "filter_reasons": dict(agg.reasons.get("filtered", {})),
         "failure_reasons": dict(agg.reasons.get("failed", {})),
         "partial_reasons": dict(agg.reasons.get("partial", {})),
-        "duration_s": round(duration, 3),
-        "tool_statistics": tool_stats,
+        "duration_s": round(agg.duration_s, 3),
+        "tool_statistics": _tool_statistics(agg),
         "tool_error_counts": dict(agg.tool_errors),
         "toolset_usage": dict(agg.toolsets),
-        "reasoning_coverage": {
-            "assistant_turns": turns,
-            "turns_with_reasoning": agg.turns_with_reasoning,
-            "turns_without_reasoning": agg.turns_without_reasoning,
-            "coverage": round(agg.turns_with_reasoning / turns, 4) if turns else 0.0,
-        },
+        "reasoning_coverage": _reasoning_coverage(agg),
         "tokens": dict(agg.tokens),
         "api_calls": agg.api_calls,
         "attempts": agg.attempts,
-        "latency_s": {
-            "mean": round(agg.latency_sum / agg.done, 4) if agg.done else None,
-            "p50": agg.percentile(0.5),
-            "p90": agg.percentile(0.9),
-            "p99": agg.percentile(0.99),
-        },
-        "sandboxes": {
-            "created": agg.sandboxes.get("created", 0),
-            "reused": agg.sandboxes.get("reused", 0),
-            "discarded": {
-                k.removeprefix("discarded: "): v
-                for k, v in agg.sandboxes.items()
-                if k.startswith("discarded: ")
-            },
-        },
+        "latency_s": _latency(agg),
+        "sandboxes": _sandboxes(agg),
         "model_time_s": round(agg.model_time, 3),
         "tool_time_s": round(agg.tool_time, 3),
-        "session": {
-            "done": session.done,
-            "elapsed_s": round(session_elapsed_s, 3),
-            "throughput_per_s": round(rate, 3),
-            "eta_s": round(remaining / rate, 1) if rate > 0 and remaining else None,
-        },
+        "session": _session(session, session_elapsed_s, remaining),
+    }
+
+
+def _rate(part: int, whole: int) -> float:
+    return round(part / whole, 4) if whole else 0.0
+
+
+def _tool_statistics(agg: Aggregate) -> dict[str, dict[str, int | float]]:
+    return {
+        name: {
+            "count": c,
+            "success": ok,
+            "failure": bad,
+            "success_rate": _rate(ok, c),
+            "failure_rate": _rate(bad, c),
+        }
+        for name, (c, ok, bad) in sorted(agg.tools.items())
+    }
+
+
+def _reasoning_coverage(agg: Aggregate) -> dict[str, int | float]:
+    turns = agg.turns_with_reasoning + agg.turns_without_reasoning
+    return {
+        "assistant_turns": turns,
+        "turns_with_reasoning": agg.turns_with_reasoning,
+        "turns_without_reasoning": agg.turns_without_reasoning,
+        "coverage": _rate(agg.turns_with_reasoning, turns),
+    }
+
+
+def _latency(agg: Aggregate) -> dict[str, float | None]:
+    return {
+        "mean": round(agg.latency_sum / agg.done, 4) if agg.done else None,
+        "p50": agg.percentile(0.5),
+        "p90": agg.percentile(0.9),
+        "p99": agg.percentile(0.99),
+    }
+
+
+def _sandboxes(agg: Aggregate) -> dict[str, Any]:
+    discarded = {
+        k.removeprefix("discarded: "): v for k, v in agg.sandboxes.items() if k.startswith("discarded: ")
+    }
+    created, reused = agg.sandboxes.get("created", 0), agg.sandboxes.get("reused", 0)
+    return {"created": created, "reused": reused, "discarded": discarded}
+
+
+def _session(session: Aggregate, elapsed_s: float, remaining: int) -> dict[str, float | None]:
+    rate = session.done / elapsed_s if elapsed_s > 0 else 0.0
+    return {
+        "done": session.done,
+        "elapsed_s": round(elapsed_s, 3),
+        "throughput_per_s": round(rate, 3),
+        "eta_s": round(remaining / rate, 1) if rate > 0 and remaining else None,
     }

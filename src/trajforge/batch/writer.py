@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from trajforge.batch.ledger import LEDGER_FILE, Commit, Ledger
-from trajforge.batch.stats import Aggregate
+from trajforge.batch.stats import Aggregate, SampleSummary
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class Finished:
     status: str
     reason: str
     line: bytes
-    summary: dict[str, Any]
+    summary: SampleSummary
 
 
 class ShardWriter:
@@ -272,11 +272,9 @@ class ShardWriter:
                         reason=item.reason,
                         off=off,
                         length=len(item.line),
-                        finished=s["finished_at"],
-                        usage=orjson.dumps(s["usage"]),
-                        timings=orjson.dumps(
-                            {"wall_s": s["wall_s"], "model_s": s["model_s"], "tool_s": s["tool_s"]}
-                        ),
+                        finished=s.finished_at,
+                        usage=orjson.dumps(s.usage),
+                        timings=orjson.dumps({"wall_s": s.wall_s, "model_s": s.model_s, "tool_s": s.tool_s}),
                     )
                 )
                 off += len(item.line)
