@@ -26,15 +26,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+if TYPE_CHECKING:
+    from _hashlib import HASH
+
 INDEX_FILE = "dataset.index"
 _INDEX_MAGIC = b"trajforge-dataset-index\n"
 # Bump whenever a row's key, the row rules or the file layout change: older files are ignored.
-_INDEX_VERSION = 1
+_INDEX_VERSION: Final = 1
 
 
 class DatasetError(ValueError):
@@ -111,10 +114,17 @@ def _parse(raw: bytes) -> object:
 def _key_base(raw: bytes) -> str:
     """A row's key without its occurrence number; ValueError for a bad row."""
     row = _parse(raw)
-    prompt = row.get("prompt") if type(row) is dict else None
-    if not (type(prompt) is str and len(row) == 1 and prompt.strip()):  # type: ignore[arg-type]
+    if not _prompt_only(row):
         _check_row(row)  # the common one-field row needs no further checks
     return _digest(orjson.dumps(row, option=orjson.OPT_SORT_KEYS))
+
+
+def _prompt_only(row: object) -> bool:
+    """The common row: ``{"prompt": "<text that is not blank>"}`` and nothing else."""
+    if type(row) is not dict or len(row) != 1:
+        return False
+    prompt = row.get("prompt")
+    return type(prompt) is str and bool(prompt.strip())
 
 
 def _bad_base(raw: bytes) -> str:
@@ -244,9 +254,9 @@ class _Saved:
     keys_blob: bytes
     keys: list[str]
     offsets: array[int]
-    content: Any
+    content: HASH
     """the SHA-256 state after the covered bytes: a longer prefix hashes only what it adds"""
-    fingerprint: Any = None
+    fingerprint: hashlib.blake2b | None = None
     """the BLAKE2b state after ``keys_blob``, once a fingerprint was asked for"""
 
 
@@ -400,7 +410,7 @@ def _scan(index: DatasetIndex, skip_bad_rows: bool, limit: int | None) -> None:
             row = None
         prompt = row.get("prompt") if type(row) is dict else None
         try:
-            if type(prompt) is str and len(row) == 1 and prompt.strip():  # type: ignore[arg-type]
+            if type(prompt) is str and len(row) == 1 and prompt.strip():
                 base = blake2b(dumps(row), digest_size=10).hexdigest()  # the common row, inline
                 prompts.append(prompt)
             else:

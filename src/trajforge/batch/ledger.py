@@ -243,7 +243,7 @@ class Ledger:
         out = dict(zip([d[0] for d in cur.description], row, strict=True))
         for field in ("usage", "timings"):
             if out.get(field):
-                out[field] = orjson.loads(out[field])  # type: ignore[arg-type]
+                out[field] = orjson.loads(out[field])
         return out
 
     # -- helpers ----------------------------------------------------------------------------

@@ -36,15 +36,23 @@ class Plan:
     """True when every row was compared (no usable mark)"""
 
 
+def _known_rows(mark: PlanMark | None, data: DatasetIndex) -> int:
+    """The leading rows the ledger's plan mark vouches for (0: compare every row)."""
+    total = len(data.keys)
+    if mark is None or not total - _MAX_TAIL_LOOKUPS <= mark.rows <= total:
+        return 0
+    if mark.rows and data.fingerprint(mark.rows) != mark.keys:
+        return 0
+    return mark.rows
+
+
 def plan_run(ledger: Ledger, data: DatasetIndex) -> Plan:
     """Compare ``data`` with the ledger; the caller applies ``upserts`` and ``mark`` together
     (:meth:`Ledger.add_pending`) before running ``todo``."""
     keys = data.keys
     total = len(keys)
     mark = ledger.plan_mark()
-    known = mark.rows if mark is not None and total - _MAX_TAIL_LOOKUPS <= mark.rows <= total else 0
-    if known and data.fingerprint(known) != mark.keys:  # type: ignore[union-attr]
-        known = 0
+    known = _known_rows(mark, data)
     upserts: list[tuple[str, int]] = []
     if known:
         todo = sorted(idx for key, idx in ledger.open_samples() if idx < known and keys[idx] == key)
