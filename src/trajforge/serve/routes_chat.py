@@ -100,6 +100,29 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return json_ok(_response(ctx, req, prompt_ids, results, splitter))
 
 
+def _choice(
+    ctx: ServerContext,
+    req: ChatCompletionRequest,
+    index: int,
+    result: SequenceResult,
+    splitter: OutputSplitter,
+) -> dict[str, Any]:
+    out = splitter.split(result.text)
+    logprobs = None
+    if req.logprobs:
+        logprobs = {"content": _logprob_entries(ctx, result.token_ids, result.logprobs, result.top_logprobs)}
+    choice: dict[str, Any] = {
+        "index": index,
+        "message": _message(out),
+        "logprobs": logprobs,
+        "finish_reason": _finish_reason(result, out),
+        "stop_reason": result.stop_reason,
+    }
+    if req.return_token_ids:
+        choice["token_ids"] = result.token_ids
+    return choice
+
+
 def _response(
     ctx: ServerContext,
     req: ChatCompletionRequest,
@@ -107,23 +130,7 @@ def _response(
     results: list[SequenceResult],
     splitter: OutputSplitter,
 ) -> dict[str, Any]:
-    choices = []
-    for i, result in enumerate(results):
-        out = splitter.split(result.text)
-        choice: dict[str, Any] = {
-            "index": i,
-            "message": _message(out),
-            "logprobs": {
-                "content": _logprob_entries(ctx, result.token_ids, result.logprobs, result.top_logprobs)
-            }
-            if req.logprobs
-            else None,
-            "finish_reason": _finish_reason(result, out),
-            "stop_reason": result.stop_reason,
-        }
-        if req.return_token_ids:
-            choice["token_ids"] = result.token_ids
-        choices.append(choice)
+    choices = [_choice(ctx, req, i, result, splitter) for i, result in enumerate(results)]
     body: dict[str, Any] = {
         "id": new_id("chatcmpl"),
         "object": "chat.completion",
@@ -163,45 +170,70 @@ async def _stream(
     prompt_ids: list[int],
 ) -> web.StreamResponse:
     resp = await open_stream(request)
-    chunk = _ChunkMaker(ctx)
-    streams = [StreamSplitter(splitter) for _ in handles]
-    pending: list[list[TokenEvent]] = [[] for _ in handles]  # logprobs/ids not yet sent
-    completion_tokens = 0
     try:
-        for i in range(len(handles)):
-            await send(resp, chunk(i, {"role": "assistant", "content": ""}))
-        async for i, item in merged(handles):
-            if isinstance(item, TokenEvent):
-                pending[i].append(item)
-                reasoning, content = streams[i].feed(item.text)
-                if reasoning or content or req.logprobs or req.return_token_ids:
-                    await send(resp, _delta_chunk(ctx, req, chunk, i, reasoning, content, pending[i]))
-                    pending[i] = []
-                continue
-            completion_tokens += len(item.token_ids)
-            out = splitter.split(item.text)
-            reasoning, content = streams[i].finish(out)
-            if streams[i].sent_content != (out.content or "") or streams[i].sent_reasoning != (
-                out.reasoning or ""
-            ):
-                log.warning("streamed text diverged from the final split for choice %d", i)
-            if reasoning or content or pending[i]:
-                await send(resp, _delta_chunk(ctx, req, chunk, i, reasoning, content, pending[i]))
-                pending[i] = []
-            await _send_tool_calls(resp, chunk, i, out)
-            await send(
-                resp, chunk(i, {}, finish_reason=_finish_reason(item, out), stop_reason=item.stop_reason)
-            )
-        if req.stream_options is not None and req.stream_options.include_usage:
-            await send(
-                resp, {**chunk.base, "choices": [], "usage": usage(len(prompt_ids), completion_tokens)}
-            )
-        await send_done(resp)
+        await _ChatStream(resp, ctx, req, splitter, len(handles)).run(handles, len(prompt_ids))
     except ConnectionResetError:
         log.info("client went away during a chat stream")
     except EngineError as exc:
         await send_error(resp, str(exc))
     return resp
+
+
+class _ChatStream:
+    """One streamed chat answer: each choice's deltas as its text settles, then its calls and end."""
+
+    def __init__(
+        self,
+        resp: web.StreamResponse,
+        ctx: ServerContext,
+        req: ChatCompletionRequest,
+        splitter: OutputSplitter,
+        n: int,
+    ) -> None:
+        self.resp, self.ctx, self.req, self.splitter = resp, ctx, req, splitter
+        self.chunk = _ChunkMaker(ctx)
+        self.streams = [StreamSplitter(splitter) for _ in range(n)]
+        self.pending: list[list[TokenEvent]] = [[] for _ in range(n)]  # logprobs/ids not yet sent
+        self.completion_tokens = 0
+
+    async def run(self, handles: list[SequenceHandle], prompt_tokens: int) -> None:
+        for i in range(len(handles)):
+            await send(self.resp, self.chunk(i, {"role": "assistant", "content": ""}))
+        async for i, item in merged(handles):
+            if isinstance(item, TokenEvent):
+                await self._token(i, item)
+            else:
+                await self._end(i, item)
+        if self.req.stream_options is not None and self.req.stream_options.include_usage:
+            total = usage(prompt_tokens, self.completion_tokens)
+            await send(self.resp, {**self.chunk.base, "choices": [], "usage": total})
+        await send_done(self.resp)
+
+    async def _token(self, i: int, event: TokenEvent) -> None:
+        self.pending[i].append(event)
+        reasoning, content = self.streams[i].feed(event.text)
+        if reasoning or content or self.req.logprobs or self.req.return_token_ids:
+            await self._send_delta(i, reasoning, content)
+
+    async def _end(self, i: int, result: SequenceResult) -> None:
+        """The rest of choice ``i``'s text, its tool calls, and its finish chunk."""
+        self.completion_tokens += len(result.token_ids)
+        out = self.splitter.split(result.text)
+        reasoning, content = self.streams[i].finish(out)
+        stream = self.streams[i]
+        if stream.sent_content != (out.content or "") or stream.sent_reasoning != (out.reasoning or ""):
+            log.warning("streamed text diverged from the final split for choice %d", i)
+        if reasoning or content or self.pending[i]:
+            await self._send_delta(i, reasoning, content)
+        await _send_tool_calls(self.resp, self.chunk, i, out)
+        end = self.chunk(i, {}, finish_reason=_finish_reason(result, out), stop_reason=result.stop_reason)
+        await send(self.resp, end)
+
+    async def _send_delta(self, i: int, reasoning: str, content: str) -> None:
+        await send(
+            self.resp, _delta_chunk(self.ctx, self.req, self.chunk, i, reasoning, content, self.pending[i])
+        )
+        self.pending[i] = []
 
 
 def _delta_chunk(

@@ -66,37 +66,53 @@ async def completions(request: web.Request) -> web.StreamResponse:
     req = await read_body(request, CompletionRequest)
     ctx.check_model(req.model)
     prompts = [ctx.engine.check_prompt(p) for p in prompt_list(ctx, req.prompt)]
-    top = req.logprobs or 0
-    owners: list[int] = []  # prompt index of each sequence
     async with owned_sequences([]) as handles:
-        for p_idx, ids in enumerate(prompts):
-            max_tokens = ctx.max_tokens(len(ids), req.max_tokens)
-            specs = [
-                req.spec(
-                    max_tokens=max_tokens, defaults=ctx.engine.sampling_defaults, top_logprobs=top, index=j
-                )
-                for j in range(req.n)
-            ]
-            handles += ctx.submit_all(ids, specs)
-            owners += [p_idx] * req.n
+        owners = _submit(ctx, req, prompts, handles)
         if req.stream:
-            return await _stream(request, ctx, req, handles, prompts, owners)
+            return await _stream(request, ctx, req, handles, _prompt_tokens(prompts, owners, req.n))
         results = await asyncio.gather(*(h.result() for h in handles))
+    return json_ok(_response(ctx, req, _prompt_tokens(prompts, owners, req.n), results))
+
+
+def _submit(
+    ctx: ServerContext, req: CompletionRequest, prompts: list[list[int]], handles: list[SequenceHandle]
+) -> list[int]:
+    """Submit ``req.n`` sequences per prompt, adding them to ``handles``; the prompt index of each."""
+    owners: list[int] = []
+    for p_idx, ids in enumerate(prompts):
+        max_tokens = ctx.max_tokens(len(ids), req.max_tokens)
+        specs = [
+            req.spec(
+                max_tokens=max_tokens,
+                defaults=ctx.engine.sampling_defaults,
+                top_logprobs=req.logprobs or 0,
+                index=j,
+            )
+            for j in range(req.n)
+        ]
+        handles.extend(ctx.submit_all(ids, specs))
+        owners += [p_idx] * req.n
+    return owners
+
+
+def _prompt_tokens(prompts: list[list[int]], owners: list[int], n: int) -> int:
+    """Prompt tokens counted once per prompt, not once per sequence."""
+    return sum(len(prompts[o]) for o in owners[::n])
+
+
+def _response(
+    ctx: ServerContext, req: CompletionRequest, prompt_tokens: int, results: list[SequenceResult]
+) -> dict[str, Any]:
     lp = _Logprobs(ctx, req.return_tokens_as_token_ids)
-    choices = [_choice(i, r, req, lp) for i, r in enumerate(results)]
-    return json_ok(
-        {
-            "id": new_id("cmpl"),
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": ctx.model_name,
-            "choices": choices,
-            "usage": usage(
-                sum(len(prompts[o]) for o in owners[:: req.n]), sum(len(r.token_ids) for r in results)
-            ),
-            "model_version": results[0].model_version if results else ctx.engine.version,
-        }
-    )
+    return {
+        "id": new_id("cmpl"),
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": ctx.model_name,
+        "choices": [_choice(i, r, req, lp) for i, r in enumerate(results)],
+        "usage": usage(prompt_tokens, sum(len(r.token_ids) for r in results)),
+        "model_version": results[0].model_version if results else ctx.engine.version,
+    }
 
 
 def _choice(index: int, result: SequenceResult, req: CompletionRequest, lp: _Logprobs) -> dict[str, Any]:
@@ -118,43 +134,54 @@ async def _stream(
     ctx: ServerContext,
     req: CompletionRequest,
     handles: list[SequenceHandle],
-    prompts: list[list[int]],
-    owners: list[int],
+    prompt_tokens: int,
 ) -> web.StreamResponse:
     resp = await open_stream(request)
-    lp = _Logprobs(ctx, req.return_tokens_as_token_ids)
-    base = {
-        "id": new_id("cmpl"),
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": ctx.model_name,
-    }
-    offsets = [0] * len(handles)
-    completion_tokens = 0
-
-    def chunk(i: int, text: str, events: list[TokenEvent], **extra: Any) -> dict[str, Any]:
-        logprobs = None
-        if req.logprobs is not None and events:
-            ids = [e.token_id for e in events]
-            logprobs = lp.build(ids, [e.logprob for e in events], [e.top for e in events], offsets[i])
-        choice = {"index": i, "text": text, "logprobs": logprobs, "finish_reason": None, **extra}
-        choice["token_ids"] = [e.token_id for e in events]
-        return {**base, "choices": [choice]}
-
     try:
-        async for i, item in merged(handles):
-            if isinstance(item, TokenEvent):
-                await send(resp, chunk(i, item.text, [item]))
-                offsets[i] += len(item.text)
-                continue
-            completion_tokens += len(item.token_ids)
-            await send(resp, chunk(i, "", [], finish_reason=item.finish_reason, stop_reason=item.stop_reason))
-        if req.stream_options is not None and req.stream_options.include_usage:
-            prompt_tokens = sum(len(prompts[o]) for o in owners[:: req.n])
-            await send(resp, {**base, "choices": [], "usage": usage(prompt_tokens, completion_tokens)})
-        await send_done(resp)
+        await _CompletionStream(resp, ctx, req, len(handles)).run(handles, prompt_tokens)
     except ConnectionResetError:
         log.info("client went away during a completion stream")
     except EngineError as exc:
         await send_error(resp, str(exc))
     return resp
+
+
+class _CompletionStream:
+    """One streamed completion: a chunk per token of each choice, then its finish chunk."""
+
+    def __init__(self, resp: web.StreamResponse, ctx: ServerContext, req: CompletionRequest, n: int) -> None:
+        self.resp, self.req = resp, req
+        self.lp = _Logprobs(ctx, req.return_tokens_as_token_ids)
+        self.base = {
+            "id": new_id("cmpl"),
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": ctx.model_name,
+        }
+        self.offsets = [0] * n
+        self.completion_tokens = 0
+
+    async def run(self, handles: list[SequenceHandle], prompt_tokens: int) -> None:
+        async for i, item in merged(handles):
+            if isinstance(item, TokenEvent):
+                await send(self.resp, self._chunk(i, item.text, [item]))
+                self.offsets[i] += len(item.text)
+                continue
+            self.completion_tokens += len(item.token_ids)
+            end = self._chunk(i, "", [], finish_reason=item.finish_reason, stop_reason=item.stop_reason)
+            await send(self.resp, end)
+        if self.req.stream_options is not None and self.req.stream_options.include_usage:
+            total = usage(prompt_tokens, self.completion_tokens)
+            await send(self.resp, {**self.base, "choices": [], "usage": total})
+        await send_done(self.resp)
+
+    def _chunk(self, i: int, text: str, events: list[TokenEvent], **extra: Any) -> dict[str, Any]:
+        logprobs = None
+        if self.req.logprobs is not None and events:
+            ids = [e.token_id for e in events]
+            logprobs = self.lp.build(
+                ids, [e.logprob for e in events], [e.top for e in events], self.offsets[i]
+            )
+        choice = {"index": i, "text": text, "logprobs": logprobs, "finish_reason": None, **extra}
+        choice["token_ids"] = [e.token_id for e in events]
+        return {**self.base, "choices": [choice]}

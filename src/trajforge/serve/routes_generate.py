@@ -18,13 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
 from trajforge.serve.context import CTX, ServerContext, json_ok, read_body
 from trajforge.serve.errors import EngineError
-from trajforge.serve.protocol import APIError, SglangGenerateRequest, VllmGenerateRequest
+from trajforge.serve.protocol import (
+    APIError,
+    SglangGenerateRequest,
+    SglangSamplingParams,
+    VllmGenerateRequest,
+)
 from trajforge.serve.sequences import SequenceHandle, SequenceResult
 
 _SGLANG_KEYS = frozenset({"input_ids", "text", "sampling_params", "return_logprob"})
@@ -54,14 +59,7 @@ async def _results(handles: list[SequenceHandle]) -> list[SequenceResult]:
 async def _vllm(request: web.Request, ctx: ServerContext) -> web.Response:
     req = await read_body(request, VllmGenerateRequest)
     ctx.check_model(req.model)
-    try:
-        prompt = req.prompt_ids_or_text()
-    except ValueError as exc:
-        raise APIError(400, str(exc), param="prompt") from exc
-    ids = ctx.engine.check_prompt(
-        ctx.encode(prompt, add_special_tokens=True) if isinstance(prompt, str) else prompt
-    )
-    prompt_text = prompt if isinstance(prompt, str) else ctx.decode(ids, skip_special_tokens=False)
+    ids, prompt_text = _vllm_prompt(ctx, req)
     max_tokens = ctx.max_tokens(len(ids), req.max_tokens)
     top = req.logprobs or 0
     specs = [
@@ -69,6 +67,24 @@ async def _vllm(request: web.Request, ctx: ServerContext) -> web.Response:
         for j in range(req.n)
     ]
     results = await _results(ctx.submit_all(ids, specs))
+    return json_ok(_vllm_body(req, ids, prompt_text, results))
+
+
+def _vllm_prompt(ctx: ServerContext, req: VllmGenerateRequest) -> tuple[list[int], str]:
+    """The prompt's token ids (checked) and its text, whichever of the two the request gave."""
+    try:
+        prompt = req.prompt_ids_or_text()
+    except ValueError as exc:
+        raise APIError(400, str(exc), param="prompt") from exc
+    if isinstance(prompt, str):
+        return ctx.engine.check_prompt(ctx.encode(prompt, add_special_tokens=True)), prompt
+    ids = ctx.engine.check_prompt(prompt)
+    return ids, ctx.decode(ids, skip_special_tokens=False)
+
+
+def _vllm_body(
+    req: VllmGenerateRequest, ids: list[int], prompt_text: str, results: list[SequenceResult]
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "text": [r.text for r in results],
         "prompt": prompt_text,
@@ -80,7 +96,7 @@ async def _vllm(request: web.Request, ctx: ServerContext) -> web.Response:
     }
     if req.logprobs is not None:
         body["logprobs"] = [_vllm_logprobs(r) for r in results]
-    return json_ok(body)
+    return body
 
 
 def _vllm_logprobs(result: SequenceResult) -> list[list[dict[str, float]]]:
@@ -96,28 +112,37 @@ def _vllm_logprobs(result: SequenceResult) -> list[list[dict[str, float]]]:
 
 async def _sglang(request: web.Request, ctx: ServerContext) -> web.Response:
     req = await read_body(request, SglangGenerateRequest)
+    prompts, single = _sglang_prompts(ctx, req)
     sp = req.sampling_params
-    if req.input_ids is not None:
-        single = not req.input_ids or isinstance(req.input_ids[0], int)
-        prompts = [list(req.input_ids)] if single else [list(p) for p in req.input_ids if isinstance(p, list)]
-    else:
-        texts = [req.text] if isinstance(req.text, str) else list(req.text or [])
-        prompts = [ctx.encode(t, add_special_tokens=True) for t in texts]
-        single = isinstance(req.text, str)
     if sp.seed is None and sp.sampling_seed is not None:
         sp = sp.model_copy(update={"seed": sp.sampling_seed})
+    results = await _results(_submit_sglang(ctx, req, sp, prompts))
+    items = [_sglang_item(ctx, req, r) for r in results]
+    return json_ok(items[0] if single and sp.n == 1 else items)
+
+
+def _sglang_prompts(ctx: ServerContext, req: SglangGenerateRequest) -> tuple[list[list[int]], bool]:
+    """The prompts as id lists, and whether the request gave a single one (then one answer, not a list)."""
+    if req.input_ids is not None:
+        if not req.input_ids or isinstance(req.input_ids[0], int):
+            return [cast(list[int], list(req.input_ids))], True  # validated: all ints, or all lists
+        return [list(p) for p in req.input_ids if isinstance(p, list)], False
+    texts = [req.text] if isinstance(req.text, str) else list(req.text or [])
+    return [ctx.encode(t, add_special_tokens=True) for t in texts], isinstance(req.text, str)
+
+
+def _submit_sglang(
+    ctx: ServerContext, req: SglangGenerateRequest, sp: SglangSamplingParams, prompts: list[list[int]]
+) -> list[SequenceHandle]:
+    """``sp.n`` sequences per prompt; if one is refused, those already submitted are cancelled."""
     handles: list[SequenceHandle] = []
     try:
         for raw in prompts:
             ids = ctx.engine.check_prompt(raw)
             max_tokens = ctx.max_tokens(len(ids), sp.max_new_tokens)
+            defaults = ctx.engine.sampling_defaults
             specs = [
-                sp.spec(
-                    max_tokens=max_tokens,
-                    defaults=ctx.engine.sampling_defaults,
-                    top_logprobs=req.top_logprobs_num,
-                    index=j,
-                )
+                sp.spec(max_tokens=max_tokens, defaults=defaults, top_logprobs=req.top_logprobs_num, index=j)
                 for j in range(sp.n)
             ]
             handles += ctx.submit_all(ids, specs)
@@ -125,9 +150,7 @@ async def _sglang(request: web.Request, ctx: ServerContext) -> web.Response:
         for h in handles:
             h.cancel()
         raise
-    results = await _results(handles)
-    items = [_sglang_item(ctx, req, r) for r in results]
-    return json_ok(items[0] if single and sp.n == 1 else items)
+    return handles
 
 
 def _sglang_item(ctx: ServerContext, req: SglangGenerateRequest, result: SequenceResult) -> dict[str, Any]:
