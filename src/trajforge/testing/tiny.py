@@ -125,6 +125,22 @@ def build_tiny_tokenizer(
     """
     if template not in TEMPLATES:
         raise ValueError(f"unknown template {template!r}; choose one of {sorted(TEMPLATES)}")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=_train_bpe(vocab_size),
+        eos_token=AddedToken(IM_END, special=True, normalized=False),
+        pad_token=AddedToken(PAD, special=True, normalized=False),
+        additional_special_tokens=[IM_START],
+        chat_template=TEMPLATES[template],
+        model_max_length=32768,
+    )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(str(out))
+    return fast
+
+
+def _train_bpe(vocab_size: int) -> Tokenizer:
+    """Byte-level BPE trained on :func:`_corpus`, with the special and markup tokens added."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -137,18 +153,7 @@ def build_tiny_tokenizer(
     )
     tok.train_from_iterator(_corpus(), trainer=trainer)
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in MARKUP_TOKENS])
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token=AddedToken(IM_END, special=True, normalized=False),
-        pad_token=AddedToken(PAD, special=True, normalized=False),
-        additional_special_tokens=[IM_START],
-        chat_template=TEMPLATES[template],
-        model_max_length=32768,
-    )
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    fast.save_pretrained(str(out))
-    return fast
+    return tok
 
 
 def build_tiny_model(
@@ -165,10 +170,22 @@ def build_tiny_model(
     Returns the ``transformers`` model (in eval mode).
     """
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(_qwen2_config(tokenizer, hidden, layers)).eval()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    return model
+
+
+def _qwen2_config(tokenizer: PreTrainedTokenizerFast, hidden: int, layers: int) -> Any:
+    from transformers import Qwen2Config
 
     heads = max(1, hidden // 8)
-    config = Qwen2Config(
+    return Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=hidden,
         intermediate_size=hidden * 2,
@@ -181,10 +198,3 @@ def build_tiny_model(
         bos_token_id=None,
         tie_word_embeddings=True,
     )
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config).eval()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out))
-    tokenizer.save_pretrained(str(out))
-    return model

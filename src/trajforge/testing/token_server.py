@@ -159,7 +159,12 @@ class TokenServer:
     # -- sampling ----------------------------------------------------------------------------
 
     async def _sample(
-        self, route: str, body: dict[str, Any], prompt_ids: list[int], max_tokens: int | None, params: dict
+        self,
+        route: str,
+        body: dict[str, Any],
+        prompt_ids: list[int],
+        max_tokens: int | None,
+        params: dict[str, Any],
     ) -> Served | web.Response:
         limit = int(max_tokens) if max_tokens is not None else 16
         if self.sampler is not None:
@@ -167,31 +172,39 @@ class TokenServer:
                 self.sampler, prompt_ids, limit, float(params.get("temperature") or 1.0), params.get("seed")
             )
         else:
-            if not self._queue:
-                return web.json_response(
-                    {"error": f"scripted token server: script exhausted after {len(self.served)} replies"},
-                    status=400,
-                )
-            item = self._queue.pop(0)
-            if isinstance(item, HTTPFailure):
-                return web.json_response({"error": item.body}, status=item.status)
-            reply = ScriptedReply(item) if isinstance(item, str) else item
-            ids = list(reply.ids) if reply.ids is not None else self._encode(reply.text)
-            if reply.end_turn:
-                ids.append(self._eot_id)
-            finish = reply.finish_reason
-            if len(ids) > limit:
-                ids, finish = ids[:limit], "length"
-            logprobs = [fake_logprob(len(self.served), i) for i in range(len(ids))]
+            scripted = self._next_scripted(limit)
+            if isinstance(scripted, web.Response):
+                return scripted
+            ids, logprobs, finish = scripted
         served = Served(route, body, prompt_ids, ids, logprobs, finish)
         self.served.append(served)
         return served
+
+    def _next_scripted(self, limit: int) -> tuple[list[int], list[float], str] | web.Response:
+        """The next scripted reply as (ids, logprobs, finish reason), cut at ``limit``; or its error."""
+        if not self._queue:
+            return web.json_response(
+                {"error": f"scripted token server: script exhausted after {len(self.served)} replies"},
+                status=400,
+            )
+        item = self._queue.pop(0)
+        if isinstance(item, HTTPFailure):
+            return web.json_response({"error": item.body}, status=item.status)
+        reply = ScriptedReply(item) if isinstance(item, str) else item
+        ids = list(reply.ids) if reply.ids is not None else self._encode(reply.text)
+        if reply.end_turn:
+            ids.append(self._eot_id)
+        finish = reply.finish_reason
+        if len(ids) > limit:
+            ids, finish = ids[:limit], "length"
+        return ids, [fake_logprob(len(self.served), i) for i in range(len(ids))], finish
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=False)
+        text: str = self.tokenizer.decode(ids, skip_special_tokens=False)
+        return text
 
     # -- wire formats ------------------------------------------------------------------------
 
