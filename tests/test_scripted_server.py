@@ -140,6 +140,7 @@ async def test_models_route_and_errors(scripted_server) -> None:
 @pytest.mark.parametrize(
     ("body", "complaint"),
     [
+        ([{"model": "m", "messages": USER}], "JSON object"),
         ({"messages": USER}, "model"),
         ({"model": "m", "messages": []}, "messages"),
         (

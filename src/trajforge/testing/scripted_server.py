@@ -104,13 +104,13 @@ class _Exchange:
 
     request: web.Request
     arrived: float
-    body: dict[str, Any] = dataclasses.field(default_factory=dict)
+    body: Any = dataclasses.field(default_factory=dict)  # the decoded JSON; an object once validated
     key: str = ""
     fault: str | None = None
 
     @property
     def stream(self) -> bool:
-        return bool(self.body.get("stream"))
+        return isinstance(self.body, dict) and bool(self.body.get("stream"))
 
 
 class ScriptedServer:
