@@ -291,3 +291,17 @@ async def test_unavailable_bwrap_says_what_to_do(tmp_path, monkeypatch):
         await factory.create("t")
     assert "apt-get install bubblewrap" in str(err.value)
     assert "--sandbox local" in str(err.value)
+
+
+async def test_unenforceable_disk_cap_is_said_once(tmp_path, monkeypatch, caplog):
+    """Where no tmpfs can be mounted the cap cannot hold: the factory says so once, not per sandbox."""
+    from trajforge.sandbox import layout
+
+    monkeypatch.setattr(layout, "mount_disk", lambda *a: None)
+    factory = create_sandbox_factory(_config(root_dir=str(tmp_path / "sb")))
+    for name in ("a", "b"):
+        sb = await factory.create(name)
+        assert not sb.layout.disk_capped
+        await sb.close()
+    said = [r for r in caplog.records if "cannot be enforced" in r.getMessage()]
+    assert len(said) == 1

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import secrets
 import shutil
@@ -31,8 +30,6 @@ from trajforge.sandbox.errors import SandboxUnavailableError
 from trajforge.sandbox.factory import ProcessSandboxFactory
 from trajforge.sandbox.launch import Launch, command_env, limit_env
 from trajforge.sandbox.layout import Layout, chown_tree, make_layout
-
-log = logging.getLogger(__name__)
 
 INSIDE_WORKDIR = "/workspace"
 INSIDE_SCRATCH = "/tmp"
@@ -92,7 +89,6 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
 
     kind = "bwrap"
     supports_reuse = True  # its own pid namespace: the agent's reset can reach every process
-    _disk_warned = False
 
     def _bwrap_argv(self, fds: dict[str, int], uid: int | None) -> list[str]:
         python = first_existing(_PYTHONS)
@@ -214,15 +210,10 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
 
     def _disk(self) -> tuple[int, int] | None:
         limits = self.config.limits
-        if limits.disk_mb is None or os.geteuid() != 0:
-            if limits.disk_mb is not None and not self._disk_warned:
-                self._disk_warned = True
-                log.warning(
-                    "sandbox disk_mb=%d cannot be enforced without root (no tmpfs can be mounted): "
-                    "each file is still capped at file_size_mb=%d",
-                    limits.disk_mb,
-                    limits.file_size_mb,
-                )
+        if limits.disk_mb is None:
+            return None
+        if os.geteuid() != 0:
+            self._disk_not_enforced("trajforge does not run as root")
             return None
         return limits.disk_mb, limits.disk_inodes
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable
@@ -27,6 +28,8 @@ from trajforge.sandbox.layout import Layout, SandboxIO, chown_tree, copy_in, mak
 from trajforge.sandbox.process import ProcessSandbox, Resident
 from trajforge.sandbox.sweep import sweep_stale, write_owner
 from trajforge.sandbox.types import SandboxConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -75,6 +78,7 @@ class ProcessSandboxFactory:
         self.stats = ReuseStats()
         self._idle: list[Resident] = []
         self._closed = False
+        self._disk_warned = False
         self._checked: str | None = None  # None: not yet; "": fine; else why the backend cannot run
         self._check_lock = asyncio.Lock()
         self._finalizer = weakref.finalize(self, _destroy_all_now, self._idle)
@@ -246,11 +250,27 @@ class ProcessSandboxFactory:
         directories (backends that can enforce ``limits.disk_mb`` override)."""
         return None
 
+    def _disk_not_enforced(self, why: str) -> None:
+        """Say once per factory that ``limits.disk_mb`` is not enforced here, and why."""
+        if self._disk_warned:
+            return
+        self._disk_warned = True
+        log.warning(
+            "sandbox disk_mb=%s cannot be enforced (%s: no tmpfs can be mounted); each file is still "
+            "capped at file_size_mb=%d",
+            self.config.limits.disk_mb,
+            why,
+            self.config.limits.file_size_mb,
+        )
+
     def _prepare(
         self, task_id: str, cwd: str | None, owner: tuple[int, int] | None
     ) -> tuple[Layout, SandboxCgroup]:
         """Directory layout, copy-in, ownership and cgroup (blocking)."""
-        layout = make_layout(self._root_dir(), task_id, self._disk())
+        disk = self._disk()
+        layout = make_layout(self._root_dir(), task_id, disk)
+        if disk is not None and not layout.disk_capped:
+            self._disk_not_enforced("mounting a tmpfs was refused (no CAP_SYS_ADMIN?)")
         try:
             if cwd is not None:
                 copy_in(cwd, layout.work)
