@@ -105,6 +105,7 @@ def test_config_file_run_and_export(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     run_dir = tmp_path / "data" / "fromyaml"
     saved = orjson.loads((run_dir / "run.json").read_bytes())
     assert saved["config"]["concurrency"] == 3  # the flag won over the file
+    assert saved["config"]["sandbox"] == "local"  # and a flag's default did not
     assert saved["config"]["sandbox_reuse"] is False
     for path in run_dir.rglob("*"):
         if path.is_file():
@@ -143,3 +144,29 @@ def test_unimplemented_toolsets_are_announced(tmp_path):
     said: list[str] = []
     asyncio.run(run_batch(cfg, model=ScriptedModel(["ok"]), announce=said.append))
     assert any("web_search" in m and "not implemented" in m for m in said)
+
+
+def test_every_config_field_is_a_flag_with_its_description() -> None:
+    """The options are derived from BatchConfig: a new field is a new flag, with its help."""
+    import typer
+
+    from trajforge.batch.config import BatchConfig
+
+    command = typer.main.get_command(app).commands["batch"]
+    params = {p.name: p for p in command.params}
+    for name, field in BatchConfig.model_fields.items():
+        param = params[name]
+        assert field.description and param.help.startswith(field.description), name
+        if name != "dataset":
+            assert f"--{name.replace('_', '-')}" in param.opts, name
+    assert params["fsync"].secondary_opts == ["--no-fsync"] and not params["resume"].secondary_opts
+    assert params["no_reasoning"].opts == ["--no-reasoning"] and params["concurrency"].default == 64
+
+
+def test_list_and_json_flags_are_parsed(tmp_path: Path) -> None:
+    ds = _dataset(tmp_path / "d.jsonl", [b'{"prompt": "a"}'])
+    args = ["batch", str(ds), "--run-name", "r", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"]
+    result = runner.invoke(app, [*args, "--toolsets", " , "])
+    assert result.exit_code == 2 and "--toolsets is empty" in result.output
+    result = runner.invoke(app, [*args, "--extra-body", "{oops"])
+    assert result.exit_code == 2 and "--extra-body is not valid JSON" in result.output

@@ -38,70 +38,82 @@ class BatchConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
 
-    dataset: Path = Field(description="JSONL file, one object with a 'prompt' per line")
-    run_name: str = Field(description="name of the run directory under output_dir")
-    output_dir: Path = Field(Path("data"), description="parent of the run directory")
+    # Each field is also a `trajforge batch` flag (cli/batch.py derives them): its description is
+    # the flag's help, to which the CLI adds the default; a list is typed comma-separated there.
+    dataset: Path = Field(description="JSONL dataset, one {'prompt': ...} per line")
+    run_name: str = Field(description="run directory name under --output-dir")
+    output_dir: Path = Field(Path("data"), description="parent of run directories")
     model: str | None = Field(
-        None, description="model name sent to the endpoint; omit with base_url for the embedded policy"
+        None, description="model name at the endpoint (with --base-url; omit both for the embedded policy)"
     )
-    base_url: str | None = Field(
-        None, description="OpenAI-compatible endpoint root (with --model; omit both for the embedded policy)"
-    )
+    base_url: str | None = Field(None, description="OpenAI-compatible endpoint URL (with --model)")
     api_key_env: str | None = Field(
         None,
-        description="name of the env var holding the API key (never the key); default: the usual "
-        "variable for the endpoint (OPENAI_API_KEY, OPENROUTER_API_KEY, ...), optional for local servers",
+        description="NAME of the env var holding the API key, never the key (default: the endpoint's "
+        "usual one, e.g. OPENAI_API_KEY or OPENROUTER_API_KEY; optional for local servers)",
     )
     distribution: str | None = Field(None, description="toolset distribution (default: 'default')")
     toolsets: list[str] | None = Field(None, description="fixed toolsets for every sample")
-    concurrency: int = Field(64, ge=1, le=4096, description="rollouts at once per worker process")
+    concurrency: int = Field(64, ge=1, le=4096, description="rollouts at once per worker")
     workers: int = Field(default_factory=default_workers, ge=1, le=256, description="worker processes")
     max_turns: int = Field(30, ge=1, description="assistant turns per sample")
-    max_samples: int | None = Field(None, ge=1, description="only the first N dataset rows")
-    resume: bool = Field(False, description="continue an existing run directory")
-    seed: int = Field(0, description="base seed; per-sample seeds derive from it and the key")
-    sandbox: SandboxKind = Field("bwrap", description="sandbox backend: bwrap, local, docker")
+    max_samples: int | None = Field(None, ge=1, description="only the first N rows")
+    resume: bool = Field(False, description="continue an existing run")
+    seed: int = Field(0, description="base seed for per-sample toolsets (derived with each row's key)")
+    sandbox: SandboxKind = Field("bwrap", description="sandbox backend: bwrap|local|docker")
     sandbox_network: bool = Field(False, description="allow network inside sandboxes")
     sandbox_reuse: bool = Field(
-        True, description="reset and reuse a finished sample's sandbox for the next one (verified; bwrap)"
+        True,
+        description="reset (verified) and reuse a finished sample's sandbox instead of building a new "
+        "one (bwrap)",
     )
-    command_timeout: float = Field(60.0, gt=0, description="default timeout of one sandbox command")
+    command_timeout: float = Field(
+        60.0, gt=0, description="timeout of a sandbox command the model gives none, s"
+    )
     max_command_timeout: float = Field(
         DEFAULT_MAX_COMMAND_TIMEOUT_S,
         gt=0,
         allow_inf_nan=False,
-        description="longest timeout a model may give one command (terminal, process wait); longer "
-        "requests are clamped and the model is told",
+        description="longest timeout the model may give one command (terminal, process wait), s; "
+        "longer is clamped and the model told",
     )
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0)
+    max_tokens: int | None = Field(None, ge=1, description="max tokens per model call")
+    temperature: float | None = Field(None, ge=0, description="sampling temperature")
     reasoning_effort: str | None = Field(None, description="low|medium|high")
-    no_reasoning: bool = Field(False, description="ask the provider not to reason")
-    system_prompt: str | None = Field(None, description="saved system prompt")
-    ephemeral_system_prompt: str | None = Field(None, description="sent, never saved")
-    prefill_messages: Path | None = Field(None, description="JSON file of messages sent, never saved")
-    provider_allow: list[str] | None = None
-    provider_ignore: list[str] | None = None
-    provider_order: list[str] | None = None
-    provider_sort: str | None = None
-    extra_body: dict[str, Any] = Field(default_factory=dict)
-    require_reasoning: bool = Field(True, description="filter samples with no reasoning at all")
-    sample_timeout: float = Field(600.0, gt=0, description="deadline of one sample attempt, seconds")
-    max_attempts: int = Field(3, ge=1, description="attempts per sample for transient failures")
-    retry_backoff: float = Field(1.0, ge=0, description="first retry delay, doubled each time")
+    no_reasoning: bool = Field(False, description="ask the model not to reason")
+    system_prompt: str | None = Field(None, description="system prompt (kept in records)")
+    ephemeral_system_prompt: str | None = Field(None, description="system prompt sent, never saved")
+    prefill_messages: Path | None = Field(
+        None, description="JSON file of messages sent after the system prompt, never saved"
+    )
+    provider_allow: list[str] | None = Field(None, description="providers to use")
+    provider_ignore: list[str] | None = Field(None, description="providers to avoid")
+    provider_order: list[str] | None = Field(None, description="provider preference")
+    provider_sort: str | None = Field(None, description="price|throughput|latency")
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="JSON object merged into each request"
+    )
+    require_reasoning: bool = Field(True, description="filter samples without reasoning")
+    sample_timeout: float = Field(600.0, gt=0, description="deadline per sample attempt, s")
+    max_attempts: int = Field(3, ge=1, description="attempts per sample on infra failures")
+    retry_backoff: float = Field(1.0, ge=0, description="first retry delay, doubled each time, s")
     rate_limit: float | None = Field(None, gt=0, description="endpoint requests/s across all workers")
-    max_concurrent_requests: int | None = Field(None, ge=1, description="across all workers")
-    request_timeout: float = Field(120.0, gt=0, description="timeout of one model request")
+    max_concurrent_requests: int | None = Field(
+        None, ge=1, description="endpoint requests in flight, all workers"
+    )
+    request_timeout: float = Field(120.0, gt=0, description="timeout of one model request, s")
     request_retries: int = Field(5, ge=0, description="client retries of one transient request failure")
     skip_bad_rows: bool = Field(False, description="record bad dataset rows as failed samples")
-    fsync: bool = Field(True, description="fsync shard files before the ledger marks samples done")
+    fsync: bool = Field(True, description="fsync shards before the ledger marks their samples done")
     merge_interval: float = Field(
         30.0,
         gt=0,
-        description="seconds between rebuilds of trajectories/failed/filtered.jsonl while the run goes "
-        "(longer when a rebuild is slow: at most 5% of one core)",
+        description="seconds between rebuilds of the merged .jsonl files while the run goes (longer "
+        "when a rebuild is slow: at most 5% of one core)",
     )
-    progress: ProgressMode = Field("auto", description="rich on a TTY, plain log lines otherwise")
+    progress: ProgressMode = Field(
+        "auto", description="auto|rich|plain|none (auto: rich on a terminal, plain log lines otherwise)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> BatchConfig:

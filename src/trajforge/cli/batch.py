@@ -1,218 +1,195 @@
 """``trajforge batch``: run a dataset of prompts through the agent into training data.
 
-Every option defaults to ``None`` here so that only flags the user actually typed override the
-YAML config file; real defaults live in :class:`trajforge.batch.config.BatchConfig`.
+The options are :class:`~trajforge.batch.config.BatchConfig` itself: one per field, named after
+it, with the field's description as help and its default, so a new setting is one line in the
+config and nothing here. Only the flags the user typed (click knows each value's source) override
+the YAML file of ``--config``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import types
+import typing
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, Union
 
 import orjson
 import typer
+from pydantic.fields import FieldInfo
 
-_LIST_HELP = "comma-separated"
+from trajforge.batch.config import BatchConfig
+from trajforge.cli.errors import fail
 
+if TYPE_CHECKING:
+    from trajforge.batch.runner import RunSummary
 
-def _split(value: str | None) -> list[str] | None:
-    if value is None:
-        return None
-    return [v.strip() for v in value.split(",") if v.strip()]
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=2)
-
-
-def batch(
-    dataset: Annotated[
-        Path | None, typer.Argument(help="JSONL dataset, one {'prompt': ...} per line")
-    ] = None,
-    run_name: Annotated[str | None, typer.Option(help="run directory name under --output-dir")] = None,
-    config: Annotated[
+_POSITIONAL, _KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
+_CONTEXT = inspect.Parameter("ctx", _POSITIONAL, annotation=typer.Context)
+_CONFIG = inspect.Parameter(
+    "config",
+    _KEYWORD,
+    default=None,
+    annotation=Annotated[
         Path | None, typer.Option("--config", help="YAML file with the same keys as the flags")
-    ] = None,
-    output_dir: Annotated[Path | None, typer.Option(help="parent of run directories [data]")] = None,
-    model: Annotated[str | None, typer.Option(help="model name")] = None,
-    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint URL")] = None,
-    api_key_env: Annotated[
-        str | None, typer.Option(help="NAME of the env var holding the API key [the endpoint's usual one]")
-    ] = None,
-    distribution: Annotated[str | None, typer.Option(help="toolset distribution [default]")] = None,
-    toolsets: Annotated[str | None, typer.Option(help=f"fixed toolsets, {_LIST_HELP}")] = None,
-    concurrency: Annotated[int | None, typer.Option(help="rollouts at once per worker [64]")] = None,
-    workers: Annotated[int | None, typer.Option(help="worker processes [1]")] = None,
-    max_turns: Annotated[int | None, typer.Option(help="assistant turns per sample [30]")] = None,
-    max_samples: Annotated[int | None, typer.Option(help="only the first N rows")] = None,
-    resume: Annotated[bool | None, typer.Option("--resume", help="continue an existing run")] = None,
-    seed: Annotated[int | None, typer.Option(help="base seed for per-sample toolsets [0]")] = None,
-    sandbox: Annotated[str | None, typer.Option(help="sandbox backend: bwrap|local|docker [bwrap]")] = None,
-    sandbox_reuse: Annotated[
-        bool | None,
-        typer.Option(
-            "--sandbox-reuse/--no-sandbox-reuse",
-            help="reset (verified) and reuse a finished sample's sandbox instead of building a new one [on]",
-        ),
-    ] = None,
-    max_tokens: Annotated[int | None, typer.Option(help="max tokens per model call")] = None,
-    temperature: Annotated[float | None, typer.Option(help="sampling temperature")] = None,
-    reasoning_effort: Annotated[str | None, typer.Option(help="low|medium|high")] = None,
-    no_reasoning: Annotated[
-        bool | None, typer.Option("--no-reasoning", help="ask the model not to reason")
-    ] = None,
-    system_prompt: Annotated[str | None, typer.Option(help="system prompt (kept in records)")] = None,
-    ephemeral_system_prompt: Annotated[
-        str | None, typer.Option(help="system prompt sent, never saved")
-    ] = None,
-    prefill_messages: Annotated[
-        Path | None, typer.Option(help="JSON file of messages sent after the system prompt, never saved")
-    ] = None,
-    provider_allow: Annotated[str | None, typer.Option(help=f"providers to use, {_LIST_HELP}")] = None,
-    provider_ignore: Annotated[str | None, typer.Option(help=f"providers to avoid, {_LIST_HELP}")] = None,
-    provider_order: Annotated[str | None, typer.Option(help=f"provider preference, {_LIST_HELP}")] = None,
-    provider_sort: Annotated[str | None, typer.Option(help="price|throughput|latency")] = None,
-    extra_body: Annotated[str | None, typer.Option(help="JSON object merged into each request")] = None,
-    require_reasoning: Annotated[
-        bool | None,
-        typer.Option(
-            "--require-reasoning/--no-require-reasoning", help="filter samples without reasoning [on]"
-        ),
-    ] = None,
-    sample_timeout: Annotated[float | None, typer.Option(help="deadline per sample attempt, s [600]")] = None,
-    max_command_timeout: Annotated[
-        float | None,
-        typer.Option(help="longest timeout the model may give one command, s (longer is clamped) [600]"),
-    ] = None,
-    max_attempts: Annotated[
-        int | None, typer.Option(help="attempts per sample on infra failures [3]")
-    ] = None,
-    rate_limit: Annotated[float | None, typer.Option(help="endpoint requests/s across all workers")] = None,
-    max_concurrent_requests: Annotated[
-        int | None, typer.Option(help="endpoint requests in flight, all workers")
-    ] = None,
-    request_timeout: Annotated[
-        float | None, typer.Option(help="timeout of one model request, s [120]")
-    ] = None,
-    skip_bad_rows: Annotated[
-        bool | None, typer.Option("--skip-bad-rows", help="record bad dataset rows as failed samples")
-    ] = None,
-    fsync: Annotated[
-        bool | None, typer.Option("--fsync/--no-fsync", help="fsync shards before commit [on]")
-    ] = None,
-    progress: Annotated[str | None, typer.Option(help="auto|rich|plain|none [auto]")] = None,
-    merge_interval: Annotated[
-        float | None,
-        typer.Option(help="seconds between rebuilds of the merged .jsonl files while the run goes [30]"),
-    ] = None,
-) -> None:
+    ],
+)
+
+
+def batch(ctx: typer.Context, **given: Any) -> None:
     """Generate trajectories for every prompt of DATASET into OUTPUT_DIR/RUN_NAME (resumable)."""
+    typed = {name: value for name, value in given.items() if _typed(ctx, name)}
+    cfg = _config(typed.pop("config", None), typed)
+    summary = _run(cfg)
+    _print_summary(summary.run_dir, summary.statistics)
+
+
+def _typed(ctx: typer.Context, name: str) -> bool:
+    """Whether the user gave ``name`` (not its default). By the source's name: typer carries its
+    own copy of click, whose ParameterSource is not ``click``'s."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def _value_type(field: FieldInfo) -> type:
+    """The field's type without ``None``: what a flag's text becomes (list, dict and Literal: str)."""
+    annotation = field.annotation
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    origin = typing.get_origin(annotation)
+    if origin is not None:
+        return origin if origin in (list, dict) else str
+    return annotation if isinstance(annotation, type) else str
+
+
+def _default(field: FieldInfo, kind: type) -> Any:
+    """The default ``--help`` shows (a list or JSON object flag shows none: it has no text form)."""
+    if field.is_required() or kind in (list, dict):
+        return None
+    return field.get_default(call_default_factory=True)
+
+
+def _option(name: str, field: FieldInfo) -> inspect.Parameter:
+    """The ``--flag`` of one config field: a switch for a bool (``--x/--no-x`` when on by
+    default), text for a list (comma-separated) or a JSON object, else the field's own type."""
+    kind = _value_type(field)
+    flag = "--" + name.replace("_", "-")
+    decls = (f"{flag}/--no-{flag[2:]}" if field.default is True else flag,) if kind is bool else ()
+    text = (field.description or "") + (", comma-separated" if kind is list else "")
+    cli_type = kind if kind in (bool, int, float, Path) else str
+    annotation = Annotated[cli_type | None, typer.Option(*decls, help=text)]
+    return inspect.Parameter(name, _KEYWORD, default=_default(field, kind), annotation=annotation)
+
+
+def _dataset_argument() -> inspect.Parameter:
+    help_text = BatchConfig.model_fields["dataset"].description
+    annotation = Annotated[Path | None, typer.Argument(help=help_text)]
+    return inspect.Parameter("dataset", _POSITIONAL, default=None, annotation=annotation)
+
+
+def _parameters() -> list[inspect.Parameter]:
+    fields = BatchConfig.model_fields.items()
+    return [_CONTEXT, _dataset_argument(), _CONFIG, *(_option(n, f) for n, f in fields if n != "dataset")]
+
+
+def _from_text(name: str, value: Any) -> Any:
+    """A flag's value as the config takes it: lists split at commas, JSON objects parsed."""
+    kind = _value_type(BatchConfig.model_fields[name])
+    if value is None or kind not in (list, dict):
+        return value
+    if kind is list:
+        return [v.strip() for v in value.split(",") if v.strip()]
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise fail(f"--{name.replace('_', '-')} is not valid JSON: {exc}") from None
+
+
+def _config(config_file: Path | None, given: dict[str, Any]) -> BatchConfig:
     from trajforge.batch.config import ConfigError, load_config
+
+    overrides = {name: _from_text(name, value) for name, value in given.items()}
+    try:
+        return load_config(config_file, overrides)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+
+
+def _run(cfg: BatchConfig) -> RunSummary:
     from trajforge.batch.progress import make_progress
     from trajforge.batch.runner import RunError, run_batch
 
+    sink = None if cfg.progress == "none" else make_progress(cfg.progress, cfg.run_name, 0)
     try:
-        body = orjson.loads(extra_body) if extra_body is not None else None
-    except orjson.JSONDecodeError as exc:
-        raise _fail(f"--extra-body is not valid JSON: {exc}") from None
-    overrides = dict(
-        dataset=dataset,
-        run_name=run_name,
-        output_dir=output_dir,
-        model=model,
-        base_url=base_url,
-        api_key_env=api_key_env,
-        distribution=distribution,
-        toolsets=_split(toolsets),
-        concurrency=concurrency,
-        workers=workers,
-        max_turns=max_turns,
-        max_samples=max_samples,
-        resume=resume,
-        seed=seed,
-        sandbox=sandbox,
-        sandbox_reuse=sandbox_reuse,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        reasoning_effort=reasoning_effort,
-        no_reasoning=no_reasoning,
-        system_prompt=system_prompt,
-        ephemeral_system_prompt=ephemeral_system_prompt,
-        prefill_messages=prefill_messages,
-        provider_allow=_split(provider_allow),
-        provider_ignore=_split(provider_ignore),
-        provider_order=_split(provider_order),
-        provider_sort=provider_sort,
-        extra_body=body,
-        require_reasoning=require_reasoning,
-        sample_timeout=sample_timeout,
-        max_command_timeout=max_command_timeout,
-        max_attempts=max_attempts,
-        rate_limit=rate_limit,
-        max_concurrent_requests=max_concurrent_requests,
-        request_timeout=request_timeout,
-        skip_bad_rows=skip_bad_rows,
-        fsync=fsync,
-        merge_interval=merge_interval,
-        progress=progress,
-    )
-    try:
-        cfg = load_config(config, overrides)
-    except ConfigError as exc:
-        raise _fail(str(exc)) from None
-    try:
-        sink = None
-        if cfg.progress != "none":
-            sink = make_progress(cfg.progress, cfg.run_name, 0)
-        summary = asyncio.run(run_batch(cfg, progress=sink, announce=lambda m: typer.echo(m, err=True)))
+        return asyncio.run(run_batch(cfg, progress=sink, announce=_say))
     except RunError as exc:
         if sink is not None:
             sink.close(None)
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     except KeyboardInterrupt:
         typer.echo(
             f"interrupted; continue with: trajforge batch ... --run-name {cfg.run_name} --resume", err=True
         )
         raise typer.Exit(code=130) from None
-    _print_summary(summary.run_dir, summary.statistics)
 
 
-def _print_summary(run_dir: Path, stats: dict) -> None:
+def _say(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def _print_summary(run_dir: Path, stats: dict[str, Any]) -> None:
     """A short table of how the run went and where its files are."""
     from rich.console import Console
     from rich.table import Table
 
-    counts = stats["status_counts"]
     table = Table(title=f"trajforge batch: {run_dir}", show_header=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
-    table.add_row("samples", f"{stats['total_done']}/{stats['total_prompts']} done")
-    for status in ("completed", "partial", "failed", "filtered"):
-        reasons = stats.get(f"{status}_reasons") or stats.get(
-            {"filtered": "filter_reasons", "failed": "failure_reasons"}.get(status, ""), {}
-        )
-        why = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:3])
-        table.add_row(status, f"{counts.get(status, 0)}" + (f"  ({why})" if why else ""))
-    tokens = stats.get("tokens", {})
-    table.add_row(
-        "tokens", f"{tokens.get('total_tokens', 0):,} total, {stats.get('api_calls', 0):,} model calls"
-    )
-    table.add_row("throughput", f"{stats['session']['throughput_per_s']} samples/s this session")
-    boxes = stats.get("sandboxes") or {}
-    if boxes.get("created") or boxes.get("reused"):
-        dropped = sum(boxes.get("discarded", {}).values())
-        table.add_row(
-            "sandboxes",
-            f"{boxes.get('created', 0):,} built, {boxes.get('reused', 0):,} reused after reset"
-            + (f", {dropped:,} discarded at reset (reasons in statistics.json)" if dropped else ""),
-        )
-    table.add_row("trajectories", str(run_dir / "trajectories.jsonl"))
-    table.add_row("failed / filtered", f"{run_dir / 'failed.jsonl'}, {run_dir / 'filtered.jsonl'}")
-    table.add_row("statistics", str(run_dir / "statistics.json"))
+    for row in _summary_rows(run_dir, stats):
+        table.add_row(*row)
     Console().print(table)
 
 
+def _summary_rows(run_dir: Path, stats: dict[str, Any]) -> list[tuple[str, str]]:
+    counts, tokens = stats["status_counts"], stats.get("tokens", {})
+    rows = [("samples", f"{stats['total_done']}/{stats['total_prompts']} done")]
+    rows += [
+        (status, _status_text(stats, counts, status))
+        for status in ("completed", "partial", "failed", "filtered")
+    ]
+    rows.append(
+        ("tokens", f"{tokens.get('total_tokens', 0):,} total, {stats.get('api_calls', 0):,} model calls")
+    )
+    rows.append(("throughput", f"{stats['session']['throughput_per_s']} samples/s this session"))
+    rows += _sandbox_rows(stats.get("sandboxes") or {})
+    rows.append(("trajectories", str(run_dir / "trajectories.jsonl")))
+    rows.append(("failed / filtered", f"{run_dir / 'failed.jsonl'}, {run_dir / 'filtered.jsonl'}"))
+    rows.append(("statistics", str(run_dir / "statistics.json")))
+    return rows
+
+
+_REASONS = {"filtered": "filter_reasons", "failed": "failure_reasons", "partial": "partial_reasons"}
+
+
+def _status_text(stats: dict[str, Any], counts: dict[str, int], status: str) -> str:
+    """The count of a status and its three most common reasons."""
+    reasons: dict[str, int] = stats.get(_REASONS.get(status, ""), {})
+    top = sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
+    why = ", ".join(f"{k} {v}" for k, v in top)
+    return f"{counts.get(status, 0)}" + (f"  ({why})" if why else "")
+
+
+def _sandbox_rows(boxes: dict[str, Any]) -> list[tuple[str, str]]:
+    if not (boxes.get("created") or boxes.get("reused")):
+        return []
+    dropped = sum(boxes.get("discarded", {}).values())
+    text = f"{boxes.get('created', 0):,} built, {boxes.get('reused', 0):,} reused after reset"
+    if dropped:
+        text += f", {dropped:,} discarded at reset (reasons in statistics.json)"
+    return [("sandboxes", text)]
+
+
 def register(app: typer.Typer) -> None:
+    typing.cast(Any, batch).__signature__ = inspect.Signature(_parameters())
     app.command("batch")(batch)

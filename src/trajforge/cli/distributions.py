@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from trajforge.cli.errors import fail
 from trajforge.distributions import (
     Distribution,
     UnknownDistributionError,
@@ -43,8 +44,7 @@ def distributions(
         try:
             dists = [get_distribution(name)]
         except UnknownDistributionError as exc:
-            typer.echo(f"Error: {exc}", err=True)
-            raise typer.Exit(code=2) from None
+            raise fail(str(exc)) from None
     if as_json:
         typer.echo(_as_json(dists))
         return

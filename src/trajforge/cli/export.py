@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from trajforge.cli.errors import fail
+
 
 def export(
     run_dir: Annotated[Path, typer.Argument(help="a run directory written by `trajforge batch`")],
@@ -27,13 +29,11 @@ def export(
     names = [f"{part.strip()}.jsonl" for part in include.split(",") if part.strip()]
     bad = [n for n in names if n not in {"trajectories.jsonl", "filtered.jsonl", "failed.jsonl"}]
     if bad or not names:
-        typer.echo("error: --include takes trajectories, filtered and/or failed", err=True)
-        raise typer.Exit(code=2)
+        raise fail("--include takes trajectories, filtered and/or failed")
     try:
         path, rows = export_run(run_dir, fmt, output, include=names)
     except ExportError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(code=2) from None
+        raise fail(str(exc)) from None
     typer.echo(f"wrote {rows} rows to {path}")
 
 

@@ -9,15 +9,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from trajforge.cli.errors import fail
+
 model_app = typer.Typer(
     help="Build and evaluate the embedded tiny tool-calling policy.", no_args_is_help=True
 )
-_err = Console(stderr=True, soft_wrap=True)
-
-
-def _fail(message: str) -> typer.Exit:
-    _err.print(f"[red]error:[/red] {message}")
-    return typer.Exit(code=2)
 
 
 @model_app.command("build-tiny")
@@ -35,9 +31,9 @@ def build_tiny_cmd(
     from trajforge.models.tiny.build import BuildConfig, build_tiny, write_model_card
 
     if sandbox not in {"bwrap", "local", "docker"}:
-        raise _fail(f"unknown sandbox backend {sandbox!r}; use bwrap, local or docker")
+        raise fail(f"unknown sandbox backend {sandbox!r}; use bwrap, local or docker")
     if out.exists() and not out.is_dir():
-        raise _fail(f"--out {out} exists and is not a directory; pick a directory path")
+        raise fail(f"--out {out} exists and is not a directory; pick a directory path")
     cfg = (BuildConfig.quick() if quick else BuildConfig()).with_steps(steps)
     cfg = replace(cfg, sandbox_kind=sandbox, examples=examples or cfg.examples)
     report = build_tiny(out, cfg)
@@ -74,9 +70,9 @@ def eval_cmd(
         try:
             model = weights_path()
         except FileNotFoundError as exc:
-            raise _fail(str(exc)) from None
+            raise fail(str(exc)) from None
     if not (model / "config.json").is_file():
-        raise _fail(f"{model} is not a model directory (no config.json); pass --model DIR")
+        raise fail(f"{model} is not a model directory (no config.json); pass --model DIR")
     report = asyncio.run(
         evaluate(
             model, n, seed=EVAL_SEED if seed is None else seed, temperature=temperature, sandbox_kind=sandbox

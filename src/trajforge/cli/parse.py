@@ -14,12 +14,8 @@ from typing import Any
 import orjson
 import typer
 
+from trajforge.cli.errors import fail
 from trajforge.llm.parsers import get_parser, list_parsers
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"Error: {message}", err=True)
-    return typer.Exit(code=2)
 
 
 def _load_tools(path: Path) -> list[dict[str, Any]]:
@@ -27,13 +23,13 @@ def _load_tools(path: Path) -> list[dict[str, Any]]:
     try:
         data = orjson.loads(path.read_bytes())
     except OSError as exc:
-        raise _fail(f"cannot read tools file {path}: {exc.strerror or exc}") from None
+        raise fail(f"cannot read tools file {path}: {exc.strerror or exc}") from None
     except orjson.JSONDecodeError as exc:
-        raise _fail(f"tools file {path} is not valid JSON: {exc}") from None
+        raise fail(f"tools file {path} is not valid JSON: {exc}") from None
     if isinstance(data, dict) and "tools" in data:
         data = data["tools"]
     if not isinstance(data, list) or not all(isinstance(t, dict) for t in data):
-        raise _fail(
+        raise fail(
             f"tools file {path} must hold a JSON list of tools "
             '([{"type": "function", "function": {"name": ..., "parameters": ...}}])'
         )
@@ -52,10 +48,10 @@ def parse(
     try:
         tool_parser = get_parser(parser)
     except ValueError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     tool_list = _load_tools(tools) if tools is not None else None
     if sys.stdin.isatty():
-        raise _fail("pipe the model output on stdin, e.g. trajforge parse --parser hermes < output.txt")
+        raise fail("pipe the model output on stdin, e.g. trajforge parse --parser hermes < output.txt")
     result = tool_parser.parse(sys.stdin.read(), tool_list)
     typer.echo(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode())
 
