@@ -304,21 +304,24 @@ def _decode_index(blob: bytes, data: bytes) -> _Saved | None:
     saved = _Saved(header, keys_blob, keys, offsets, content)
     # The hashes prove these are the bytes the index was built from; a few rows re-derived
     # from the file also guard against an index written by a faulty build.
-    for i in {0, rows // 2, rows - 1} if rows else ():
-        off = offsets[i]
-        if not (0 <= off < header.covered and (off == 0 or data[off - 1] == 0x0A)):
-            return None
-        end = data.find(b"\n", off)
-        if not off <= end < header.covered:
-            return None
-        raw = data[off:end]
-        try:
-            base = _bad_base(raw) if i in bad else _key_base(raw)
-        except ValueError:
-            return None
-        if keys[i].rpartition("-")[0] != base:
-            return None
-    return saved
+    rederived = all(_row_agrees(saved, data, i, i in bad) for i in ({0, rows // 2, rows - 1} if rows else ()))
+    return saved if rederived else None
+
+
+def _row_agrees(saved: _Saved, data: bytes, i: int, bad: bool) -> bool:
+    """Row ``i`` of the file starts at its saved offset and has its saved key."""
+    off, covered = saved.offsets[i], saved.header.covered
+    if not (0 <= off < covered and (off == 0 or data[off - 1] == 0x0A)):
+        return False
+    end = data.find(b"\n", off)
+    if not off <= end < covered:
+        return False
+    raw = data[off:end]
+    try:
+        base = _bad_base(raw) if bad else _key_base(raw)
+    except ValueError:
+        return False
+    return saved.keys[i].rpartition("-")[0] == base
 
 
 def save_index(index: DatasetIndex, path: Path) -> bool:
@@ -330,12 +333,6 @@ def save_index(index: DatasetIndex, path: Path) -> bool:
         return False
     keys_blob = index._keys_blob(rows)
     offsets = index.offsets[:rows].tobytes()
-    view = memoryview(index.data)
-    if index._saved is not None:
-        content = index._saved.content.copy()
-        content.update(view[index._saved.header.covered : index.covered])
-    else:
-        content = hashlib.sha256(view[: index.covered])
     header = _IndexHeader(
         version=_INDEX_VERSION,
         byteorder=sys.byteorder,
@@ -343,23 +340,37 @@ def save_index(index: DatasetIndex, path: Path) -> bool:
         lines=index.covered_lines,
         rows=rows,
         keys_bytes=len(keys_blob),
-        content=content.hexdigest(),
+        content=_content_hash(index).hexdigest(),
         payload=zlib.crc32(offsets, zlib.crc32(keys_blob)),
         bad=[(i, r) for i, r in sorted(index.bad.items()) if i < rows],
     )
     head = header.model_dump_json().encode()
+    _write_replacing(path, _INDEX_MAGIC + len(head).to_bytes(4, "little") + head, keys_blob, offsets)
+    return True
+
+
+def _content_hash(index: DatasetIndex) -> HASH:
+    """SHA-256 of the covered bytes, continuing the saved index's state when there is one."""
+    view = memoryview(index.data)
+    if index._saved is None:
+        return hashlib.sha256(view[: index.covered])
+    content = index._saved.content.copy()
+    content.update(view[index._saved.header.covered : index.covered])
+    return content
+
+
+def _write_replacing(path: Path, *parts: bytes) -> None:
+    """Temp file + rename (the temp file removed again if that fails)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as fh:
-            fh.write(_INDEX_MAGIC + len(head).to_bytes(4, "little") + head)
-            fh.write(keys_blob)
-            fh.write(offsets)
+            for part in parts:
+                fh.write(part)
         os.replace(tmp, path)
     except OSError:
         with suppress(OSError):  # else the next start removes it
             tmp.unlink(missing_ok=True)
         raise
-    return True
 
 
 # -- parsing --------------------------------------------------------------------------------------

@@ -255,36 +255,47 @@ class ShardWriter:
     def _write_and_commit(self, starts: list[str], batch: list[Finished]) -> None:
         commits: list[Commit] = []
         if batch:
-            buf = b"".join(item.line for item in batch)
-            view = memoryview(buf)
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
-            if self._fsync:
-                os.fsync(self._fd)
-            off = self._end
-            for item in batch:
-                s = item.summary
-                commits.append(
-                    Commit(
-                        key=item.key,
-                        state=item.status,
-                        reason=item.reason,
-                        off=off,
-                        length=len(item.line),
-                        finished=s.finished_at,
-                        usage=orjson.dumps(s.usage),
-                        timings=orjson.dumps({"wall_s": s.wall_s, "model_s": s.model_s, "tool_s": s.tool_s}),
-                    )
-                )
-                off += len(item.line)
-                self.aggregate.add(s)
-            self._end = off
+            self._append(b"".join(item.line for item in batch))
+            commits = self._commits(batch)
         counts = self.sandbox_counts() if self.sandbox_counts is not None else None
         if counts is not None:
             self.aggregate.sandboxes = Counter(counts)
         self._ledger.commit(self._shard, self._end, commits, starts, self._owner, self.aggregate.to_bytes())
         self.committed += len(commits)
+
+    def _append(self, buf: bytes) -> None:
+        """Write ``buf`` at the shard's end (and fsync it, unless told not to)."""
+        view = memoryview(buf)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+        if self._fsync:
+            os.fsync(self._fd)
+
+    def _commits(self, batch: list[Finished]) -> list[Commit]:
+        """The ledger rows of the lines just appended at the committed end; moves that end (the
+        ledger makes it durable) and adds the samples to the statistics."""
+        commits, off = [], self._end
+        for item in batch:
+            s = item.summary
+            timings = orjson.dumps({"wall_s": s.wall_s, "model_s": s.model_s, "tool_s": s.tool_s})
+            line = len(item.line)
+            commits.append(
+                Commit(
+                    item.key,
+                    item.status,
+                    item.reason,
+                    off,
+                    line,
+                    s.finished_at,
+                    orjson.dumps(s.usage),
+                    timings,
+                )
+            )
+            off += line
+            self.aggregate.add(s)
+        self._end = off
+        return commits
 
 
 def repair_shards(run_dir: Path, ledger: Ledger) -> dict[str, int]:
