@@ -62,7 +62,9 @@ def test_every_package_has_a_floor():
     packages = {p.name for p in SRC.iterdir() if (p / "__init__.py").exists()}
     packages |= {p.stem for p in SRC.glob("*.py") if not p.stem.startswith("__")}
     missing = sorted(packages - set(FLOOR))
-    assert missing == [], f"give these a floor in tests/test_import_graph.py and docs/architecture.md: {missing}"
+    assert missing == [], (
+        f"give these a floor in tests/test_import_graph.py and docs/architecture.md: {missing}"
+    )
 
 
 def test_no_upward_imports():
@@ -101,7 +103,8 @@ def test_no_circles_between_modules():
     for path in SRC.rglob("*.py"):
         rel = path.relative_to(SRC.parent).with_suffix("")
         module = ".".join(p for p in rel.parts if p != "__init__")
-        for node in ast.parse(path.read_text()).body:  # module-level imports only: lazy ones cannot cycle at import
+        # Module-level imports only: lazy ones run after every module has loaded, they cannot cycle.
+        for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
                 graph[module].update(n for n in names if n in modules and n != module)
