@@ -315,7 +315,7 @@ async def test_one_model_and_one_sandbox_factory_per_run(
 
 async def test_preflight_is_an_optional_capability(tmp_path: Path) -> None:
     """A model with ``check()`` is checked once before any sample; one without is not asked."""
-    from trajforge.batch.preflight import SupportsPreflight
+    from trajforge.protocols import SupportsPreflight
     from trajforge.testing.scripted_model import ScriptedModel
 
     class Checked(ScriptedModel):

@@ -1,11 +1,14 @@
-"""The four boundaries of trajforge, one Protocol each.
+"""The boundaries of trajforge, one Protocol each.
 
 Concrete classes implement these structurally (no inheritance required), so tests and users can
 drop in their own model, sandbox or tool without touching the rest.
 
-- :class:`ChatModel`  -- a model that answers a conversation (HTTP endpoint, token-exact, local).
-- :class:`Sandbox`    -- where a rollout's commands run and its files live.
-- :class:`Tool`       -- something the model may call, confined to the rollout's sandbox.
+- :class:`ChatModel`       -- a model that answers a conversation (HTTP endpoint, token-exact,
+  local); optionally :class:`SupportsPreflight` (it can prove its endpoint answers before a run).
+- :class:`Sandbox`         -- where a rollout's commands run and its files live, made by a
+  :class:`SandboxFactory` (one sandbox per rollout).
+- ``Tool`` (in :mod:`trajforge.tools.base`, next to its context and output types) -- something the
+  model may call, confined to the rollout's sandbox.
 """
 
 from __future__ import annotations
@@ -76,3 +79,12 @@ class SandboxFactory(Protocol):
     """
 
     async def create(self, task_id: str, *, image: str | None = None, cwd: str | None = None) -> Sandbox: ...
+
+
+@runtime_checkable
+class SupportsPreflight(Protocol):
+    """A model that can prove, cheaply and before any sample, that its endpoint answers and
+    accepts its key (``OpenAIChatModel.check`` lists ``/models``). Optional: a model without it
+    (an in-process test model) has nothing to check. Whatever it returns is not used."""
+
+    async def check(self) -> object: ...

@@ -3,22 +3,11 @@ backend that cannot start -- using the very model and factory the run goes on wi
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
-
 from trajforge.batch.backends import Backends
 from trajforge.batch.errors import RunError
-from trajforge.protocols import ChatModel, SandboxFactory
+from trajforge.protocols import ChatModel, SandboxFactory, SupportsPreflight
 
 PREFLIGHT_TASK_ID = "trajforge-preflight"
-
-
-@runtime_checkable
-class SupportsPreflight(Protocol):
-    """A model that can prove, cheaply and before any sample, that its endpoint answers and
-    accepts its key (``OpenAIChatModel.check`` lists ``/models``). Optional: a model without it
-    (an in-process test model) has nothing to check. Whatever it returns is not used."""
-
-    async def check(self) -> object: ...
 
 
 async def preflight(backends: Backends, sandbox_kind: str) -> None:
