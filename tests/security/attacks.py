@@ -52,7 +52,7 @@ def _naive_read(host_work: str, path: str) -> bytes:
         return f.read()
 
 
-async def race(root: str, calls: int = 10_000, naive_calls: int = 2_000) -> dict[str, Any]:
+async def race(root: str, calls: int = 10_000, naive_calls: int = 50_000) -> dict[str, Any]:
     """``calls`` file-tool reads and writes through ``d/`` while a racer swaps ``d`` with a symlink
     to a host directory holding a secret. Counts escapes (host content read, host file created)."""
     host = Path(tempfile.mkdtemp(prefix="tf-race-host-"))
@@ -77,7 +77,9 @@ async def race(root: str, calls: int = 10_000, naive_calls: int = 2_000) -> dict
             except OSError:
                 out["refused"] += 1
         out["write_escapes"] = await asyncio.to_thread(_count_written, host)
-        out["naive_escapes"] = await asyncio.to_thread(_naive_escapes, str(sb.layout.work), naive_calls)
+        out["naive_tries_to_escape"] = await asyncio.to_thread(
+            _naive_escapes, str(sb.layout.work), naive_calls
+        )
         swaps = await sb.exec("cat /tmp/swaps")
         out["swaps"] = int(swaps.output.strip()) if swaps.output.strip().isdigit() else swaps.output
     finally:
@@ -91,12 +93,13 @@ def _count_written(host: Path) -> int:
 
 
 def _naive_escapes(work: str, calls: int) -> int:
-    """The control: the same racer does win against check-then-use."""
-    naive = 0
-    for _ in range(calls):
+    """The control: the same racer does win against check-then-use. How many tries it took to
+    read the host secret once (0: never within ``calls``); the first win ends the control."""
+    for tries in range(1, calls + 1):
         with contextlib.suppress(OSError):
-            naive += _naive_read(work, "d/secret") == b"HOST-SECRET"
-    return naive
+            if _naive_read(work, "d/secret") == b"HOST-SECRET":
+                return tries
+    return 0
 
 
 def _host_disk_bytes(root: Path) -> int:

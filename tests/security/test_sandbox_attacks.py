@@ -81,7 +81,7 @@ async def test_file_tools_cannot_be_raced_out_of_the_sandbox(mode, tmp_path):
     assert out["read_escapes"] == 0 and out["write_escapes"] == 0, out
     assert out["swaps"] > 1_000, out  # the racer really ran throughout
     assert out["reads_inside"] > 100 and out["refused"] > 100, out  # both sides of the race were hit
-    assert out["naive_escapes"] > 0, out  # the attack is real: check-then-use loses to it
+    assert out["naive_tries_to_escape"] > 0, out  # the attack is real: check-then-use loses to it
 
 
 @pytest.mark.parametrize("mode", MODES)
