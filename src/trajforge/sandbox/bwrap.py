@@ -64,6 +64,41 @@ def _system_binds() -> list[str]:
     return args
 
 
+def _mounts(fds: dict[str, int]) -> list[str]:
+    """The sandbox's file system: system dirs read-only, fresh /proc, /dev and mqueue, the
+    workdir and scratch dir bound from the fds we opened, and the agent read-only under /run."""
+    return [
+        "--die-with-parent",
+        "--new-session",
+        "--hostname",
+        "sandbox",
+        *_system_binds(),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--mqueue",
+        "/dev/mqueue",
+        "--bind-fd",
+        str(fds["tmp"]),
+        INSIDE_SCRATCH,
+        "--bind-fd",
+        str(fds["work"]),
+        INSIDE_WORKDIR,
+        "--tmpfs",
+        "/run",
+        "--perms",
+        "0755",
+        "--dir",
+        os.path.dirname(INSIDE_AGENT),
+        "--ro-bind-fd",
+        str(fds["agent"]),
+        INSIDE_AGENT,
+        "--chdir",
+        INSIDE_WORKDIR,
+    ]
+
+
 def _open_paths(layout: Layout) -> dict[str, int]:
     """O_PATH fds of the sandbox's host paths, opened by us: bwrap binds them through the fd, so
     the unprivileged sandbox uid never needs to traverse the (possibly private) parent dirs."""
@@ -97,57 +132,41 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
                 "the bwrap sandbox needs a system python3 in /usr/bin or /usr/local/bin to run its "
                 "exec agent (apt-get install python3-minimal), or choose `--sandbox local`"
             )
-        if uid is None:  # unprivileged: bwrap makes a user namespace and we keep our uid
-            namespaces = ["--unshare-all", *(["--share-net"] if self.config.network else [])]
-            drop: list[str] = []
-        else:  # root: no user namespace, so the uid below is a real host uid of its own
-            namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
-            namespaces += [] if self.config.network else ["--unshare-net"]
-            # The agent stays uid 0 with only the capabilities it needs (see the module doc) and
-            # starts every command as ``uid``; no_new_privs: no setuid binary gains anything.
-            drop = [
-                "/usr/bin/setpriv",
-                "--no-new-privs",
-                "--clear-groups",
-                "--inh-caps=-all",
-                f"--bounding-set=-all,{_AGENT_CAPS}",
-                "--",
-            ]
         return [
             "bwrap",
-            *namespaces,
-            "--die-with-parent",
-            "--new-session",
-            "--hostname",
-            "sandbox",
-            *_system_binds(),
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--mqueue",
-            "/dev/mqueue",
-            "--bind-fd",
-            str(fds["tmp"]),
-            INSIDE_SCRATCH,
-            "--bind-fd",
-            str(fds["work"]),
-            INSIDE_WORKDIR,
-            "--tmpfs",
-            "/run",
-            "--perms",
-            "0755",
-            "--dir",
-            os.path.dirname(INSIDE_AGENT),
-            "--ro-bind-fd",
-            str(fds["agent"]),
-            INSIDE_AGENT,
-            "--chdir",
-            INSIDE_WORKDIR,
-            *drop,
+            *self._namespaces(uid),
+            *_mounts(fds),
+            *self._agent_privileges(uid),
             python,
             "-I",
             "-S",  # no site import: halves interpreter start-up (the agent is stdlib-only)
+            *self._agent_args(uid),
+        ]
+
+    def _namespaces(self, uid: int | None) -> list[str]:
+        if uid is None:  # unprivileged: bwrap makes a user namespace and we keep our uid
+            return ["--unshare-all", *(["--share-net"] if self.config.network else [])]
+        # root: no user namespace, so the commands' uid is a real host uid of its own
+        namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+        return namespaces + ([] if self.config.network else ["--unshare-net"])
+
+    @staticmethod
+    def _agent_privileges(uid: int | None) -> list[str]:
+        """As root, the agent stays uid 0 with only the capabilities it needs (see the module doc)
+        and starts every command as ``uid``; no_new_privs: no setuid binary gains anything."""
+        if uid is None:
+            return []
+        return [
+            "/usr/bin/setpriv",
+            "--no-new-privs",
+            "--clear-groups",
+            "--inh-caps=-all",
+            f"--bounding-set=-all,{_AGENT_CAPS}",
+            "--",
+        ]
+
+    def _agent_args(self, uid: int | None) -> list[str]:
+        return [
             INSIDE_AGENT,
             INSIDE_WORKDIR,
             INSIDE_SCRATCH,

@@ -66,6 +66,7 @@ _VOLATILE = {"_", "SHLVL", "PWD"}
 _GRACE_S = 0.2  # how long to keep reading after the command exits while a background job holds the pipe
 _STATE_LIMIT = 8 * 1024 * 1024  # a session state (cwd + environment) larger than this is ignored
 _PROCS_HEADROOM = 0.9  # at this share of the process limit, everything but the agent is killed
+_LIMIT_VARS = ("TF_LIMIT_FSIZE_KB", "TF_LIMIT_CPU_S", "TF_LIMIT_AS_KB", "TF_LIMIT_NPROC")
 _KEYCTL = {"x86_64": 250, "aarch64": 219}  # syscall numbers the stdlib has no wrapper for
 _IOPRIO_GET = {"x86_64": 252, "aarch64": 31}
 _KEYCTL_GET_KEYRING_ID, _KEYCTL_JOIN_SESSION_KEYRING, _KEYCTL_READ = 0, 1, 11
@@ -340,6 +341,49 @@ class ResetRefused(Exception):
     """The sandbox cannot be put back into its starting state; the host must discard it."""
 
 
+class Baseline:
+    """What a reusable sandbox looked like when it started, and putting it back: the writable roots'
+    attributes, the writable tmpfs mounts' trees, and the agent's own attributes."""
+
+    def __init__(self, roots: tuple[str, ...], kernel: Kernel) -> None:
+        self.kernel = kernel
+        self.roots = {d: _dir_attributes(d) for d in roots}
+        self.times = {d: (os.lstat(d).st_atime_ns, os.lstat(d).st_mtime_ns) for d in roots}
+        self.mounts = {m: _tree(m) for m in _tmpfs_mounts()}
+        self.attributes = _own_attributes(kernel)
+
+    def empty_roots(self) -> None:
+        for path, start in self.roots.items():
+            os.chmod(path, stat.S_IMODE(start["mode"]))
+            _empty(path)
+
+    def restore_roots(self) -> None:
+        for path, start in self.roots.items():
+            _restore_dir(path, start, self.times[path])
+            changed = [k for k, v in _dir_attributes(path).items() if v != start[k]]
+            if changed:
+                raise ResetRefused(f"cannot restore the {', '.join(changed)} of {path}")
+
+    def restore_mounts(self) -> None:
+        for mount, before in self.mounts.items():
+            now = _tree(mount)
+            added = sorted(set(now) - set(before), key=len)
+            for path in added:  # shortest first: a removed directory takes its contents along
+                if os.path.lexists(path):
+                    _remove(path)
+            if added:
+                now = _tree(mount)
+            if now != before:
+                changed = sorted(p for p in set(now) | set(before) if now.get(p) != before.get(p))
+                raise ResetRefused(f"cannot restore {mount}: {', '.join(changed[:3])} changed")
+
+    def check_agent(self) -> None:
+        now = _own_attributes(self.kernel)
+        changed = [k for k, v in now.items() if v != self.attributes.get(k)]
+        if changed:
+            raise ResetRefused(f"a command changed the exec agent's {', '.join(changed)}")
+
+
 class Agent:
     def __init__(
         self,
@@ -352,41 +396,38 @@ class Agent:
         max_procs: int = 0,
     ) -> None:
         self.workdir = workdir
-        self.scratch = scratch
         self.cwd = workdir
         self.run_as = run_as
         self.max_procs = max_procs
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("TF_AGENT_")}
-        # Command files are written by us into a directory commands cannot write; session state is
-        # written by the command's EXIT trap into one of its own, and read back without following
-        # links (we may be uid 0: a planted symlink must not make us read another file).
-        base = state_dir or os.path.join(scratch, ".trajforge-session")
-        self.cmd_dir, self.out_dir = os.path.join(base, "cmd"), os.path.join(base, "out")
-        for path, mode in ((base, 0o755), (self.cmd_dir, 0o755), (self.out_dir, 0o700)):
-            os.makedirs(path, mode=mode, exist_ok=True)
-            os.chmod(path, mode)
-        if run_as is not None:
-            os.chown(self.out_dir, *run_as)
-        self.groups: set[int] = set()
-        self.limits = {
-            k: os.environ.get(k, "")
-            for k in ("TF_LIMIT_FSIZE_KB", "TF_LIMIT_CPU_S", "TF_LIMIT_AS_KB", "TF_LIMIT_NPROC")
+        self.limits = {k: os.environ.get(k, "") for k in _LIMIT_VARS}
+        self.env = {
+            k: v for k, v in os.environ.items() if not k.startswith("TF_AGENT_") and k not in self.limits
         }
-        for k in self.limits:
-            self.env.pop(k, None)
-        self.counter = 0
         self.initial_env = dict(self.env)
-        self.reusable = reusable
+        self.groups: set[int] = set()
+        self.counter = 0
+        self.cmd_dir, self.out_dir = self._session_dirs(
+            state_dir or os.path.join(scratch, ".trajforge-session")
+        )
         self.kernel: Kernel | None = None
         if reusable or _in_own_pid_namespace():  # a real sandbox: nothing of the host's keyring
             self.kernel = Kernel()
             self.kernel.make_undumpable()
             self.kernel.new_session_keyring()
-        if reusable:  # the starting state that reset() must restore and verify
-            self.roots = {d: _dir_attributes(d) for d in (workdir, scratch)}
-            self.root_times = {d: (os.lstat(d).st_atime_ns, os.lstat(d).st_mtime_ns) for d in self.roots}
-            self.snapshot = {m: _tree(m) for m in _tmpfs_mounts()}
-            self.attributes = _own_attributes(self.kernel)
+        # The starting state that reset() must restore and verify.
+        self.baseline = Baseline((workdir, scratch), self.kernel) if reusable and self.kernel else None
+
+    def _session_dirs(self, base: str) -> tuple[str, str]:
+        """Command files are written by us into a directory commands cannot write; session state is
+        written by the command's EXIT trap into one of its own, and read back without following
+        links (we may be uid 0: a planted symlink must not make us read another file)."""
+        cmd_dir, out_dir = os.path.join(base, "cmd"), os.path.join(base, "out")
+        for path, mode in ((base, 0o755), (cmd_dir, 0o755), (out_dir, 0o700)):
+            os.makedirs(path, mode=mode, exist_ok=True)
+            os.chmod(path, mode)
+        if self.run_as is not None:
+            os.chown(out_dir, *self.run_as)
+        return cmd_dir, out_dir
 
     def reset(self) -> None:
         """Put the sandbox back into the state it started in, for the next rollout; verify it.
@@ -401,37 +442,18 @@ class Agent:
         :class:`ResetRefused`: the host then discards the sandbox and builds a fresh one, so a
         reused sandbox is never subtly different.
         """
-        if not (self.reusable and self.kernel is not None and _in_own_pid_namespace()):
+        if self.baseline is None or not _in_own_pid_namespace():
             raise ResetRefused("not started as a reusable sandbox in its own pid namespace")
         left = _kill_all_others()
         if left:
             raise ResetRefused(f"{left} processes survived SIGKILL")
-        for path, start in self.roots.items():
-            os.chmod(path, stat.S_IMODE(start["mode"]))
-            _empty(path)
+        self.baseline.empty_roots()
         _empty(self.cmd_dir)
         _empty(self.out_dir)
-        for path, start in self.roots.items():
-            _restore_dir(path, start, self.root_times[path])
-            changed = [k for k, v in _dir_attributes(path).items() if v != start[k]]
-            if changed:
-                raise ResetRefused(f"cannot restore the {', '.join(changed)} of {path}")
+        self.baseline.restore_roots()
         self._reset_ipc_and_keys()
-        for mount, before in self.snapshot.items():
-            now = _tree(mount)
-            added = sorted(set(now) - set(before), key=len)
-            for path in added:  # shortest first: a removed directory takes its contents along
-                if os.path.lexists(path):
-                    _remove(path)
-            if added:
-                now = _tree(mount)
-            if now != before:
-                changed = sorted(p for p in set(now) | set(before) if now.get(p) != before.get(p))
-                raise ResetRefused(f"cannot restore {mount}: {', '.join(changed[:3])} changed")
-        now = _own_attributes(self.kernel)
-        changed = [k for k, v in now.items() if v != self.attributes.get(k)]
-        if changed:
-            raise ResetRefused(f"a command changed the exec agent's {', '.join(changed)}")
+        self.baseline.restore_mounts()
+        self.baseline.check_agent()
         self.cwd = self.workdir
         self.env = dict(self.initial_env)
         self.groups.clear()
