@@ -79,19 +79,10 @@ class AgentLoop:
     async def _turns(self, history: list[dict[str, Any]], result: AgentResult) -> None:
         parse_errors_in_row = 0
         for turn_index in range(self.config.max_turns):
-            try:
-                turn = await self.model.complete(
-                    self._request_messages(history), self.schemas or None, self.config.sampling
-                )
-            except ModelError as exc:
-                result.termination = _KIND_TO_TERMINATION.get(exc.kind, Termination.MODEL_ERROR)
-                result.error = str(exc)
-                result.error_kind = exc.kind.value
+            turn = await self._next_turn(history, result)
+            if turn is None:
                 return
-            self._account(turn, result)
-            history.append(turn.to_message())
             result.turns_used = turn_index + 1
-
             if not turn.tool_calls and not turn.parse_errors:
                 turn.parse_errors = self._unexecuted_calls(turn)
             if turn.parse_errors and not turn.tool_calls:
@@ -103,26 +94,48 @@ class AgentLoop:
                     return
                 continue
             parse_errors_in_row = 0
-
             if not turn.tool_calls:
-                result.final_answer = turn.content
-                if turn.finish_reason == "length":
-                    result.termination = Termination.TRUNCATED
-                    result.error = "the final answer was cut off by max_tokens"
-                else:
-                    result.termination = Termination.FINAL_ANSWER
+                self._finish(turn, result)
                 return
-
-            await self.ctx.ensure_sandbox()  # started during the first model call; failures propagate
-            tool_started = time.perf_counter()
-            outputs = await self._run_calls(turn.tool_calls, turn_index, result)
-            result.tool_time_s += time.perf_counter() - tool_started
-            for call, out in zip(turn.tool_calls, outputs, strict=True):
-                history.append({"role": "tool", "tool_call_id": call.id, "content": out.content})
-            if turn.parse_errors:  # some calls parsed, others did not: run the good ones, report the rest
-                self._report_parse_errors(turn, turn_index, history, result)
+            await self._run_turn_calls(turn, turn_index, history, result)
         result.termination = Termination.MAX_TURNS
         result.error = f"turn budget of {self.config.max_turns} model calls used up"
+
+    async def _next_turn(self, history: list[dict[str, Any]], result: AgentResult) -> AssistantTurn | None:
+        """The model's next turn, recorded; None when the model failed (the result says why)."""
+        try:
+            turn = await self.model.complete(
+                self._request_messages(history), self.schemas or None, self.config.sampling
+            )
+        except ModelError as exc:
+            result.termination = _KIND_TO_TERMINATION.get(exc.kind, Termination.MODEL_ERROR)
+            result.error = str(exc)
+            result.error_kind = exc.kind.value
+            return None
+        self._account(turn, result)
+        history.append(turn.to_message())
+        return turn
+
+    @staticmethod
+    def _finish(turn: AssistantTurn, result: AgentResult) -> None:
+        result.final_answer = turn.content
+        if turn.finish_reason == "length":
+            result.termination = Termination.TRUNCATED
+            result.error = "the final answer was cut off by max_tokens"
+        else:
+            result.termination = Termination.FINAL_ANSWER
+
+    async def _run_turn_calls(
+        self, turn: AssistantTurn, turn_index: int, history: list[dict[str, Any]], result: AgentResult
+    ) -> None:
+        await self.ctx.ensure_sandbox()  # started during the first model call; failures propagate
+        tool_started = time.perf_counter()
+        outputs = await self._run_calls(turn.tool_calls, turn_index, result)
+        result.tool_time_s += time.perf_counter() - tool_started
+        for call, out in zip(turn.tool_calls, outputs, strict=True):
+            history.append({"role": "tool", "tool_call_id": call.id, "content": out.content})
+        if turn.parse_errors:  # some calls parsed, others did not: run the good ones, report the rest
+            self._report_parse_errors(turn, turn_index, history, result)
 
     def _account(self, turn: AssistantTurn, result: AgentResult) -> None:
         result.api_calls += 1
