@@ -65,7 +65,8 @@ _STATE_END = "__TF_END__"
 _VOLATILE = {"_", "SHLVL", "PWD"}
 _GRACE_S = 0.2  # how long to keep reading after the command exits while a background job holds the pipe
 _STATE_LIMIT = 8 * 1024 * 1024  # a session state (cwd + environment) larger than this is ignored
-_PROCS_HEADROOM = 0.9  # at this share of the process limit, everything but the agent is killed
+_PROCS_HEADROOM = 0.8  # at this share of the process limit, everything but the agent is killed
+_PROCS_LOOK = 0.4  # below this share of processes, the limit is not looked at more closely
 _LIMIT_VARS = ("TF_LIMIT_FSIZE_KB", "TF_LIMIT_CPU_S", "TF_LIMIT_AS_KB", "TF_LIMIT_NPROC")
 _KEYCTL = {"x86_64": 250, "aarch64": 219}  # syscall numbers the stdlib has no wrapper for
 _IOPRIO_GET = {"x86_64": 252, "aarch64": 31}
@@ -118,6 +119,17 @@ def _drain_forever(fd: int) -> None:
 
 def _pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _tasks(pids: list[int]) -> int:
+    """Processes and their threads (a process that exited meanwhile counts as one)."""
+    total = 0
+    for pid in pids:
+        try:
+            total += len(os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            total += 1
+    return total
 
 
 def _tmpfs_mounts() -> list[str]:
@@ -513,7 +525,17 @@ class Agent:
             time.sleep(0.01)
 
     def _near_process_limit(self) -> bool:
-        return self.max_procs > 0 and len(_pids()) >= self.max_procs * _PROCS_HEADROOM
+        """Whether the sandbox's tasks (processes and threads: what ``pids.max`` counts) are near
+        its limit. A fork bomb's count swings as its processes die and respawn, so it is sampled
+        a few times; counting threads reads a directory per process, so all this only when the
+        processes alone are already a good part of the way there."""
+        if self.max_procs <= 0 or len(_pids()) < self.max_procs * _PROCS_LOOK:
+            return False
+        for _ in range(3):
+            if _tasks(_pids()) >= self.max_procs * _PROCS_HEADROOM:
+                return True
+            time.sleep(0.01)
+        return False
 
     def _kill_everything(self) -> str:
         """The sandbox is at its process limit (a fork bomb): kill every process but us, so the
