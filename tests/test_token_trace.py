@@ -248,7 +248,7 @@ async def test_agent_loop_result_gives_an_exact_episode(tiny_dirs: dict[str, str
         loop = AgentLoop(
             model,
             tools,
-            ToolContext(task_id="t", sandbox=None),  # type: ignore[arg-type]
+            ToolContext(task_id="t", sandbox=None),
             AgentConfig(system_prompt="You are a helpful assistant.", max_turns=6),
         )
         result = await loop.run([{"role": "user", "content": "Please create the files."}])

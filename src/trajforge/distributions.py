@@ -2,7 +2,8 @@
 
 A distribution gives each toolset an independent chance (in percent) of being offered to a
 sample, so a dataset run yields trajectories over many tool combinations. The 17 distributions
-and their percentages are those of the reference (SPEC section 3); users select them by name.
+and their percentages are those of the reference system (Hermes Agent's batch runner; `trajforge
+distributions` lists them); users select them by name.
 
 Sampling takes an explicit ``random.Random``: with :func:`sample_rng` derived from the run seed
 and a sample's key, the same sample always gets the same toolsets, whichever worker runs it and

@@ -5,7 +5,7 @@ model sampled, plus the template's text for what came next* (tool results, a lat
 the next generation prompt). Re-tokenizing the whole conversation instead drifts: sampled ids
 are rarely the canonical tokenization of their text, and templates such as Qwen3's strip
 ``<think>`` from earlier turns. The reference system matched re-rendered prefixes, which breaks
-on exactly those templates (SPEC section 7).
+on exactly those templates.
 
 :meth:`ChatTemplate.continuation_ids` finds the segment without assuming the re-render keeps
 earlier turns unchanged: every assistant turn ends with the end-of-turn marker (``<|im_end|>``

@@ -12,7 +12,7 @@ attach one of two templates:
 - ``"qwen3"``: the same turns, but like the real Qwen3 template it *strips* ``<think>``
   reasoning from every assistant turn except a final one. Re-rendering a finished multi-turn
   conversation therefore differs from the tokens the model saw -- exactly the case the reference
-  system's prefix matching got wrong (SPEC section 7).
+  system's prefix matching got wrong.
 
 Both are saved with ``save_pretrained`` so ``AutoTokenizer.from_pretrained(out_dir)`` works
 offline, like a downloaded model directory would.

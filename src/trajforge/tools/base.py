@@ -22,16 +22,23 @@ class ToolContext:
 
     ``starting`` lets the sandbox start while the first model call is in flight (see
     :func:`trajforge.agent.run_session`): the agent loop awaits :meth:`ensure_sandbox` before it
-    runs any tool, so tools always see a ready ``sandbox``.
+    runs any tool, so tools reach a ready one through :attr:`ready_sandbox`.
 
     ``limits`` bounds the durations and sizes a model may set in its tool arguments.
     """
 
     task_id: str
-    sandbox: Sandbox = field(default=None)  # type: ignore[assignment]  # set once started
+    sandbox: Sandbox | None = None  # set once started
     state: dict[str, Any] = field(default_factory=dict)
     starting: asyncio.Task[Sandbox] | None = None
     limits: ToolLimits = field(default_factory=ToolLimits)
+
+    @property
+    def ready_sandbox(self) -> Sandbox:
+        """The rollout's sandbox; a tool that needs one and runs before it started is a bug."""
+        if self.sandbox is None:
+            raise RuntimeError(f"the sandbox of {self.task_id} is not started (await ensure_sandbox first)")
+        return self.sandbox
 
     async def ensure_sandbox(self) -> Sandbox | None:
         """The ready sandbox (None for sandbox-less tools); a start failure raises

@@ -43,7 +43,7 @@ async def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     offset = int(first.value)
     limit = None if bound is None else int(bound.value)
     try:
-        data = await ctx.sandbox.read_bytes(path, MAX_LOAD_BYTES + 1)
+        data = await ctx.ready_sandbox.read_bytes(path, MAX_LOAD_BYTES + 1)
     except OSError as exc:
         return _file_error(path, exc)
     if b"\x00" in data[:8192]:
@@ -69,11 +69,11 @@ async def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 
 async def _write_bytes(ctx: ToolContext, path: str, data: bytes) -> None:
     try:
-        await ctx.sandbox.write_bytes(path, data)
+        await ctx.ready_sandbox.write_bytes(path, data)
     except FileNotFoundError:
         parent = path.rsplit("/", 1)[0] if "/" in path else "."
-        await ctx.sandbox.exec(f"mkdir -p -- {shlex.quote(parent)}", timeout=10)
-        await ctx.sandbox.write_bytes(path, data)
+        await ctx.ready_sandbox.exec(f"mkdir -p -- {shlex.quote(parent)}", timeout=10)
+        await ctx.ready_sandbox.write_bytes(path, data)
 
 
 async def _write_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -101,7 +101,7 @@ async def _patch(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     if not old:
         return ToolOutput.failure("old_string is empty; give the exact text to replace")
     try:
-        raw = await ctx.sandbox.read_bytes(path, MAX_LOAD_BYTES + 1)
+        raw = await ctx.ready_sandbox.read_bytes(path, MAX_LOAD_BYTES + 1)
         if len(raw) > MAX_LOAD_BYTES:
             return ToolOutput.failure(
                 f"{path} is larger than {MAX_LOAD_BYTES} bytes; edit it with terminal tools"
@@ -123,7 +123,7 @@ async def _patch(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         )
     updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
     try:
-        await ctx.sandbox.write_bytes(path, updated.encode())
+        await ctx.ready_sandbox.write_bytes(path, updated.encode())
     except OSError as exc:
         return _file_error(path, exc)
     return ToolOutput(
@@ -148,7 +148,7 @@ async def _search_files(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         f"grep {flags}{include} -e {shlex.quote(pattern)} -- {shlex.quote(path)} 2>&1 "
         f"| head -n {max_results}; exit ${{PIPESTATUS[0]}}"
     )
-    res = await ctx.sandbox.exec(cmd, timeout=60)
+    res = await ctx.ready_sandbox.exec(cmd, timeout=60)
     if res.exit_code == 1:
         return ToolOutput(content=orjson.dumps({"matches": [], "note": "no matches"}).decode())
     if res.exit_code not in (0, None) or res.timed_out:

@@ -56,7 +56,7 @@ def _result_text(res: ExecResult, **extra: Any) -> str:
 
 
 def _scratch(ctx: ToolContext) -> str:
-    return getattr(ctx.sandbox, "scratch_dir", "/tmp")
+    return getattr(ctx.ready_sandbox, "scratch_dir", "/tmp")
 
 
 def _clamped(*bounds: Bounded | None) -> dict[str, str]:
@@ -77,7 +77,7 @@ async def _terminal(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         return ToolOutput.failure("argument 'command' is empty")
     if background:
         return await _start_background(command, ctx)
-    res = await ctx.sandbox.exec(command, timeout=timeout.value if timeout is not None else None)
+    res = await ctx.ready_sandbox.exec(command, timeout=timeout.value if timeout is not None else None)
     if res.timed_out:
         return ToolOutput(content=_result_text(res, **_clamped(timeout)), ok=False, error="timeout")
     return ToolOutput(content=_result_text(res, **_clamped(timeout)))
@@ -93,7 +93,7 @@ async def _start_background(command: str, ctx: ToolContext) -> ToolOutput:
         f"mkdir -p {shlex.quote(base)} && "
         f"nohup setsid sh -c {shlex.quote(inner)} > /dev/null 2>&1 < /dev/null & echo $!"
     )
-    res = await ctx.sandbox.exec(launcher, timeout=30)
+    res = await ctx.ready_sandbox.exec(launcher, timeout=30)
     try:
         pid = int(res.output.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -109,7 +109,7 @@ async def _start_background(command: str, ctx: ToolContext) -> ToolOutput:
 
 
 async def _status(proc: BackgroundProcess, ctx: ToolContext) -> dict[str, Any]:
-    res = await ctx.sandbox.exec(f"cat {shlex.quote(proc.rc_file)} 2>/dev/null", timeout=10)
+    res = await ctx.ready_sandbox.exec(f"cat {shlex.quote(proc.rc_file)} 2>/dev/null", timeout=10)
     text = res.output.strip()
     if text.lstrip("-").isdigit():
         return {"id": proc.id, "status": "exited", "exit_code": int(text), "command": proc.command}
@@ -142,7 +142,7 @@ async def _process(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     if action == "poll":
         return ToolOutput(content=orjson.dumps(await _status(proc, ctx)).decode())
     if action == "read":
-        res = await ctx.sandbox.exec(f"tail -c {tail} {shlex.quote(proc.log)} 2>/dev/null", timeout=10)
+        res = await ctx.ready_sandbox.exec(f"tail -c {tail} {shlex.quote(proc.log)} 2>/dev/null", timeout=10)
         status = await _status(proc, ctx)
         return ToolOutput(content=_result_text(res, **status, **clamped))
     if action == "wait":
@@ -150,12 +150,12 @@ async def _process(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
             f"while [ ! -s {shlex.quote(proc.rc_file)} ]; do sleep 0.1; done; "
             f"tail -c {tail} {shlex.quote(proc.log)}"
         )
-        res = await ctx.sandbox.exec(script, timeout=timeout)
+        res = await ctx.ready_sandbox.exec(script, timeout=timeout)
         status = await _status(proc, ctx)
         if res.timed_out:
             status["note"] = f"still running after waiting {timeout:g}s"
         return ToolOutput(content=_result_text(res, **status, **clamped))
-    res = await ctx.sandbox.exec(
+    res = await ctx.ready_sandbox.exec(
         f"kill -TERM -- -{proc.pid} 2>/dev/null; sleep 0.2; kill -KILL -- -{proc.pid} 2>/dev/null; "
         f"[ -s {shlex.quote(proc.rc_file)} ] || echo 137 > {shlex.quote(proc.rc_file)}; echo killed",
         timeout=10,

@@ -3,7 +3,7 @@
 A parser turns the raw text an open model produced into tool calls. The result keeps three
 things apart on purpose: the prose (``content``), the calls that parsed, and the calls that did
 not (``errors``). A malformed call is never dropped as if the model had not called a tool: the
-agent loop shows the error to the model and records it (SPEC section 7: the reference ended the
+agent loop shows the error to the model and records it (the reference system ended the
 episode as if it had finished naturally).
 """
 
