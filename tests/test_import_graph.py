@@ -17,7 +17,7 @@ SRC = Path(trajforge.__file__).parent
 
 # Ground first. A package may import its own floor and those below, never above.
 FLOORS: list[set[str]] = [
-    {"messages", "trajectory", "sandbox"},
+    {"messages", "extras", "trajectory", "sandbox"},
     {"llm"},
     {"protocols", "tools", "tasks", "serve", "distributions", "testing"},
     {"agent"},
@@ -47,8 +47,8 @@ def _edges() -> dict[str, dict[str, list[str]]]:
             targets: list[str] = []
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 targets = [node.module]
-                if node.module == "trajforge":  # ``from trajforge import llm``
-                    targets = [f"trajforge.{a.name}" for a in node.names]
+                if node.module == "trajforge":  # ``from trajforge import llm`` (not ``__version__``)
+                    targets = [f"trajforge.{a.name}" for a in node.names if a.name in FLOOR]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             for target in targets:

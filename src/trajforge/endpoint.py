@@ -17,12 +17,18 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from trajforge.extras import missing_ml
+
 if TYPE_CHECKING:  # the client (and the openai SDK) load when one is built, not at CLI start-up
     from trajforge.llm.openai_client import OpenAIChatModel
 
 EMBEDDED_MODEL_NAME = "trajforge-tiny"
 # Package data of ``trajforge.models.tiny`` (its recipe writes them), located without importing it.
 _EMBEDDED_WEIGHTS = Path(__file__).resolve().parent / "models" / "tiny" / "weights"
+
+
+class MissingExtraError(ValueError):
+    """The embedded policy cannot be served here: the ``ml`` extra is not installed."""
 
 
 class EndpointConfig(BaseModel):
@@ -126,6 +132,9 @@ async def embedded_endpoint(
     """Serve the embedded tiny policy on a free loopback port; yields ``(base_url, model_name)``."""
     from trajforge.serve.launcher import LocalServer
 
+    problem = missing_ml("the embedded default policy (no --model/--base-url)")
+    if problem:
+        raise MissingExtraError(problem)
     path = embedded_weights()
     announce(
         f"No --model/--base-url given: using the embedded tiny policy ({path}) served by "

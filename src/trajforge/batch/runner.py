@@ -43,6 +43,7 @@ from trajforge.batch.writer import (
     writing,
 )
 from trajforge.endpoint import embedded_endpoint
+from trajforge.extras import missing_ml
 from trajforge.protocols import ChatModel, SandboxFactory
 from trajforge.tools.registry import ToolRegistry, default_registry
 
@@ -110,6 +111,9 @@ async def _run_batch(
     check_output_dir(cfg)
     _warn_unimplemented(registry, prep, announce)
     if cfg.embedded and model is None:
+        problem = missing_ml("the embedded default policy (no --model/--base-url)")
+        if problem:
+            raise RunError(problem)
         async with embedded_endpoint(announce=announce) as (base_url, name):
             served = cfg.model_copy(update={"base_url": base_url, "model": name})
             return await _start(served, prep, registry, progress, model, sandbox_factory)

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trajforge.cli.errors import fail
+from trajforge.extras import missing_ml
 
 model_app = typer.Typer(
     help="Build and evaluate the embedded tiny tool-calling policy.", no_args_is_help=True
@@ -26,6 +27,7 @@ def build_tiny_cmd(
     eval_n: int = typer.Option(0, "--eval", min=0, help="Evaluate on this many held-out tasks afterwards."),
 ) -> None:
     """Train the tiny policy from scratch: real-tool synthetic data, BPE tokenizer, TRL SFT."""
+    _require_ml("`trajforge model build-tiny`")
     from dataclasses import replace
 
     from trajforge.models.tiny.build import BuildConfig, build_tiny, write_model_card
@@ -63,6 +65,7 @@ def eval_cmd(
     sandbox: str = typer.Option("bwrap", "--sandbox", help="Sandbox backend for the tool calls."),
 ) -> None:
     """Run a policy on held-out generated tasks through the agent loop; print format and success rates."""
+    _require_ml("`trajforge model eval`")
     from trajforge.models.tiny import weights_path
     from trajforge.models.tiny.evaluate import EVAL_SEED, evaluate
 
@@ -79,6 +82,12 @@ def eval_cmd(
         )
     )
     _print_quality(report)
+
+
+def _require_ml(what: str) -> None:
+    problem = missing_ml(what)
+    if problem:
+        raise fail(problem)
 
 
 def _print_quality(report: object) -> None:

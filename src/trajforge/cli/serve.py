@@ -10,6 +10,7 @@ import typer
 from pydantic import ValidationError
 
 from trajforge.cli.errors import fail
+from trajforge.extras import missing_ml
 
 if TYPE_CHECKING:
     from trajforge.serve.config import ServeConfig
@@ -52,6 +53,9 @@ def serve(
     logprobs_mode: LogprobsMode = "raw",
 ) -> None:
     """Serve a local model: /v1/chat/completions, /v1/completions, /generate, /v1/load_weights."""
+    problem = missing_ml("`trajforge serve`")
+    if problem:
+        raise fail(problem)
     config = _config(
         dict(
             model_path=model,

@@ -1,0 +1,51 @@
+"""Without the ``ml`` extra, commands that need it say so in one line; ``--version`` works.
+
+The missing extra is simulated with a ``torch`` package on PYTHONPATH whose import fails, the
+way an absent one does; the commands run as real subprocesses.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import trajforge
+
+
+def _cli(args: list[str], tmp_path: Path, *, without_torch: bool) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if without_torch:
+        fake = tmp_path / "no-ml"
+        (fake / "torch").mkdir(parents=True, exist_ok=True)
+        (fake / "torch" / "__init__.py").write_text('raise ImportError("No module named torch")\n')
+        env["PYTHONPATH"] = str(fake)
+    cmd = [sys.executable, "-c", "from trajforge.cli.main import main; main()", *args]
+    return subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
+def test_version(tmp_path: Path) -> None:
+    done = _cli(["--version"], tmp_path, without_torch=False)
+    assert done.returncode == 0 and done.stdout.strip() == f"trajforge {trajforge.__version__}"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--model", "some-dir"],
+        ["model", "eval", "--n", "1"],
+        ["run", "hello", "--sandbox", "local"],
+        ["batch", "prompts.jsonl", "--run-name", "r", "--sandbox", "local", "--toolsets", "terminal"],
+    ],
+    ids=["serve", "model-eval", "run-embedded", "batch-embedded"],
+)
+def test_commands_that_need_the_ml_extra_say_so_in_one_line(args: list[str], tmp_path: Path) -> None:
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
+    done = _cli(args, tmp_path, without_torch=True)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert "pip install 'trajforge[ml]'" in lines[0] and "Traceback" not in done.stderr
