@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -54,6 +54,7 @@ class Sample:
     image: str | None = None
     cwd: str | None = None
     setup_files: dict[str, str] | None = None
+    extra: dict[str, Any] | None = None  # the row's other fields (ids, expected answers, ...), kept
 
 
 @dataclass(slots=True, frozen=True)
@@ -75,6 +76,9 @@ class LoadedDataset:
 
 def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=10).hexdigest()
+
+
+_ROW_FIELDS = frozenset({"prompt", "image", "docker_image", "cwd", "setup_files"})
 
 
 def _check_row(row: object) -> tuple[str, str | None, str | None, dict[str, str] | None]:
@@ -185,8 +189,11 @@ class DatasetIndex:
         parsed = index - self.cached_rows
         if 0 <= parsed < len(self._prompts) and (prompt := self._prompts[parsed]) is not None:
             return Sample(self.keys[index], index, prompt)
-        prompt, image, cwd, files = _check_row(_parse(self.line(index)))
-        return Sample(self.keys[index], index, prompt, image, cwd, files)
+        row = _parse(self.line(index))
+        prompt, image, cwd, files = _check_row(row)
+        assert isinstance(row, dict)  # _check_row said so
+        extra = {k: v for k, v in row.items() if k not in _ROW_FIELDS}
+        return Sample(self.keys[index], index, prompt, image, cwd, files, extra or None)
 
     def samples(self, indexes: list[int]) -> tuple[list[Sample], list[BadRow]]:
         """The rows at ``indexes``: samples, and bad rows, each in the order given."""

@@ -1,6 +1,7 @@
 """Exports of a run directory into the formats trainers read.
 
-* ``messages``: TRL-ready SFT rows ``{"messages": [...], "tools": [...]}`` (OpenAI format, tool
+* ``messages``: TRL-ready SFT rows ``{"messages": [...], "tools": [...]}`` (OpenAI format, the run's
+  own system prompt first when it had one, tool
   call arguments as JSON strings so every row has one Arrow schema, reasoning under
   ``reasoning_content``);
 * ``sharegpt``: ``{"conversations": [...]}`` with the canonical system turn listing the tools;
@@ -177,9 +178,15 @@ def to_hermes(line: dict[str, Any], run: RunInfo, known: list[str]) -> dict[str,
     return out
 
 
+def _system(line: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's own system prompt, which the model was conditioned on (kept on the line)."""
+    text = (line.get("metadata") or {}).get("system_prompt")
+    return [{"role": "system", "content": text}] if text else []
+
+
 def to_messages(line: dict[str, Any], run: RunInfo) -> dict[str, Any]:
     return {
-        "messages": _chat(line),
+        "messages": _system(line) + _chat(line),
         "tools": run.tools_for(line["toolsets_used"]),
     }
 
@@ -201,7 +208,7 @@ def dpo_pairs(run: RunInfo) -> Iterator[dict[str, Any]]:
                 continue  # failed before the model answered: nothing to reject
             used.add(prompt)
             yield {
-                "prompt": [{"role": "user", "content": prompt}],
+                "prompt": [*_system(good), {"role": "user", "content": prompt}],
                 "chosen": _chat(good)[1:],
                 "rejected": rejected,
                 "tools": run.tools_for(good["toolsets_used"]),

@@ -115,8 +115,13 @@ def build_line(
     model: str | None,
     run_tools: Sequence[str],
     tools: Sequence[dict[str, Any]] = (),
+    system_prompt: str | None = None,
 ) -> tuple[bytes, SampleSummary]:
-    """(the JSONL line, the summary for statistics); ``tools`` are the schemas offered to the sample."""
+    """(the JSONL line, the summary for statistics); ``tools`` are the schemas offered to the sample.
+
+    ``metadata`` also carries what the sample was asked with beyond its prompt: the run's system
+    prompt (the ShareGPT turns replace it with the reference's tools prompt) and the dataset row's
+    other fields under ``row`` (ids, expected answers: what grading needs)."""
     tool_stats, tool_error_counts = _padded_stats(run_tools, result)
     summary = _summary(outcome, result, run, tool_error_counts)
     finished_at = _iso(run.finished_at)
@@ -126,7 +131,7 @@ def build_line(
         "status": outcome.status,
         "reason": outcome.reason,
         "conversations": _conversations(sample, result, tools),
-        "metadata": {"batch_num": run.worker, "timestamp": finished_at, "model": model, "seed": run.seed},
+        "metadata": _metadata(sample, run, model, finished_at, system_prompt),
         "completed": outcome.status == "completed",
         "partial": outcome.status == "partial",
         "api_calls": summary.api_calls,
@@ -145,6 +150,22 @@ def build_line(
         "termination": result.termination.value if result else "not_run",
     }
     return orjson.dumps(record) + b"\n", summary
+
+
+def _metadata(
+    sample: Sample | BadRow, run: SampleFacts, model: str | None, finished_at: str, system_prompt: str | None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "batch_num": run.worker,
+        "timestamp": finished_at,
+        "model": model,
+        "seed": run.seed,
+    }
+    if system_prompt is not None:
+        meta["system_prompt"] = system_prompt
+    if isinstance(sample, Sample) and sample.extra:
+        meta["row"] = sample.extra
+    return meta
 
 
 def _summary(

@@ -152,6 +152,7 @@ class Worker:
             model=self.cfg.model,
             run_tools=self.spec.run_tools,
             tools=self.registry.schemas(tools),
+            system_prompt=self.cfg.system_prompt,
         )
         self.writer.submit(
             Finished(sample.key, attempt.outcome.status, attempt.outcome.reason, line, summary)
