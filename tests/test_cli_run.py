@@ -49,6 +49,10 @@ def test_run_prints_answer_and_saves_trajectory(tmp_path: Path):
         )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "There are 3 lines."
+    table = [
+        line.split() for line in proc.stderr.splitlines() if line.split()[:1] in (["tool"], ["terminal"])
+    ]
+    assert table == [["tool", "calls", "ok", "failed"], ["terminal", "1", "1", "0"]], proc.stderr
     line = orjson.loads((tmp_path / "out.jsonl").read_bytes())
     conv = line["conversations"]
     assert [t["from"] for t in conv] == ["system", "human", "gpt", "tool", "gpt"]

@@ -12,6 +12,7 @@ from typing import Annotated, TypeGuard
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from trajforge.agent import AgentConfig, AgentResult, run_session
 from trajforge.cli.errors import fail
@@ -183,11 +184,16 @@ async def _run(
 def _report(result: AgentResult, path: Path) -> None:
     if result.final_answer is not None:
         print(result.final_answer)
-    calls = {k: v.count for k, v in result.tool_stats.items()}
     _err.print(
-        f"[dim]{result.termination.value} after {result.turns_used} turns, {result.api_calls} model calls, "
-        f"tools {calls}; trajectory saved to {path}[/]"
+        f"[dim]{result.termination.value} after {result.turns_used} turns, {result.api_calls} model calls; "
+        f"trajectory saved to {path}[/]"
     )
+    used = {name: stat for name, stat in result.tool_stats.items() if stat.count}
+    if used:
+        table = Table("tool", "calls", "ok", "failed", box=None, header_style="dim")
+        for name, stat in used.items():
+            table.add_row(name, str(stat.count), str(stat.success), str(stat.failure))
+        _err.print(table)
     if result.error:
         _err.print(f"[yellow]{result.error}[/]")
 
