@@ -28,3 +28,38 @@ async def scripted_server() -> AsyncIterator[Callable[..., Awaitable[ScriptedSer
             return await stack.enter_async_context(ScriptedServer(policy, **kwargs))
 
         yield start
+
+
+SCRIPTED_KEY_ENV = "TF_SCRIPTED_TEST_KEY"
+
+
+@pytest.fixture
+def scripted_batch_config(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
+    """Factory: a ``BatchConfig`` for a small run against a scripted endpoint, in ``tmp_path``:
+    ``cfg = scripted_batch_config(rows, base_url, **overrides)``. Local sandboxes, one toolset,
+    no progress output, reasoning not required; every override is a BatchConfig field."""
+    import orjson
+
+    from trajforge.batch.config import load_config
+
+    monkeypatch.setenv(SCRIPTED_KEY_ENV, "k")
+
+    def make(rows: list[dict[str, Any]], base_url: str, **overrides: Any) -> Any:
+        dataset = tmp_path / "d.jsonl"
+        dataset.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+        settings = {
+            "dataset": dataset,
+            "run_name": "run",
+            "output_dir": tmp_path / "data",
+            "model": "scripted",
+            "base_url": base_url,
+            "api_key_env": SCRIPTED_KEY_ENV,
+            "toolsets": ["terminal"],
+            "sandbox": "local",
+            "progress": "none",
+            "require_reasoning": False,
+            "retry_backoff": 0.01,
+        }
+        return load_config(None, {**settings, **overrides})
+
+    return make

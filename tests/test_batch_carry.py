@@ -11,52 +11,24 @@ from typing import Any
 
 import datasets
 import orjson
-import pytest
 
-from trajforge.batch.config import load_config
 from trajforge.batch.export import export_run
 from trajforge.batch.runner import run_batch
 from trajforge.testing.scripted_server import Reply, ScriptedServer
 
-KEY_ENV = "TF_CARRY_TEST_KEY"
 
-
-@pytest.fixture(autouse=True)
-def _key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(KEY_ENV, "k")
-
-
-async def test_system_prompt_and_row_fields_reach_the_line_and_the_exports(tmp_path: Path) -> None:
+async def test_system_prompt_and_row_fields_reach_the_line_and_the_exports(
+    tmp_path: Path, scripted_batch_config
+) -> None:
     rows: list[dict[str, Any]] = [
         {"prompt": "2+2?", "id": "q1", "expected": "4", "tags": ["math"]},
         {"prompt": "3+3?", "id": "q2", "expected": "6", "tags": []},
         {"prompt": "plain"},
     ]
-    ds = tmp_path / "d.jsonl"
-    ds.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     async with ScriptedServer(lambda body: Reply(content="ok"), api_key="k") as srv:
-        await run_batch(_config(ds, tmp_path, srv.base_url))
+        await run_batch(scripted_batch_config(rows, srv.base_url, system_prompt="You are terse."))
         sent = srv.requests[0]["messages"][0]
     _check(tmp_path, sent)
-
-
-def _config(ds: Path, tmp_path: Path, base_url: str) -> Any:
-    return load_config(
-        None,
-        {
-            "dataset": ds,
-            "run_name": "run",
-            "output_dir": tmp_path / "data",
-            "model": "scripted",
-            "base_url": base_url,
-            "api_key_env": KEY_ENV,
-            "toolsets": ["terminal"],
-            "sandbox": "local",
-            "progress": "none",
-            "require_reasoning": False,
-            "system_prompt": "You are terse.",
-        },
-    )
 
 
 def _check(tmp_path: Path, sent: dict[str, Any]) -> None:

@@ -12,40 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 
-from trajforge.batch.config import load_config
 from trajforge.batch.runner import run_batch
 from trajforge.testing.scripted_server import Reply, ScriptedServer, ToolCallSpec
 
-KEY_ENV = "TF_MARKUP_TEST_KEY"
 MARKUP = 'Let me check.\n<tool_call>\n{"name": "terminal", "arguments": {"command": "ls"}}\n</tool_call>'
-
-
-@pytest.fixture(autouse=True)
-def _key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(KEY_ENV, "k")
-
-
-def _run_cfg(tmp_path: Path, srv: ScriptedServer, prompts: list[str]) -> Any:
-    ds = tmp_path / "d.jsonl"
-    ds.write_bytes(b"".join(orjson.dumps({"prompt": p}) + b"\n" for p in prompts))
-    return load_config(
-        None,
-        {
-            "dataset": ds,
-            "run_name": "run",
-            "output_dir": tmp_path / "data",
-            "model": "scripted",
-            "base_url": srv.base_url,
-            "api_key_env": KEY_ENV,
-            "toolsets": ["terminal"],
-            "sandbox": "local",
-            "progress": "none",
-            "require_reasoning": False,
-            "retry_backoff": 0.01,
-        },
-    )
 
 
 def _records(run_dir: Path, name: str) -> list[dict[str, Any]]:
@@ -53,14 +24,16 @@ def _records(run_dir: Path, name: str) -> list[dict[str, Any]]:
     return [orjson.loads(x) for x in path.read_bytes().splitlines()] if path.exists() else []
 
 
-async def test_markup_in_content_is_a_parse_error_and_the_model_retries(tmp_path: Path) -> None:
+async def test_markup_in_content_is_a_parse_error_and_the_model_retries(
+    tmp_path: Path, scripted_batch_config
+) -> None:
     script = [
         Reply(content=MARKUP),  # the endpoint did not parse the call
         Reply(tool_calls=[ToolCallSpec("terminal", {"command": "echo ran"})]),
         Reply(content="It printed ran."),
     ]
     async with ScriptedServer(script, api_key="k") as srv:
-        await run_batch(_run_cfg(tmp_path, srv, ["go"]))
+        await run_batch(scripted_batch_config([{"prompt": p} for p in ["go"]], srv.base_url))
         told = srv.requests[1]["messages"][-1]
     assert told["role"] == "user" and "was not run" in told["content"] and "'terminal'" in told["content"]
     done = _records(tmp_path / "data" / "run", "trajectories.jsonl")
@@ -68,9 +41,11 @@ async def test_markup_in_content_is_a_parse_error_and_the_model_retries(tmp_path
     assert done[0]["tool_stats"]["terminal"]["success"] == 1  # the retried call ran
 
 
-async def test_a_model_that_keeps_emitting_markup_never_completes(tmp_path: Path) -> None:
+async def test_a_model_that_keeps_emitting_markup_never_completes(
+    tmp_path: Path, scripted_batch_config
+) -> None:
     async with ScriptedServer(lambda body: Reply(content=MARKUP), api_key="k") as srv:
-        await run_batch(_run_cfg(tmp_path, srv, ["a", "b"]))
+        await run_batch(scripted_batch_config([{"prompt": p} for p in ["a", "b"]], srv.base_url))
     run_dir = tmp_path / "data" / "run"
     assert _records(run_dir, "trajectories.jsonl") == []
     failed = _records(run_dir, "failed.jsonl")
@@ -79,9 +54,11 @@ async def test_a_model_that_keeps_emitting_markup_never_completes(tmp_path: Path
         assert not r["completed"]
 
 
-async def test_prose_that_only_mentions_tags_is_still_an_answer(tmp_path: Path) -> None:
+async def test_prose_that_only_mentions_tags_is_still_an_answer(
+    tmp_path: Path, scripted_batch_config
+) -> None:
     text = "Wrap each call in <tool_call> tags, as the docs say."
     async with ScriptedServer([Reply(content=text)], api_key="k") as srv:
-        await run_batch(_run_cfg(tmp_path, srv, ["explain"]))
+        await run_batch(scripted_batch_config([{"prompt": p} for p in ["explain"]], srv.base_url))
     done = _records(tmp_path / "data" / "run", "trajectories.jsonl")
     assert len(done) == 1 and done[0]["completed"]
