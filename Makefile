@@ -35,10 +35,10 @@ test-fast: setup
 	$(VENV)/bin/pytest -n 2 --dist loadfile -q -m "not slow" $(PYTEST_ARGS)
 
 # The main job on the embedded default: the tiny policy is served on loopback by `trajforge serve`
-# (no --model/--base-url), every task runs in its own bubblewrap sandbox. data/demo is recreated.
+# (no --model/--base-url), every task runs in its own bubblewrap sandbox. Each demo is a new run
+# directory (data/demo-YYYYmmdd-HHMMSS): nothing of an earlier one, exports included, is deleted.
 demo: setup
-	rm -rf data/demo
-	$(VENV)/bin/trajforge batch examples/tasks.jsonl --run-name demo --output-dir data \
+	$(VENV)/bin/trajforge batch examples/tasks.jsonl --run-name demo-$$(date +%Y%m%d-%H%M%S) --output-dir data \
 		--toolsets terminal,file --progress plain
 
 lint: setup

@@ -170,3 +170,14 @@ def test_list_and_json_flags_are_parsed(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "--toolsets is empty" in result.output
     result = runner.invoke(app, [*args, "--extra-body", "{oops"])
     assert result.exit_code == 2 and "--extra-body is not valid JSON" in result.output
+
+
+def test_every_bad_row_is_reported_at_once_capped(tmp_path: Path) -> None:
+    rows = [b'{"prompt": "ok"}'] + [b"{broken" for _ in range(12)] + [b'{"no_prompt": 1}']
+    ds = _dataset(tmp_path / "d.jsonl", rows)
+    args = ["batch", str(ds), "--run-name", "r", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"]
+    result = runner.invoke(app, [*args, "--output-dir", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "13 bad rows" in result.output and "line 2: malformed JSON" in result.output
+    assert "line 11:" in result.output and "line 12:" not in result.output  # ten shown
+    assert "and 3 more" in result.output and "--skip-bad-rows" in result.output

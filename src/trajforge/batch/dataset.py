@@ -149,8 +149,23 @@ def _bulk_allocation() -> Iterator[None]:
         gc.freeze()
 
 
+_SHOWN_BAD_ROWS = 10
+
+
 def _bad_row_error(path: Path, reason: str) -> DatasetError:
     return DatasetError(f"{path}: {reason}; fix the row or pass --skip-bad-rows to record it as failed")
+
+
+def _bad_rows_error(path: Path, reasons: list[str]) -> DatasetError:
+    """Every bad row of the file at once (the first ten, and how many more), not just the first."""
+    if len(reasons) == 1:
+        return _bad_row_error(path, reasons[0])
+    shown = "; ".join(reasons[:_SHOWN_BAD_ROWS])
+    more = f"; and {len(reasons) - _SHOWN_BAD_ROWS} more" if len(reasons) > _SHOWN_BAD_ROWS else ""
+    return DatasetError(
+        f"{path}: {len(reasons)} bad rows: {shown}{more}; fix them or pass --skip-bad-rows to record "
+        "them as failed"
+    )
 
 
 @dataclass(eq=False)
@@ -413,6 +428,7 @@ def _scan(index: DatasetIndex, skip_bad_rows: bool, limit: int | None) -> None:
     lineno = index.covered_lines
     size = len(data)
     loads, dumps, blake2b = orjson.loads, orjson.dumps, hashlib.blake2b
+    errors: list[str] = []
     for raw in (data if start == 0 else data[start:]).split(b"\n"):
         here = off
         off += len(raw) + 1
@@ -437,7 +453,7 @@ def _scan(index: DatasetIndex, skip_bad_rows: bool, limit: int | None) -> None:
         except ValueError as exc:
             reason = f"line {lineno}: {exc}"
             if not skip_bad_rows:
-                raise _bad_row_error(index.path, reason) from None
+                errors.append(reason)  # reported together at the end: fix them all in one go
             base = _bad_base(raw)
             bad[rows] = reason
             prompts.append(None)
@@ -450,6 +466,8 @@ def _scan(index: DatasetIndex, skip_bad_rows: bool, limit: int | None) -> None:
             index.covered = off
             index.covered_rows = rows + 1
             index.covered_lines = lineno
+    if errors:
+        raise _bad_rows_error(index.path, errors)
     prior = _prior_counts(index.keys, set(seen)) if prefix and seen else {}
     if prior:
         index.keys.extend(f"{b}-{prior.get(b, 0) + n}" for b, n in zip(bases, repeats, strict=True))
@@ -481,7 +499,7 @@ def index_dataset(
             index.cached_rows = index.covered_rows = max_samples
             index._saved = None
         if index.bad and not skip_bad_rows:
-            raise _bad_row_error(path, index.bad[min(index.bad)])
+            raise _bad_rows_error(path, [index.bad[i] for i in sorted(index.bad)])
     if index.cached_rows == (saved.header.rows if saved else 0):  # not cut by max_samples
         with _bulk_allocation():
             _scan(index, skip_bad_rows, max_samples)
