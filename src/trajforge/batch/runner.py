@@ -110,6 +110,9 @@ async def _run_batch(
     check_run_dir(cfg)
     check_output_dir(cfg)
     _warn_unimplemented(registry, prep, announce)
+    if cfg.resume and await asyncio.to_thread(_nothing_left, cfg, prep):
+        announce(f"every sample of {cfg.run_dir} is done: nothing to do (no model server started)")
+        return await _run_locked(cfg, prep, registry, progress, None)
     if cfg.embedded and model is None:
         problem = missing_ml("the embedded default policy (no --model/--base-url)")
         if problem:
@@ -118,6 +121,18 @@ async def _run_batch(
             served = cfg.model_copy(update={"base_url": base_url, "model": name})
             return await _start(served, prep, registry, progress, model, sandbox_factory)
     return await _start(cfg, prep, registry, progress, model, sandbox_factory)
+
+
+def _nothing_left(cfg: BatchConfig, prep: Prepared) -> bool:
+    """Whether a resumed run has no sample left to run (read-only: the ledger is not changed)."""
+    if not (cfg.run_dir / LEDGER_FILE).exists():
+        return False
+    ledger = open_ledger(cfg.run_dir)
+    try:
+        plan = plan_run(ledger, prep.dataset)
+    finally:
+        ledger.close()
+    return not plan.todo and not plan.upserts and not plan.bad
 
 
 def _warn_unimplemented(registry: ToolRegistry, prep: Prepared, announce: Callable[[str], None]) -> None:
