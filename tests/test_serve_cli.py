@@ -36,8 +36,9 @@ def test_unknown_model_path_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_directory_without_config_is_a_clear_error(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["serve", "--model", str(tmp_path)])
-    assert result.exit_code == 2 and "config.json" in _stderr(result)
+    for flag in ("--model-path", "--model"):  # directories are --model-path; --model is the old name
+        result = CliRunner().invoke(app, ["serve", flag, str(tmp_path)])
+        assert result.exit_code == 2 and "config.json" in _stderr(result)
 
 
 def test_unknown_parser_lists_the_known_ones(model_dir: Path) -> None:

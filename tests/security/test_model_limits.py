@@ -221,6 +221,7 @@ def test_run_session_deadline_ends_with_timeout(tmp_path: Path) -> None:
     assert "session deadline of 3s passed" in proc.stderr
     assert "Traceback" not in proc.stderr
 
-    for flag, bad in (("--timeout", "nan"), ("--timeout", "0"), ("--max-command-timeout", "inf")):
+    for flag, bad in (("--sample-timeout", "nan"), ("--timeout", "0"), ("--max-command-timeout", "inf")):
         proc, _ = _run_cli(["run", "x", "--model", "m", flag, bad], tmp_path)
-        assert proc.returncode == 2 and f"{flag} must be a number of seconds greater than 0" in proc.stderr
+        named = "--sample-timeout" if flag == "--timeout" else flag  # the old name of the same option
+        assert proc.returncode == 2 and f"{named} must be a number of seconds greater than 0" in proc.stderr

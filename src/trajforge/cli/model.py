@@ -57,7 +57,10 @@ def build_tiny_cmd(
 @model_app.command("eval")
 def eval_cmd(
     model: Path | None = typer.Option(
-        None, "--model", help="Model directory (default: the embedded policy)."
+        None,
+        "--model-path",
+        "--model",
+        help="Model directory (default: the embedded policy); --model is the old name.",
     ),
     n: int = typer.Option(100, "--n", min=1, help="Held-out tasks to run."),
     seed: int | None = typer.Option(None, "--seed", help="Task seed (default: the held-out seed)."),
@@ -75,7 +78,7 @@ def eval_cmd(
         except FileNotFoundError as exc:
             raise fail(str(exc)) from None
     if not (model / "config.json").is_file():
-        raise fail(f"{model} is not a model directory (no config.json); pass --model DIR")
+        raise fail(f"{model} is not a model directory (no config.json); pass --model-path DIR")
     report = asyncio.run(
         evaluate(
             model, n, seed=EVAL_SEED if seed is None else seed, temperature=temperature, sandbox_kind=sandbox

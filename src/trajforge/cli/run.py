@@ -57,8 +57,10 @@ Stream = Annotated[bool, typer.Option(help="Use SSE streaming.")]
 Timeout = Annotated[
     float,
     typer.Option(
-        help="Deadline for the whole session (s): at it the session ends with termination "
-        "'timeout' and its sandbox is killed."
+        "--sample-timeout",
+        "--timeout",
+        help="Deadline for the whole session (s), as batch's --sample-timeout: at it the session ends "
+        "with termination 'timeout' and its sandbox is killed (--timeout is the old name).",
     ),
 ]
 MaxCommandTimeout = Annotated[
@@ -97,7 +99,7 @@ def run(
 ) -> None:
     """Run one agent session, print the final answer and save the trajectory."""
     kind = _sandbox_kind(sandbox)
-    _check_seconds(timeout=timeout, max_command_timeout=max_command_timeout)
+    _check_seconds(sample_timeout=timeout, max_command_timeout=max_command_timeout)
     try:
         box = SandboxConfig(kind=kind, network=network, command_timeout_s=min(60.0, max_command_timeout))
         chosen = choose_toolsets(toolsets, distribution, seed)

@@ -17,7 +17,12 @@ if TYPE_CHECKING:
 
 # The options of `trajforge serve`, one line each.
 Model = Annotated[
-    Path, typer.Option("--model", help="local transformers model directory (config, weights, tokenizer)")
+    Path,
+    typer.Option(
+        "--model-path",
+        "--model",
+        help="local transformers model directory (config, weights, tokenizer); --model is the old name",
+    ),
 ]
 Host = Annotated[str, typer.Option("--host", help="interface to bind")]
 Port = Annotated[int, typer.Option("--port", help="port to bind; 0 picks a free one (printed at startup)")]
