@@ -49,3 +49,13 @@ def test_commands_that_need_the_ml_extra_say_so_in_one_line(args: list[str], tmp
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     assert "pip install 'trajforge[ml]'" in lines[0] and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("command", [["distributions"], ["batch"], ["run"], ["model", "build-tiny"], []])
+def test_switches_show_no_value_in_help(command: list[str], tmp_path: Path) -> None:
+    """A switch shown as ``--json <bool>`` invites ``--json true``, and ``true`` is then read as
+    the next argument (a distribution name). Only typer's own ``--help`` line may still show it."""
+    done = _cli([*command, "--help"], tmp_path, without_torch=False)
+    assert done.returncode == 0, done.stderr
+    shown = [line for line in done.stdout.splitlines() if "<bool>" in line and "--help" not in line]
+    assert shown == [], shown

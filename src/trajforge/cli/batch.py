@@ -78,7 +78,8 @@ def _option(name: str, field: FieldInfo) -> inspect.Parameter:
     decls = (f"{flag}/--no-{flag[2:]}" if field.default is True else flag,) if kind is bool else ()
     text = (field.description or "") + (", comma-separated" if kind is list else "")
     cli_type = kind if kind in (bool, int, float, Path) else str
-    annotation = Annotated[cli_type | None, typer.Option(*decls, help=text)]
+    switch = {"metavar": ""} if kind is bool else {}  # a switch takes no value: show none
+    annotation = Annotated[cli_type | None, typer.Option(*decls, help=text, **switch)]
     return inspect.Parameter(name, _KEYWORD, default=_default(field, kind), annotation=annotation)
 
 

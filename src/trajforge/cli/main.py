@@ -30,7 +30,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit.", metavar=""
     ),
 ) -> None:
     """Agent trajectory factory and RL environments for tool-using LLMs."""

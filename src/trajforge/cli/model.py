@@ -21,7 +21,9 @@ model_app = typer.Typer(
 def build_tiny_cmd(
     out: Path = typer.Option(..., "--out", help="Directory to write the model into (created if missing)."),
     steps: int | None = typer.Option(None, "--steps", min=1, help="SFT steps (default: the recipe's)."),
-    quick: bool = typer.Option(False, "--quick", help="A seconds-long smoke build (tiny model, few steps)."),
+    quick: bool = typer.Option(
+        False, "--quick", help="A seconds-long smoke build (tiny model, few steps).", metavar=""
+    ),
     examples: int | None = typer.Option(None, "--examples", min=1, help="Synthetic trajectories to build."),
     sandbox: str = typer.Option("bwrap", "--sandbox", help="Sandbox backend that runs the tool calls."),
     eval_n: int = typer.Option(0, "--eval", min=0, help="Evaluate on this many held-out tasks afterwards."),
