@@ -1,7 +1,7 @@
 """Without the ``ml`` extra, commands that need it say so in one line; ``--version`` works.
 
-The missing extra is simulated with a ``torch`` package on PYTHONPATH whose import fails, the
-way an absent one does; the commands run as real subprocesses.
+The missing extra is simulated with a ``sitecustomize`` on PYTHONPATH whose import hook says torch
+is not there, the way an absent one looks; the commands run as real subprocesses.
 """
 
 from __future__ import annotations
@@ -15,13 +15,27 @@ import pytest
 
 import trajforge
 
+_NO_TORCH = """
+import sys
+
+
+class _NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError("No module named 'torch'", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _NoTorch())
+"""
+
 
 def _cli(args: list[str], tmp_path: Path, *, without_torch: bool) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if without_torch:
         fake = tmp_path / "no-ml"
-        (fake / "torch").mkdir(parents=True, exist_ok=True)
-        (fake / "torch" / "__init__.py").write_text('raise ImportError("No module named torch")\n')
+        fake.mkdir(exist_ok=True)
+        (fake / "sitecustomize.py").write_text(_NO_TORCH)
         env["PYTHONPATH"] = str(fake)
     cmd = [sys.executable, "-c", "from trajforge.cli.main import main; main()", *args]
     return subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)

@@ -7,19 +7,27 @@ command that needs it says so before it starts, instead of a traceback from deep
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 
 ML_MODULES = ("torch", "transformers")
 
 
 def missing_ml(what: str) -> str | None:
-    """None when the ML stack imports; else the one line that says what to install for ``what``."""
+    """None when the ML stack is installed; else the one line that says what to install for ``what``.
+
+    Only looks the modules up (``find_spec``), never imports them: importing torch costs seconds and
+    hundreds of MB, and the process asking (``run`` and ``batch`` before they start the embedded
+    server as a child) does not need it itself."""
     for name in ML_MODULES:
         try:
-            importlib.import_module(name)
-        except ImportError as exc:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError) as exc:
+            found, why = False, str(exc)
+        else:
+            why = f"No module named {name!r}"
+        if not found:
             return (
-                f"{what} needs the ML stack ({name} is not importable: {exc}); install it with "
+                f"{what} needs the ML stack ({name} is not installed: {why}); install it with "
                 "`pip install 'trajforge[ml]'` (on a CPU-only machine, install torch from the CPU index first)"
             )
     return None
