@@ -15,7 +15,6 @@ import contextlib
 import logging
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,9 +47,6 @@ class ReuseStats:
         flat = {"created": self.created, "reused": self.reused}
         flat.update({f"discarded: {why}": n for why, n in self.discarded.items()})
         return flat
-
-
-LaunchBuilder = Callable[[Layout, SandboxCgroup], Awaitable[Launch]]
 
 
 class ProcessSandboxFactory:
