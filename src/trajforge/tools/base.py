@@ -25,6 +25,9 @@ class ToolContext:
     runs any tool, so tools reach a ready one through :attr:`ready_sandbox`.
 
     ``limits`` bounds the durations and sizes a model may set in its tool arguments.
+
+    A tool that opens something for the rollout outside the sandbox (a browser context) registers
+    its teardown with :meth:`on_close`; whoever ends the rollout awaits :meth:`aclose`.
     """
 
     task_id: str
@@ -32,6 +35,21 @@ class ToolContext:
     state: dict[str, Any] = field(default_factory=dict)
     starting: asyncio.Task[Sandbox] | None = None
     limits: ToolLimits = field(default_factory=ToolLimits)
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    def on_close(self, closer: Callable[[], Awaitable[None]]) -> None:
+        """Run ``closer`` when the rollout ends (see :meth:`aclose`)."""
+        self.closers.append(closer)
+
+    async def aclose(self) -> None:
+        """End the rollout's tool state: the registered closers, newest first, each run even if
+        another failed (a teardown failure must not leak the next one's resources)."""
+        closers, self.closers = self.closers[::-1], []
+        for closer in closers:
+            try:
+                await closer()
+            except Exception:  # teardown is best effort: nothing to report it to
+                continue
 
     @property
     def ready_sandbox(self) -> Sandbox:
