@@ -33,10 +33,13 @@ async def call(registry, ctx, name, **args):
 
 
 def test_every_declared_tool_is_registered(registry):
+    """Registered, or (its backend not configured) marked unavailable with the reason."""
     for toolset, names in TOOLSETS.items():
         for name in names:
             tool = registry.get(name)
-            assert tool is not None, name
+            if tool is None:
+                assert "configured" in (registry.unavailable_reason(name) or ""), name
+                continue
             assert tool.toolset == toolset
             assert tool.parameters["type"] == "object"
     with pytest.raises(UnknownToolsetError, match="known toolsets"):
@@ -44,7 +47,7 @@ def test_every_declared_tool_is_registered(registry):
 
 
 async def test_pending_toolset_says_it_is_not_implemented(registry, ctx):
-    out = await call(registry, ctx, "web_search", query="x")
+    out = await call(registry, ctx, "rl_list_environments")
     assert not out.ok and "not implemented" in out.content
 
 

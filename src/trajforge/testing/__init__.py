@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from trajforge.testing.images import ScriptedImageServer
     from trajforge.testing.policies import echo_policy, tool_then_answer
     from trajforge.testing.replies import FaultConfig, Reply, ToolCallSpec
     from trajforge.testing.scripted_model import ScriptedCall, ScriptedModel, answer, tool_turn
@@ -23,6 +24,7 @@ _EXPORTS = {
     "tool_turn": "trajforge.testing.scripted_model",
     "ScriptedServer": "trajforge.testing.scripted_server",
     "RequestRecord": "trajforge.testing.scripted_server",
+    "ScriptedImageServer": "trajforge.testing.images",
     "Reply": "trajforge.testing.replies",
     "ToolCallSpec": "trajforge.testing.replies",
     "FaultConfig": "trajforge.testing.replies",
@@ -35,6 +37,7 @@ __all__ = [
     "Reply",
     "RequestRecord",
     "ScriptedCall",
+    "ScriptedImageServer",
     "ScriptedModel",
     "ScriptedServer",
     "ToolCallSpec",

@@ -1,4 +1,4 @@
-"""Declared toolsets whose implementations land later (web, vision, image_gen, moa, browser, rl).
+"""Declared toolsets whose implementations land later (rl; browser until wired in).
 
 They are real entries in the registry, with the schemas the model will see, so distributions and
 filters treat them like any tool; calling one returns a clear failure instead of pretending.
@@ -21,26 +21,6 @@ def _obj(required: list[str], **props: str) -> dict[str, Any]:
 
 
 _SPECS: dict[str, tuple[str, dict[str, Any]]] = {
-    "web_search": (
-        "Search the web and return result titles, URLs and snippets.",
-        _obj(["query"], query="Search query."),
-    ),
-    "web_extract": (
-        "Fetch web pages and return their main text.",
-        _obj(["urls"], urls="Comma-separated URLs."),
-    ),
-    "vision_analyze": (
-        "Answer a question about an image.",
-        _obj(["image_url", "question"], image_url="Image URL or path.", question="What to look for."),
-    ),
-    "image_generate": (
-        "Generate an image from a text prompt.",
-        _obj(["prompt"], prompt="Image description."),
-    ),
-    "mixture_of_agents": (
-        "Ask several reference models and aggregate their answers to a hard question.",
-        _obj(["user_prompt"], user_prompt="The question."),
-    ),
     "browser_navigate": ("Open a URL in the browser.", _obj(["url"], url="Address to open.")),
     "browser_snapshot": ("Return the accessibility snapshot of the current page.", _obj([])),
     "browser_click": (
@@ -80,7 +60,7 @@ def _pending_handler(name: str, toolset: str) -> Handler:
     async def handler(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         return ToolOutput.failure(
             f"tool {name!r} (toolset {toolset!r}) is not implemented in this version of trajforge; "
-            "only the terminal and file toolsets are available. Solve the task with those tools."
+            "solve the task with the other tools offered."
         )
 
     return handler

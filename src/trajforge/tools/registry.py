@@ -1,7 +1,10 @@
 """A tool registry *instance* (no import-time global mutation).
 
-``default_registry()`` builds a fresh registry holding every built-in tool; callers own it. The
-toolset tables it selects by live one floor down, in :mod:`trajforge.tools.toolsets`.
+``build_registry(config)`` (in :mod:`trajforge.tools.builtin`) builds a fresh registry of the
+tools whose backends are configured; callers own it. A declared tool that cannot run here is not
+registered but *marked unavailable* with the reason, so listings and run start-up can say why it is
+not offered. The toolset tables it selects by live one floor down, in
+:mod:`trajforge.tools.toolsets`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._unavailable: dict[str, str] = {}  # declared tool -> why it is not offered here
         for tool in tools:
             self.register(tool)
 
@@ -25,6 +29,26 @@ class ToolRegistry:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is already registered")
         self._tools[tool.name] = tool
+        self._unavailable.pop(tool.name, None)
+
+    def mark_unavailable(self, name: str, reason: str) -> None:
+        """Declare that ``name`` is not offered here, and why (e.g. its backend is not configured)."""
+        if name in self._tools:
+            raise ValueError(f"tool {name!r} is registered; it cannot also be unavailable")
+        self._unavailable[name] = reason
+
+    def unavailable_reason(self, name: str) -> str | None:
+        """Why a declared tool is not offered here; None when it is (or is unknown)."""
+        return self._unavailable.get(name)
+
+    def unavailable_toolsets(self, toolsets: Iterable[str]) -> dict[str, dict[str, str]]:
+        """toolset -> {tool: why} for each of ``toolsets`` with declared tools not offered here."""
+        out: dict[str, dict[str, str]] = {}
+        for ts in check_toolsets(toolsets):
+            missing = {n: self._unavailable[n] for n in TOOLSETS.get(ts, ()) if n in self._unavailable}
+            if missing:
+                out[ts] = missing
+        return out
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -51,7 +75,8 @@ class ToolRegistry:
 
 
 def default_registry() -> ToolRegistry:
-    """A new registry with every built-in tool (unimplemented toolsets say so when called)."""
-    from trajforge.tools.builtin import builtin_tools
+    """A new registry for an empty tools configuration: terminal and file tools (and the pending
+    rl toolset); every toolset that needs a backend is marked unavailable. See ``build_registry``."""
+    from trajforge.tools.builtin import build_registry
 
-    return ToolRegistry(builtin_tools())
+    return build_registry(None)
