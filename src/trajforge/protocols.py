@@ -88,3 +88,13 @@ class SupportsPreflight(Protocol):
     (an in-process test model) has nothing to check. Whatever it returns is not used."""
 
     async def check(self) -> object: ...
+
+
+@runtime_checkable
+class SupportsVerification(Protocol):
+    """A sandbox a verifier can judge safely (every built-in backend): commands that do not
+    inherit the rollout's shell session, and a way to stop what the rollout left running."""
+
+    async def exec_fresh(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult: ...
+
+    async def stop_processes(self) -> None: ...

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from trajforge.agent.config import AgentConfig
@@ -14,6 +14,7 @@ from trajforge.tools.base import Tool, ToolContext
 from trajforge.tools.registry import ToolRegistry
 
 Closer = Callable[[Coroutine[Any, Any, None]], object]
+Inspector = Callable[[AgentResult, Sandbox], Awaitable[None]]
 
 
 async def run_session(
@@ -28,8 +29,9 @@ async def run_session(
     task_id: str = "task",
     image: str | None = None,
     cwd: str | None = None,
-    setup_files: dict[str, str] | None = None,
+    setup_files: Mapping[str, str | bytes] | None = None,
     closer: Closer | None = None,
+    inspect: Inspector | None = None,
 ) -> AgentResult:
     """Run a fresh agent (no memory, no context files) in its own sandbox.
 
@@ -37,13 +39,17 @@ async def run_session(
     scheduler records their schemas) -- or, for a one-off session, ``registry``'s tools of
     ``toolsets``.
 
-    ``setup_files`` (relative path -> text) are written into the sandbox before the first turn.
+    ``setup_files`` (relative path -> text or bytes) are written into the sandbox before the first turn.
     A sandbox that fails to start raises ``SandboxStartError`` (an infrastructure failure the
     caller may retry); everything else ends up in the returned result.
 
     ``closer`` takes ownership of the sandbox's teardown coroutine (e.g. ``task_group.create_task``)
     so a caller with many rollouts does not wait for the teardown before its next one; without it
     the teardown is awaited here.
+
+    ``inspect`` is awaited with the result and the rollout's sandbox after the loop ended and
+    before the sandbox is closed (and so before a reused one is reset): reward code judges what
+    *this* rollout left behind. The sandbox is started for it even if no tool ran.
     """
     offered = _offered(tools, registry, toolsets)
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
@@ -53,12 +59,17 @@ async def run_session(
     starting = asyncio.create_task(start, name=f"sandbox-start-{task_id}")
     ctx = ToolContext(task_id=task_id, starting=starting, limits=(config or AgentConfig()).tool_limits)
     try:
-        return await AgentLoop(model, offered, ctx, config).run(messages)
+        result = await AgentLoop(model, offered, ctx, config).run(messages)
+        if inspect is not None:
+            sandbox = await ctx.ensure_sandbox()
+            assert sandbox is not None  # a session always starts one
+            await inspect(result, sandbox)
+        return result
     finally:
         if closer is None:
-            await _dispose(starting)
+            await _teardown(ctx, starting)
         else:
-            closer(_dispose(starting))
+            closer(_teardown(ctx, starting))
 
 
 def _offered(
@@ -72,17 +83,29 @@ def _offered(
 
 
 async def _start(
-    factory: SandboxFactory, task_id: str, image: str | None, cwd: str | None, setup_files: dict[str, str]
+    factory: SandboxFactory,
+    task_id: str,
+    image: str | None,
+    cwd: str | None,
+    setup_files: Mapping[str, str | bytes],
 ) -> Sandbox:
     """A new sandbox with ``setup_files`` written in (closed again if writing them fails)."""
     sandbox = await factory.create(task_id, image=image, cwd=cwd)
     try:
         for path, content in setup_files.items():
-            await sandbox.write_bytes(path, content.encode())
+            await sandbox.write_bytes(path, content.encode() if isinstance(content, str) else content)
     except BaseException:
         await sandbox.close()
         raise
     return sandbox
+
+
+async def _teardown(ctx: ToolContext, starting: asyncio.Task[Sandbox]) -> None:
+    """End the rollout: the tools' own state (a browser context), then the sandbox."""
+    try:
+        await ctx.aclose()
+    finally:
+        await _dispose(starting)
 
 
 async def _dispose(starting: asyncio.Task[Sandbox]) -> None:

@@ -540,16 +540,21 @@ class Agent:
     def _kill_everything(self) -> str:
         """The sandbox is at its process limit (a fork bomb): kill every process but us, so the
         rollout's later commands can run again. Returns the note the model sees."""
+        self.stop_all()
+        return (
+            f"\n[the sandbox reached its process limit ({self.max_procs}); every process in it, "
+            "background jobs included, was killed]\n"
+        )
+
+    def stop_all(self) -> None:
+        """Kill every process the commands started (background jobs included) and keep the
+        files: what the verifier inspects can no longer change under it."""
         if _in_own_pid_namespace():
             _kill_all_others()
         else:
             for pgid in list(self.groups):
                 self._kill_group(pgid)
         self.groups.clear()
-        return (
-            f"\n[the sandbox reached its process limit ({self.max_procs}); every process in it, "
-            "background jobs included, was killed]\n"
-        )
 
     def _as_commands(self) -> dict[str, Any]:
         """Popen arguments that start a process as the commands' uid. From uid 0 to another uid the
@@ -583,12 +588,17 @@ class Agent:
         state = os.path.join(self.out_dir, f"s{self.counter}.state")
         with contextlib.suppress(OSError):
             os.unlink(state)
-        cwd = req.get("cwd") or self.cwd
+        # A fresh command (the verifier's) sees none of the session: the start environment and
+        # the workdir, and what it changes is not kept. A rollout's `export PATH=...` must not
+        # pick the programs its own reward is computed with.
+        fresh = bool(req.get("fresh"))
+        base = self.workdir if fresh else self.cwd
+        cwd = req.get("cwd") or base
         if not os.path.isabs(cwd):
-            cwd = os.path.join(self.cwd, cwd)
+            cwd = os.path.join(base, cwd)
         if "\0" in cwd or not os.path.isdir(cwd):
             return self._answer(req, 1, f"cwd does not exist: {cwd!r}".encode(), started, cap)
-        env = dict(self.env)
+        env = dict(self.initial_env if fresh else self.env)
         env.update({k: v for k, v in self.limits.items() if v})
         try:
             proc = self._spawn(cwd, state, cmd_file, env)
@@ -599,7 +609,7 @@ class Agent:
         code, timed_out = self._collect(proc, cap, started + timeout)
         with contextlib.suppress(OSError):
             os.unlink(cmd_file)
-        if not timed_out:
+        if not timed_out and not fresh:
             self._load_state(state)
         with contextlib.suppress(OSError):
             os.unlink(state)
@@ -769,6 +779,11 @@ def main() -> None:
             out.write(json.dumps({"id": req.get("id"), "closed": True}) + "\n")
             out.flush()
             return
+        if req.get("op") == "stop":  # the rollout is over: nothing it started may run on
+            agent.stop_all()
+            out.write(json.dumps({"id": req.get("id"), "stopped": True}) + "\n")
+            out.flush()
+            continue
         if req.get("op") == "reset":
             try:
                 agent.reset()

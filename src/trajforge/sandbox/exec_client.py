@@ -100,11 +100,14 @@ class ExecAgent:
         timeout: float,  # noqa: ASYNC109 (the command's timeout, enforced inside the agent)
         cwd: str | None,
         cap: int,
+        fresh: bool = False,
     ) -> ExecResult:
         async with self._lock:
             if not self.alive():
                 raise SandboxBrokenError("the sandbox exec agent is not running")
             request = {"op": "exec", "command": command, "timeout": timeout, "cwd": cwd, "cap": cap}
+            if fresh:
+                request["fresh"] = True
             try:
                 answer = await asyncio.wait_for(self._call(request), timeout + _ANSWER_GRACE_S)
             except (TimeoutError, AgentError) as exc:
@@ -167,6 +170,21 @@ class ExecAgent:
         if answer.get("reset") is True:
             return None
         return str(answer.get("reason") or "reset refused")
+
+    async def stop_processes(self, timeout_s: float = 15.0) -> None:
+        """Kill every process the commands started (``op: stop``), files untouched; a failure
+        breaks the sandbox (the caller must not trust what it would inspect next)."""
+        if not self.alive():
+            raise SandboxBrokenError("the sandbox exec agent is not running")
+        try:
+            async with asyncio.timeout(timeout_s), self._lock:
+                answer = await self._call({"op": "stop"})
+        except (TimeoutError, AgentError, OSError) as exc:
+            await self.kill()
+            raise SandboxBrokenError(f"could not stop the sandbox's processes: {exc or type(exc).__name__}") from exc
+        if answer.get("stopped") is not True:
+            await self.kill()
+            raise SandboxBrokenError(f"could not stop the sandbox's processes: {answer!r}")
 
     async def close(self, grace_s: float = 5.0) -> None:
         """Ask the agent to kill its process groups and exit; kill it if it does not."""

@@ -136,6 +136,24 @@ class ProcessSandbox:
             cap=self.config.output_cap_bytes,
         )
 
+    async def exec_fresh(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:  # noqa: ASYNC109
+        """Run ``command`` outside the rollout's shell session: the sandbox's start environment,
+        ``cwd`` relative to the workdir (default: the workdir), and nothing it changes kept.
+        For code that judges the rollout (a verifier), which must not inherit what the rollout
+        exported (``PATH``, ``PYTHONPATH``, ...)."""
+        self._check_open()
+        if not (math.isfinite(timeout) and timeout > 0):
+            raise ValueError(f"a command timeout must be a positive finite number of seconds, not {timeout!r}")
+        return await self.agent.exec(
+            command, timeout=timeout, cwd=cwd, cap=self.config.output_cap_bytes, fresh=True
+        )
+
+    async def stop_processes(self) -> None:
+        """Kill everything the rollout's commands left running (background jobs, daemons); its
+        files stay. Done before a verifier looks, so nothing can rewrite what it checks."""
+        self._check_open()
+        await self.agent.stop_processes()
+
     async def read_bytes(self, path: str, limit: int | None = None) -> bytes:
         self._check_open()
         return await self.io.run(self.files.read, path, limit)

@@ -6,6 +6,8 @@
 
 from trajforge.tasks.families import FAMILIES, Family, last_integer, terminal_output
 from trajforge.tasks.generate import (
+    HELD_OUT_SEED,
+    POLICY_FAMILIES,
     UnknownFamilyError,
     check,
     generate,
@@ -18,6 +20,8 @@ from trajforge.tasks.generate import (
 from trajforge.tasks.types import CheckResult, Solution, SolutionStep, Task
 
 __all__ = [
+    "HELD_OUT_SEED",
+    "POLICY_FAMILIES",
     "FAMILIES",
     "CheckResult",
     "Family",

@@ -20,6 +20,13 @@ if TYPE_CHECKING:  # imported for annotations only: keeps this package free of i
     from trajforge.protocols import Sandbox
 
 
+POLICY_FAMILIES = ("arithmetic", "write_file", "count_lines", "count_words", "find_value")
+"""The families the embedded policy is trained and measured on (the ``tiny_tasks`` env too)."""
+
+HELD_OUT_SEED = 1_000_003
+"""The seed of the held-out tasks every evaluation of the policy uses (model eval, env eval)."""
+
+
 class UnknownFamilyError(ValueError):
     """A task family name that does not exist."""
 

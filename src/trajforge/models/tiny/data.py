@@ -18,12 +18,12 @@ from typing import Any
 
 from trajforge.sandbox import create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
-from trajforge.tasks import Task, check, generate_mixed, get_family, setup_task
+from trajforge.tasks import POLICY_FAMILIES, Task, check, generate_mixed, get_family, setup_task
 from trajforge.tasks.families import WORDS
 from trajforge.tools.base import ToolContext
 from trajforge.tools.registry import ToolRegistry, default_registry
 
-TRAIN_FAMILIES = ("arithmetic", "write_file", "count_lines", "count_words", "find_value")
+TRAIN_FAMILIES = POLICY_FAMILIES
 BASE_TOOLSETS = ("terminal", "file")
 EXTRA_TOOLSETS = ("web", "vision", "moa")
 """Sometimes offered too, so the policy is not thrown by a longer tool list."""

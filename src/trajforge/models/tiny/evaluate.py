@@ -21,8 +21,9 @@ from pydantic import BaseModel
 from trajforge.llm.parsers import get_parser, to_tool_calls
 from trajforge.llm.types import AssistantTurn, SamplingParams, Usage
 from trajforge.messages import split_think
+from trajforge.tasks import HELD_OUT_SEED
 
-EVAL_SEED = 1_000_003
+EVAL_SEED = HELD_OUT_SEED
 """Held-out seed: training data uses small seeds, so these tasks were never trained on."""
 EVAL_TOOLSETS = ("terminal", "file")
 

@@ -1,0 +1,54 @@
+"""RL and evaluation environments: the fourth boundary (``AgentEnv``), rollouts judged in their
+own sandboxes, the env library and the eval runner.
+
+>>> from trajforge.envs import load_env
+>>> env = load_env("tiny_tasks")
+"""
+
+from trajforge.envs.base import BaseEnv, EnvDataError
+from trajforge.envs.catalog import LIBRARY, UnknownEnvError, available, env_class, load_env
+from trajforge.envs.config import EnvConfig, EnvConfigError, load_env_config, parse_env_config
+from trajforge.envs.episode import RolloutBackends, Rollouts
+from trajforge.envs.kept import KeptFiles, snapshot
+from trajforge.envs.limiter import ResizableLimiter
+from trajforge.envs.protocol import AgentEnv
+from trajforge.envs.runner import EvalRun, EvalRunError, read_episodes, run_eval, write_control
+from trajforge.envs.summary import EvalSummary, pass_at_k, summarize
+from trajforge.envs.types import Episode, Item, RewardBreakdown, TokenRecord
+from trajforge.envs.verifier import SearchHit, VerifierContext, VerifierError, VerifierExec
+
+__all__ = [
+    "LIBRARY",
+    "AgentEnv",
+    "BaseEnv",
+    "EnvConfig",
+    "EnvConfigError",
+    "EnvDataError",
+    "Episode",
+    "EvalRun",
+    "EvalRunError",
+    "EvalSummary",
+    "Item",
+    "KeptFiles",
+    "ResizableLimiter",
+    "RewardBreakdown",
+    "RolloutBackends",
+    "Rollouts",
+    "SearchHit",
+    "TokenRecord",
+    "UnknownEnvError",
+    "VerifierContext",
+    "VerifierError",
+    "VerifierExec",
+    "available",
+    "env_class",
+    "load_env",
+    "load_env_config",
+    "parse_env_config",
+    "pass_at_k",
+    "read_episodes",
+    "run_eval",
+    "snapshot",
+    "summarize",
+    "write_control",
+]

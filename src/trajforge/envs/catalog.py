@@ -1,0 +1,109 @@
+"""Finding environments: the shipped library by name, user envs by ``path/to/file.py:ClassName``.
+
+A fixed table of names to import paths (lazy: listing envs imports only what it shows), never a
+registry that modules add themselves to.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from trajforge.envs.base import BaseEnv
+from trajforge.envs.config import EnvConfig, parse_env_config
+from trajforge.envs.protocol import AgentEnv
+
+LIBRARY: Mapping[str, str] = MappingProxyType(
+    {
+        "terminal_test": "trajforge.envs.library.terminal_test:TerminalTestEnv",
+        "tiny_tasks": "trajforge.envs.library.tiny_tasks:TinyTasksEnv",
+        "swe": "trajforge.envs.library.swe:SweEnv",
+        "terminal_bench": "trajforge.envs.library.terminal_bench:TerminalBenchEnv",
+        "yc_bench": "trajforge.envs.library.yc_bench:YcBenchEnv",
+        "web_research": "trajforge.envs.library.web_research:WebResearchEnv",
+        "opd": "trajforge.envs.library.opd:OnPolicyDistillationEnv",
+    }
+)
+
+
+class UnknownEnvError(ValueError):
+    """An env reference that names nothing loadable; the message lists what is."""
+
+
+def _import(ref: str) -> Any:
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def available() -> dict[str, str]:
+    """Shipped env name -> import path, for the envs whose module exists in this install."""
+    return {
+        name: ref
+        for name, ref in LIBRARY.items()
+        if importlib.util.find_spec(ref.partition(":")[0]) is not None
+    }
+
+
+def env_class(ref: str) -> type[AgentEnv]:
+    """The class a reference names: a library name or ``path/to/file.py:ClassName``."""
+    if ref in LIBRARY:
+        if ref not in available():
+            raise UnknownEnvError(f"env {ref!r} is not part of this install")
+        cls = _import(LIBRARY[ref])
+    elif ":" in ref and ref.partition(":")[0].endswith(".py"):
+        path_text, _, name = ref.rpartition(":")
+        path = Path(path_text)
+        if not path.is_file():
+            raise UnknownEnvError(f"env file {path} does not exist (expected path/to/file.py:ClassName)")
+        mod_name = f"trajforge_user_env_{abs(hash(str(path.resolve())))}"
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        if spec is None or spec.loader is None:
+            raise UnknownEnvError(f"cannot import {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            raise UnknownEnvError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
+        cls = getattr(module, name, None)
+        if cls is None:
+            raise UnknownEnvError(f"{path} has no class {name!r}")
+    else:
+        known = ", ".join(available())
+        raise UnknownEnvError(
+            f"unknown env {ref!r}; shipped envs: {known}; or give path/to/file.py:ClassName"
+        )
+    if not isinstance(cls, type) or not _looks_like_env(cls):
+        raise UnknownEnvError(f"{ref} is not an environment class (subclass trajforge.envs.BaseEnv)")
+    return cls
+
+
+def _looks_like_env(cls: type) -> bool:
+    return all(hasattr(cls, attr) for attr in ("name", "compute_reward", "format_prompt", "get_next_item"))
+
+
+def load_env(ref: str, overrides: dict[str, Any] | None = None, config: EnvConfig | None = None) -> AgentEnv:
+    """An env instance: its default config, then ``config`` (a whole one) or field ``overrides``."""
+    cls = env_class(ref)
+    if config is None:
+        base = cls.default_config() if issubclass(cls, BaseEnv) else EnvConfig()
+        config = base.with_overrides(overrides) if overrides else base
+    elif overrides:
+        config = config.with_overrides(overrides)
+    env = cls(config) if issubclass(cls, BaseEnv) else cls()
+    if not issubclass(cls, BaseEnv):
+        env.config = config
+    return env
+
+
+def describe(ref: str) -> tuple[str, str]:
+    cls = env_class(ref)
+    return str(getattr(cls, "name", ref)), str(getattr(cls, "description", ""))
+
+
+__all__ = ["LIBRARY", "UnknownEnvError", "available", "describe", "env_class", "load_env", "parse_env_config"]

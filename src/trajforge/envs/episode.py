@@ -1,0 +1,289 @@
+"""Rollouts of an environment: one item -> one judged :class:`Episode`; a group of them.
+
+Each rollout draws its own toolsets (seeded from the run seed and the rollout's key, recorded)
+and gets its own sandbox. The reward runs inside :func:`run_session`'s ``inspect`` hook: after
+the loop ended, before the sandbox is closed (and so before a reused sandbox is reset), after
+the rollout's leftover processes were stopped and the verifier files were put in place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import shlex
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from trajforge.agent import AgentConfig, AgentResult, Termination, run_session
+from trajforge.distributions import derive_seed, sample_toolsets
+from trajforge.envs.limiter import ResizableLimiter
+from trajforge.envs.protocol import AgentEnv
+from trajforge.envs.types import Episode, Item, RewardBreakdown, TokenRecord
+from trajforge.envs.verifier import _SCRATCH, VerifierContext
+from trajforge.llm.chat_template import ChatTemplate
+from trajforge.llm.token_trace import TraceError
+from trajforge.llm.types import SamplingParams
+from trajforge.protocols import ChatModel, Sandbox, SandboxFactory, SupportsVerification
+from trajforge.sandbox.errors import SandboxUnavailableError
+from trajforge.tools.base import Tool
+from trajforge.tools.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOOLSETS = ("terminal", "file")
+
+ModelFor = Callable[[AgentEnv, Item], ChatModel]
+"""Picks the model of one rollout (the oracle agent is a model per item)."""
+
+
+@dataclass
+class RolloutBackends:
+    """What rollouts run on. ``template`` (the model's chat template) makes token traces carry a
+    drift report; a token-level model (``CompletionChatModel``) brings its own."""
+
+    model: ChatModel
+    factory: SandboxFactory
+    registry: ToolRegistry
+    template: ChatTemplate | None = None
+    model_for: ModelFor | None = None
+
+
+@dataclass
+class Rollouts:
+    """Runs an env's rollouts with bounded, resizable concurrency."""
+
+    env: AgentEnv
+    backends: RolloutBackends
+    slots: ResizableLimiter = field(default_factory=lambda: ResizableLimiter(16))
+
+    def __post_init__(self) -> None:
+        self.slots = ResizableLimiter(self.env.config.max_concurrent_rollouts)
+        registry = self.backends.registry
+        self._tools_by_name = {n: t for n in registry.names() if (t := registry.get(n)) is not None}
+
+    async def resize(self, *, rollouts: int | None = None, tools_per_rollout: int | None = None) -> None:
+        """Change concurrency while running: rollouts at once, and tool calls within a rollout
+        (taken by rollouts that start after the change)."""
+        if rollouts is not None:
+            await self.slots.resize(rollouts)
+        if tools_per_rollout is not None:
+            self.env.config = self.env.config.model_copy(update={"max_parallel_tools": tools_per_rollout})
+
+    def report(self) -> dict[str, Any]:
+        return {"rollouts": self.slots.report(), "tools_per_rollout": self.env.config.max_parallel_tools}
+
+    # ------------------------------------------------------------------ one rollout
+
+    def toolsets(self, seed: int) -> list[str]:
+        cfg = self.env.config
+        if cfg.distribution is not None:
+            drawn = sample_toolsets(cfg.distribution, random.Random(seed))
+        else:
+            drawn = list(cfg.enabled_toolsets if cfg.enabled_toolsets is not None else DEFAULT_TOOLSETS)
+        return [t for t in drawn if t not in cfg.disabled_toolsets]
+
+    def agent_config(self, seed: int) -> AgentConfig:
+        cfg = self.env.config
+        system = getattr(self.env, "system_prompt", None)
+        return AgentConfig(
+            max_turns=cfg.max_agent_turns,
+            sampling=SamplingParams(
+                temperature=cfg.agent_temperature,
+                max_tokens=cfg.max_tokens,
+                seed=seed,
+                extra_body=dict(cfg.extra_body),
+            ),
+            system_prompt=system() if callable(system) else cfg.system_prompt,
+            max_parallel_tools=cfg.max_parallel_tools,
+            session_timeout_s=cfg.sandbox_lifetime_s,
+        )
+
+    async def episode(
+        self, item: Item, *, rollout: int = 0, group_size: int = 1, seed: int | None = None
+    ) -> Episode:
+        env = self.env
+        item_id = env.item_id(item)
+        seed = (
+            derive_seed(env.config.seed, f"{item_id}#{rollout}") & ((1 << 63) - 1) if seed is None else seed
+        )
+        toolsets = self.toolsets(seed)
+        tools = self.backends.registry.for_toolsets(toolsets)
+        model = self.backends.model_for(env, item) if self.backends.model_for else self.backends.model
+        judged = _Judgement()
+        started = time.monotonic()
+        async with self.slots:
+            try:
+                result = await run_session(
+                    env.format_prompt(item),
+                    model=model,
+                    tools=tools,
+                    sandbox_factory=self.backends.factory,
+                    config=self.agent_config(seed),
+                    task_id=f"{env.name}-{_safe(item_id)}-{rollout}-{seed % 10**6}",
+                    setup_files=_as_bytes(env.setup_files(item)),
+                    inspect=lambda res, box: self._judge(item, res, box, judged),
+                )
+            except (SandboxUnavailableError, OSError) as exc:
+                return self._infra_failure(
+                    item, item_id, rollout, group_size, seed, toolsets, tools, exc, started
+                )
+        return self._record(
+            item, item_id, rollout, group_size, seed, toolsets, tools, result, judged, started, model
+        )
+
+    async def _judge(self, item: Item, result: AgentResult, sandbox: Sandbox, judged: _Judgement) -> None:
+        env = self.env
+        t0 = time.monotonic()
+        try:
+            async with asyncio.timeout(env.config.reward_timeout_s):
+                if isinstance(sandbox, SupportsVerification):
+                    if env.config.stop_processes_before_reward:
+                        await sandbox.stop_processes()
+                    await sandbox.exec_fresh(f"rm -rf -- {shlex.quote(_SCRATCH)}", timeout=60)
+                ctx = VerifierContext(
+                    sandbox, tools=self._tools_by_name, default_timeout_s=env.config.reward_timeout_s
+                )
+                for path, content in env.verifier_files(item).items():
+                    await ctx.write_file(path, content)
+                judged.breakdown = RewardBreakdown.of(await env.compute_reward(item, result, ctx))
+                judged.kept = await env.keep(item, result, ctx)
+        except SandboxUnavailableError:
+            raise  # infrastructure, not the policy's doing: the episode fails, it is not scored 0
+        except Exception as exc:  # reward code is the user's: its failure scores 0, with the reason
+            judged.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            judged.breakdown = RewardBreakdown(reward=0.0, reason=f"reward failed: {judged.error}")
+            log.warning("reward of %s failed: %s", env.item_id(item), judged.error)
+        judged.seconds = time.monotonic() - t0
+
+    def _record(
+        self,
+        item: Item,
+        item_id: str,
+        rollout: int,
+        group_size: int,
+        seed: int,
+        toolsets: list[str],
+        tools: list[Tool],
+        result: AgentResult,
+        judged: _Judgement,
+        started: float,
+        model: ChatModel,
+    ) -> Episode:
+        schemas = self.backends.registry.schemas(tools)
+        trace, trace_error = None, None
+        if result.token_traces:
+            template = getattr(model, "template", None) or self.backends.template
+            try:
+                et = result.episode_trace(template, tools=schemas)
+                trace = TokenRecord(
+                    tokens=et.tokens,
+                    masks=et.masks,
+                    logprobs=et.logprobs,
+                    token_advantages=judged.breakdown.token_advantages if judged.breakdown else None,
+                )
+            except TraceError as exc:
+                trace_error = str(exc)
+        status, reason = _status(result)
+        bd = judged.breakdown or RewardBreakdown(reward=0.0, reason="not judged")
+        return Episode(
+            env=self.env.name,
+            item_id=item_id,
+            rollout=rollout,
+            group_size=group_size,
+            seed=seed,
+            category=self.env.category(item),
+            item=item,
+            toolsets=toolsets,
+            tools=[t.name for t in tools],
+            messages=result.messages,
+            status=status,
+            reason=reason,
+            termination=result.termination.value,
+            turns=result.turns_used,
+            reward=bd.reward,
+            reward_components=bd.components,
+            reward_reason=bd.reason,
+            reward_error=judged.error,
+            trace=trace,
+            trace_error=trace_error,
+            kept=judged.kept,
+            model=result.model or model.name,
+            wall_s=round(time.monotonic() - started, 4),
+            reward_s=round(judged.seconds, 4),
+        )
+
+    def _infra_failure(
+        self,
+        item: Item,
+        item_id: str,
+        rollout: int,
+        group_size: int,
+        seed: int,
+        toolsets: list[str],
+        tools: list[Tool],
+        exc: BaseException,
+        started: float,
+    ) -> Episode:
+        return Episode(
+            env=self.env.name,
+            item_id=item_id,
+            rollout=rollout,
+            group_size=group_size,
+            seed=seed,
+            category=self.env.category(item),
+            item=item,
+            toolsets=toolsets,
+            tools=[t.name for t in tools],
+            messages=[],
+            status="failed",
+            reason=f"sandbox: {exc}",
+            termination="not_run",
+            reward=0.0,
+            reward_reason="not judged: the sandbox failed",
+            reward_error=str(exc),
+            wall_s=round(time.monotonic() - started, 4),
+        )
+
+    # ------------------------------------------------------------------ groups
+
+    async def group(self, item: Item, size: int | None = None, *, first_rollout: int = 0) -> list[Episode]:
+        """``size`` rollouts of one item at once (each its own draw and sandbox)."""
+        size = size or self.env.config.group_size
+        return list(
+            await asyncio.gather(
+                *(self.episode(item, rollout=first_rollout + r, group_size=size) for r in range(size))
+            )
+        )
+
+
+@dataclass
+class _Judgement:
+    breakdown: RewardBreakdown | None = None
+    error: str | None = None
+    kept: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+_FAILED = {Termination.MODEL_ERROR, Termination.CANCELLED}
+
+
+def _status(result: AgentResult) -> tuple[str, str | None]:
+    if result.termination is Termination.FINAL_ANSWER:
+        return "completed", None
+    if result.termination in _FAILED:
+        return "failed", result.error or result.termination.value
+    return "partial", result.error or result.termination.value
+
+
+def _as_bytes(files: Mapping[str, bytes | str]) -> dict[str, bytes]:
+    return {path: data.encode() if isinstance(data, str) else bytes(data) for path, data in files.items()}
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:48]
+
+
+EpisodeSink = Callable[[Episode], Awaitable[None]]

@@ -1,0 +1,1 @@
+"""The environments shipped with trajforge (looked up through :mod:`trajforge.envs.catalog`)."""

@@ -1,0 +1,94 @@
+"""``tiny_tasks``: the generated task families of :mod:`trajforge.tasks` as an environment.
+
+The training env of the embedded policy. Held-out items are exactly the tasks ``trajforge model
+eval`` runs (same families, same seed), so the two measurements agree; training items come from
+other seeds. The reward is the family's own checker: the final answer, and for file tasks the
+file the rollout left in its sandbox.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from trajforge.envs.base import BaseEnv
+from trajforge.envs.config import EnvConfig
+from trajforge.envs.kept import KeptFiles, snapshot
+from trajforge.envs.types import Item, RewardBreakdown
+from trajforge.tasks import FAMILIES, HELD_OUT_SEED, POLICY_FAMILIES, Task, check, generate_mixed, get_family
+
+if TYPE_CHECKING:
+    from trajforge.agent.result import AgentResult
+    from trajforge.envs.verifier import VerifierContext
+
+
+class TinyTasksConfig(EnvConfig):
+    families: list[str] = list(POLICY_FAMILIES)
+    eval_seed: int = HELD_OUT_SEED
+
+
+class TinyTasksEnv(BaseEnv):
+    name: ClassVar[str] = "tiny_tasks"
+    description: ClassVar[str] = (
+        "generated arithmetic/file/counting tasks with exact checkers (trains the embedded policy)"
+    )
+    config_class: ClassVar[type[EnvConfig]] = TinyTasksConfig
+
+    @classmethod
+    def default_config(cls) -> EnvConfig:
+        return TinyTasksConfig(
+            enabled_toolsets=["terminal", "file"], max_agent_turns=4, agent_temperature=1.0
+        )
+
+    @property
+    def families(self) -> list[str]:
+        fams = getattr(self.config, "families", list(POLICY_FAMILIES))
+        for fam in fams:
+            get_family(fam)  # raises naming the known families
+        return list(fams)
+
+    def generate(self, index: int, *, split: str) -> Item:
+        fams = self.families
+        family = fams[index % len(fams)]
+        rng = random.Random(f"tiny_tasks:{split}:{self.config.seed}:{index}")
+        return _item(FAMILIES[family].make(rng, f"{family}-t{self.config.seed}-{index}"))
+
+    def eval_items(self, n: int) -> list[Item]:
+        seed = getattr(self.config, "eval_seed", HELD_OUT_SEED)
+        return [_item(t) for t in generate_mixed(self.families, n, seed)]
+
+    def format_prompt(self, item: Item) -> str:
+        return str(item["prompt"])
+
+    def setup_files(self, item: Item) -> dict[str, str]:
+        return dict(item.get("setup_files") or {})
+
+    async def compute_reward(self, item: Item, result: AgentResult, ctx: VerifierContext) -> RewardBreakdown:
+        verdict = await check(Task.from_row(item), result.final_answer, ctx.sandbox)
+        return RewardBreakdown(reward=verdict.reward, reason=verdict.reason)
+
+    async def keep(self, item: Item, result: AgentResult, ctx: VerifierContext) -> dict[str, Any]:
+        return await snapshot(ctx)
+
+    async def rescore(
+        self, item: Item, messages: list[dict[str, Any]], kept: dict[str, Any]
+    ) -> RewardBreakdown:
+        answer = next(
+            (
+                m.get("content")
+                for m in reversed(messages)
+                if m.get("role") == "assistant" and not m.get("tool_calls")
+            ),
+            None,
+        )
+        verdict = await check(Task.from_row(item), answer, KeptFiles(kept))  # type: ignore[arg-type]
+        return RewardBreakdown(reward=verdict.reward, reason=verdict.reason)
+
+    def category(self, item: Item) -> str | None:
+        return str(item.get("family"))
+
+
+def _item(task: Task) -> dict[str, Any]:
+    row = task.to_row()
+    row["id"] = task.id
+    return row

@@ -1,0 +1,221 @@
+"""``run_eval``: an env's held-out items x a group size, judged, written as they finish.
+
+The run directory holds ``run.json`` (what was asked), ``episodes.jsonl`` (one
+:class:`Episode` per line, appended as each finishes, flushed), ``status.json`` (progress and
+the concurrency in force, rewritten every second) and, at the end, ``summary.json``. A killed
+run resumes: episodes already in the file are not run again (a torn last line is dropped and
+its episode rerun), so every (item, rollout) ends in the file exactly once.
+
+Concurrency changes while running: write ``control.json`` (``{"max_concurrent_rollouts": 90,
+"max_parallel_tools": 4}``, or use ``trajforge env resize``); it is read every second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from trajforge.envs.episode import RolloutBackends, Rollouts
+from trajforge.envs.protocol import AgentEnv
+from trajforge.envs.summary import EvalSummary, summarize
+from trajforge.envs.types import Episode, Item
+
+EPISODES_FILE = "episodes.jsonl"
+RUN_FILE = "run.json"
+STATUS_FILE = "status.json"
+CONTROL_FILE = "control.json"
+SUMMARY_FILE = "summary.json"
+
+
+class EvalRunError(ValueError):
+    """The run directory belongs to another evaluation; the message says what differs."""
+
+
+@dataclass
+class EvalRun:
+    summary: EvalSummary
+    run_dir: Path
+    ran: int
+    """episodes run by this invocation (the rest were already in the file)"""
+
+
+def read_episodes(path: Path, *, repair: bool = False) -> list[Episode]:
+    """Episodes of a run file; a torn last line (a kill mid-write) is skipped, and with
+    ``repair`` cut off so appends start on a fresh line."""
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if repair and end != len(data):
+        with path.open("r+b") as f:
+            f.truncate(end)
+    out = []
+    for n, line in enumerate(data[:end].splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(Episode.model_validate(orjson.loads(line)))
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            raise EvalRunError(
+                f"{path}:{n}: not an episode record ({exc}); move the file away to start over"
+            ) from None
+    return out
+
+
+class _EpisodeLog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._f = path.open("ab")
+        self._since_sync = 0
+
+    def write(self, episode: Episode) -> None:
+        self._f.write(orjson.dumps(episode.model_dump(mode="json")) + b"\n")
+        self._f.flush()
+        self._since_sync += 1
+        if self._since_sync >= 32:
+            os.fsync(self._f.fileno())
+            self._since_sync = 0
+
+    def close(self) -> None:
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+
+
+def _run_identity(env: AgentEnv, n: int, group_size: int, model: str, agent: str) -> dict[str, Any]:
+    return {
+        "env": env.name,
+        "n": n,
+        "group_size": group_size,
+        "model": model,
+        "agent": agent,
+        "config": env.config.model_dump(mode="json"),
+    }
+
+
+def _check_same_run(run_dir: Path, identity: dict[str, Any]) -> None:
+    path = run_dir / RUN_FILE
+    if not path.exists():
+        return
+    old = orjson.loads(path.read_bytes())
+    diff = [
+        k for k in ("env", "n", "group_size", "model", "agent", "config") if old.get(k) != identity.get(k)
+    ]
+    if diff:
+        raise EvalRunError(
+            f"{run_dir} holds another evaluation (differs in: {', '.join(diff)}); "
+            "use a new --output-dir or repeat the original options to resume it"
+        )
+
+
+async def run_eval(
+    env: AgentEnv,
+    backends: RolloutBackends,
+    run_dir: Path,
+    *,
+    n: int,
+    group_size: int,
+    agent: str = "model",
+    on_episode: Callable[[Episode, int, int], None] | None = None,
+) -> EvalRun:
+    """Evaluate ``n`` held-out items x ``group_size`` rollouts; resumable (see module doc)."""
+    identity = _run_identity(env, n, group_size, backends.model.name, agent)
+    episodes_path = run_dir / EPISODES_FILE
+    done = await asyncio.to_thread(_open_run, run_dir, identity)  # noqa: ASYNC240
+    await env.setup()
+    items = env.eval_items(n)
+    todo: list[tuple[Item, int]] = [
+        (item, r) for item in items for r in range(group_size) if f"{env.item_id(item)}#{r}" not in done
+    ]
+    total = len(items) * group_size
+    rollouts = Rollouts(env, backends)
+    log = _EpisodeLog(episodes_path)
+    finished = total - len(todo)
+    started = time.monotonic()
+
+    async def one(item: Item, r: int) -> None:
+        nonlocal finished
+        ep = await rollouts.episode(item, rollout=r, group_size=group_size)
+        log.write(ep)
+        finished += 1
+        if on_episode is not None:
+            on_episode(ep, finished, total)
+
+    watcher = asyncio.create_task(_watch(run_dir, rollouts, lambda: (finished, total, started)))
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for item, r in todo:
+                tg.create_task(one(item, r))
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        log.close()
+        _write_status(run_dir, rollouts, finished, total, started)
+    summary = await asyncio.to_thread(write_summary, run_dir, env.name)
+    return EvalRun(summary, run_dir, len(todo))
+
+
+def _open_run(run_dir: Path, identity: dict[str, Any]) -> set[str]:
+    """Create or reopen the run directory; the keys of the episodes it already holds."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _check_same_run(run_dir, identity)
+    (run_dir / RUN_FILE).write_bytes(orjson.dumps(identity, option=orjson.OPT_INDENT_2))
+    return {e.key for e in read_episodes(run_dir / EPISODES_FILE, repair=True)}
+
+
+def write_summary(run_dir: Path, env: str) -> EvalSummary:
+    summary = summarize(read_episodes(run_dir / EPISODES_FILE), env)
+    (run_dir / SUMMARY_FILE).write_bytes(
+        orjson.dumps(summary.model_dump(mode="json"), option=orjson.OPT_INDENT_2)
+    )
+    return summary
+
+
+def _write_status(run_dir: Path, rollouts: Rollouts, finished: int, total: int, started: float) -> None:
+    status = {
+        "finished": finished,
+        "total": total,
+        "elapsed_s": round(time.monotonic() - started, 2),
+        **rollouts.report(),
+    }
+    tmp = run_dir / (STATUS_FILE + ".tmp")
+    tmp.write_bytes(orjson.dumps(status))
+    tmp.replace(run_dir / STATUS_FILE)
+
+
+async def _watch(run_dir: Path, rollouts: Rollouts, progress: Callable[[], tuple[int, int, float]]) -> None:
+    """Apply ``control.json`` and rewrite ``status.json`` once a second."""
+    seen: bytes | None = None
+    while True:
+        control = run_dir / CONTROL_FILE
+        with contextlib.suppress(OSError):
+            raw = control.read_bytes()
+            if raw != seen:
+                seen = raw
+                try:
+                    wanted = orjson.loads(raw)
+                    await rollouts.resize(
+                        rollouts=wanted.get("max_concurrent_rollouts"),
+                        tools_per_rollout=wanted.get("max_parallel_tools"),
+                    )
+                except (orjson.JSONDecodeError, ValueError, AttributeError) as exc:
+                    (run_dir / "control.error").write_text(f"ignored {CONTROL_FILE}: {exc}\n")
+        finished, total, started = progress()
+        _write_status(run_dir, rollouts, finished, total, started)
+        await asyncio.sleep(1.0)
+
+
+def write_control(run_dir: Path, **settings: int) -> None:
+    """What ``trajforge env resize`` writes (atomically) for a running evaluation to pick up."""
+    tmp = run_dir / (CONTROL_FILE + ".tmp")
+    tmp.write_bytes(orjson.dumps({k: v for k, v in settings.items() if v is not None}))
+    tmp.replace(run_dir / CONTROL_FILE)

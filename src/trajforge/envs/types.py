@@ -1,0 +1,81 @@
+"""What an environment hands out (items), what its reward code returns, and the episode record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+Item = dict[str, Any]
+"""One task of an environment. Plain JSON data: it is stored in every episode record (so a run
+can be rescored and resumed) and it crosses process boundaries (Atropos, Ray) as it is."""
+
+
+class RewardBreakdown(BaseModel):
+    """A reward with its parts and the reason for it.
+
+    ``components`` are named partial scores (tests passed, format, length penalty, ...) kept for
+    analysis; ``reward`` is what trainers use. ``token_advantages`` (optional) gives one value
+    per sampled token of the episode's token trace, for envs that score tokens (distillation).
+    """
+
+    reward: float
+    components: dict[str, float] = Field(default_factory=dict)
+    reason: str = ""
+    token_advantages: list[float] | None = None
+
+    @classmethod
+    def of(cls, value: float | RewardBreakdown) -> RewardBreakdown:
+        if isinstance(value, RewardBreakdown):
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(
+                f"compute_reward must return a float or a RewardBreakdown, not {type(value).__name__}"
+            )
+        return cls(reward=float(value))
+
+
+class TokenRecord(BaseModel):
+    """The episode's exact tokens: ``masks`` 1 on sampled tokens, ``logprobs`` the sampler's
+    (0.0 where the mask is 0), all of equal length."""
+
+    tokens: list[int]
+    masks: list[int]
+    logprobs: list[float]
+    token_advantages: list[float] | None = None
+
+
+class Episode(BaseModel):
+    """One rollout of one item, judged. One record serves SFT (messages), DPO (reward within a
+    group) and RL (tokens/masks/logprobs + reward)."""
+
+    env: str
+    item_id: str
+    rollout: int = Field(description="index of this rollout within its group")
+    group_size: int
+    seed: int = Field(description="seeds this rollout's toolset draw (and sampling, where supported)")
+    category: str | None = None
+    item: Item
+    toolsets: list[str]
+    tools: list[str]
+    messages: list[dict[str, Any]]
+    status: str = Field(description="completed | partial | failed (as in batch lines)")
+    reason: str | None = None
+    termination: str
+    turns: int = 0
+    reward: float = 0.0
+    reward_components: dict[str, float] = Field(default_factory=dict)
+    reward_reason: str = ""
+    reward_error: str | None = Field(None, description="the reward code raised: scored 0 for this reason")
+    trace: TokenRecord | None = None
+    trace_error: str | None = Field(None, description="why a token-level endpoint gave no usable trace")
+    kept: dict[str, Any] = Field(
+        default_factory=dict, description="what the env declared to keep for `env rescore`"
+    )
+    model: str | None = None
+    wall_s: float = 0.0
+    reward_s: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return f"{self.item_id}#{self.rollout}"
