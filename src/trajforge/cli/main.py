@@ -43,6 +43,7 @@ _COMMAND_MODULES = (
     "trajforge.cli.parse",
     "trajforge.cli.batch",
     "trajforge.cli.export",
+    "trajforge.cli.report",
     "trajforge.cli.serve",
     "trajforge.cli.model",
 )

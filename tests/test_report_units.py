@@ -1,0 +1,138 @@
+"""The report's parts on their own: file names, turn splitting, cuts, sampling, escaping, CLI errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+from typer.testing import CliRunner
+
+from trajforge.cli.main import app
+from trajforge.report.facts import RunFacts, percentiles, reason_kinds
+from trajforge.report.page import embed_json
+from trajforge.report.sample import StatusSampler
+from trajforge.report.source import OUTPUT_FILES, RUN_FILE, STATISTICS_FILE, LineRef
+from trajforge.report.turns import RecordBuilder, cut, segments
+
+
+def test_file_names_are_the_batch_factorys() -> None:
+    from trajforge.batch import run_file, writer
+
+    assert set(OUTPUT_FILES) == set(writer.OUTPUT_FILES.values())
+    assert RUN_FILE == run_file.RUN_FILE
+    assert STATISTICS_FILE == "statistics.json"
+
+
+def test_turn_text_splits_into_think_calls_results_and_text() -> None:
+    gpt = (
+        '<think>\nplan </tool_call> a\n</think>\nsome text\n<tool_call>\n{"name": "terminal", "arguments": '
+        '{"command": "ls"}}\n</tool_call>\n<tool_call>\nnot json\n</tool_call>'
+    )
+    segs = segments(gpt, 1000)
+    assert [s["k"] for s in segs] == ["think", "text", "call", "call"]
+    assert segs[0]["text"] == "plan </tool_call> a" and segs[1]["text"] == "some text"
+    assert segs[2]["name"] == "terminal" and json.loads(segs[2]["text"]) == {"command": "ls"}
+    assert segs[3]["bad"] is True and segs[3]["text"] == "not json"
+    tool = (
+        '<tool_response>\n{"tool_call_id": "c", "name": "terminal", "content": {"output": "boom", "exit_code": 2}}\n'
+        '</tool_response>\n<tool_response>\n{"name": "x", "content": "Error: unknown tool"}\n</tool_response>'
+    )
+    res = segments(tool, 1000)
+    assert [(s["k"], s["name"], s["text"], s.get("err")) for s in res] == [
+        ("result", "terminal", "boom", True),
+        ("result", "x", "Error: unknown tool", True),
+    ]
+    assert res[0]["meta"] == '{"exit_code": 2}'
+    # A scratchpad is a think block; an unclosed think runs to the end.
+    assert segments("<REASONING_SCRATCHPAD>s</REASONING_SCRATCHPAD>ok", 100) == [
+        {"k": "think", "text": "s"},
+        {"k": "text", "text": "ok"},
+    ]
+    assert segments("<think>cut off", 100) == [{"k": "think", "text": "cut off"}]
+
+
+def test_long_text_keeps_head_and_tail() -> None:
+    text = "A" * 5000 + "Z" * 5000
+    short = cut(text, 1000)
+    assert short.startswith("A" * 750) and short.endswith("Z" * 250) and "9,000 characters cut" in short
+    assert cut("short", 1000) == "short"
+
+
+def test_record_stores_the_system_prompt_once_and_reads_tools_and_rewards() -> None:
+    builder = RecordBuilder(500)
+    line = {
+        "prompt_index": 4,
+        "key": "k",
+        "status": "completed",
+        "conversations": [{"from": "system", "value": "S"}, {"from": "human", "value": "hi"}],
+        "tool_stats": {"terminal": {"count": 2, "success": 1, "failure": 1}, "process": {"count": 0}},
+        "toolsets_used": ["terminal"],
+        "reward": 0.5,
+        "reward_breakdown": {"a": 1},
+    }
+    first, second = builder.record(line), builder.record({**line, "reward": None})
+    assert builder.systems == ["S"] and first["sys"] == second["sys"] == 0
+    assert first["tu"] == ["terminal"] and first["tf"] == ["terminal"] and first["p"] == "hi"
+    assert first["rw"] == 0.5 and first["rb"] == {"a": 1} and second["rw"] is None
+    assert builder.record({**line, "reward": True})["rw"] is None  # a bool is not a reward
+
+
+def test_facts_handle_missing_fields_and_reasons() -> None:
+    facts = RunFacts()
+    facts.add(
+        {"status": "filtered", "reason": "no_reasoning: x; hallucinated_tool: y", "reward": float("nan")}
+    )
+    facts.add({"status": "failed", "reason": "error(rate_limit): too many"})
+    facts.add(None)
+    facts.add(
+        {
+            "status": "completed",
+            "reward": 1,
+            "reward_breakdown": {"c": 1, "bad": "x"},
+            "timings": {"wall_s": 2},
+        }
+    )
+    assert facts.lines == 3 and facts.unreadable == 1
+    assert facts.reasons["filtered"] == {"no_reasoning": 1, "hallucinated_tool": 1}
+    assert facts.reasons["failed"] == {"error(rate_limit)": 1}
+    assert facts.rewards == [1.0] and facts.no_reward == 2 and facts.reward_parts == {"c": [1.0]}
+    assert reason_kinds("failed", "") == ["unknown"]
+    assert percentiles([1, 2, 3, 4]) == {"mean": 2.5, "p50": 2, "p90": 4, "p99": 4, "max": 4}
+    assert percentiles([])["p50"] is None
+
+
+def test_sampler_gives_rare_statuses_their_whole_share() -> None:
+    sampler = StatusSampler(10, seed=1)
+    for i in range(1000):
+        sampler.offer("completed", LineRef(0, i, 1))
+    for i in range(3):
+        sampler.offer("failed", LineRef(2, i, 1))
+    for i in range(20):
+        sampler.offer("filtered", LineRef(1, i, 1))
+    assert sampler.quotas()["failed"] == 3 and sum(sampler.quotas().values()) == 10
+    chosen = sampler.chosen()
+    assert len(chosen) == 10 and len(set(chosen)) == 10
+    assert sum(1 for ref in chosen if ref.file == 2) == 3
+    assert StatusSampler(0, 0).chosen() == []
+
+
+def test_embedded_json_cannot_close_its_script_block() -> None:
+    value = {"t": "</script><script>alert(1)</script><!-- & \u2028"}
+    raw = embed_json(value)
+    assert b"<" not in raw and b">" not in raw and b"&" not in raw and "\u2028".encode() not in raw
+    assert orjson.loads(raw) == value
+
+
+def test_cli_says_what_is_wrong(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["report", str(tmp_path / "nope")])
+    assert result.exit_code == 2 and "is not a directory" in result.output
+    result = runner.invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 2 and "holds none of trajectories.jsonl" in result.output
+    (tmp_path / "trajectories.jsonl").write_bytes(b"")
+    result = runner.invoke(app, ["report", str(tmp_path), "--max-size-mb", "0.1"])
+    assert result.exit_code == 2 and "--max-size-mb must be at least 0.5" in result.output
+    result = runner.invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 0 and (tmp_path / "report.html").exists()
+    assert "the run has no samples yet" in (tmp_path / "report.html").read_text()
