@@ -426,9 +426,7 @@ async def test_exports(tmp_path: Path, scripted_server: Callable) -> None:
     roles = [m["role"] for m in rows[0]["messages"]]
     assert roles == ["user", "assistant", "tool", "assistant"]
     call = rows[0]["messages"][1]["tool_calls"][0]
-    assert call["function"]["name"] == "terminal" and orjson.loads(call["function"]["arguments"]) == {
-        "command": "echo hi"
-    }
+    assert call["function"]["name"] == "terminal" and call["function"]["arguments"] == {"command": "echo hi"}
     assert rows[0]["messages"][2]["tool_call_id"] == call["id"]
     assert {t["function"]["name"] for t in rows[0]["tools"]} == {"terminal", "process"}
 

@@ -1,17 +1,25 @@
-"""Exports of a run directory into the formats trainers read.
+"""Exports of a run directory into the formats trainers read (docs/formats.md has each trainer's config).
 
-* ``messages``: TRL-ready SFT rows ``{"messages": [...], "tools": [...]}`` (OpenAI format, the run's
-  own system prompt first when it had one, tool
-  call arguments as JSON strings so every row has one Arrow schema, reasoning under
-  ``reasoning_content``);
-* ``sharegpt``: ``{"conversations": [...]}`` with the canonical system turn listing the tools;
+* ``messages`` (TRL): ``{"messages": [...], "tools": [...]}`` in OpenAI format, the run's own system
+  prompt first when it had one, tool-call ``arguments`` as JSON *objects* (what Hugging Face chat
+  templates expect: a string there is rendered double-encoded and trained on as such), reasoning
+  under ``reasoning_content``. ``datasets`` >= 4.7 loads the varying argument keys as ``Json``
+  values, exactly;
+* ``sharegpt``: ``{"conversations": [...]}`` exactly as the reference writes it (canonical system
+  turn listing the tools, ``human``/``gpt``/``tool``);
+* ``llamafactory`` / ``axolotl``: the shapes those trainers' loaders read without losing a turn
+  (:mod:`trajforge.trajectory.trainer_formats`);
 * ``hermes``: the reference's exact line: full system prompt with the tool schemas on every
   line and ``tool_stats`` / ``tool_error_counts`` zero-padded over every known tool;
-* ``parquet``: the run's records as a Parquet file;
-* ``dpo``: ``{"prompt", "chosen", "rejected"}`` pairs (conversational) from a completed sample and
-  a failed, partial or filtered sample of the same prompt.
+* ``parquet``: ``RUN_NAME.parquet``: ``messages`` and ``tools`` columns (typed ``Json`` for
+  ``datasets``) next to the records' own fields; it carries its schema, so even zero rows load;
+* ``dpo``: ``{"prompt", "chosen", "rejected"}`` pairs by reward inside a ``prompt_index`` group, or
+  by completion status when nothing was graded (:mod:`trajforge.trajectory.pairs`); a
+  ``.stats.json`` sidecar says which.
 
 Run lines keep tool schemas once in ``run.json``; exports put them back where a format needs them.
+The raw lines keep the exact call text (ShareGPT ``<tool_call>`` JSON, or the raw string when the
+model's arguments were not JSON); only the exports turn arguments into objects.
 """
 
 from __future__ import annotations
@@ -27,8 +35,11 @@ import orjson
 
 from trajforge.tools.toolsets import TOOLSETS
 from trajforge.trajectory import system_prompt
+from trajforge.trajectory.pairs import PairStats, choose_ground, pair_by_completion, pair_by_reward
+from trajforge.trajectory.trainer_formats import to_axolotl, to_llamafactory
 
-FORMATS: tuple[str, ...] = ("messages", "sharegpt", "hermes", "parquet", "dpo")
+FORMATS: tuple[str, ...] = ("messages", "sharegpt", "llamafactory", "axolotl", "hermes", "parquet", "dpo")
+OUTPUT_FILES: tuple[str, ...] = ("trajectories.jsonl", "filtered.jsonl", "failed.jsonl")
 _HERMES_FIELDS = (
     "prompt_index",
     "conversations",
@@ -92,10 +103,11 @@ def _assistant(value: str, turn: int) -> dict[str, Any]:
     for k, body in enumerate(_CALL.findall(value)):
         try:
             call = json.loads(body)
-            name, args = call.get("name", ""), call.get("arguments", {})
+            name, arguments = call.get("name", ""), call.get("arguments", {})
         except json.JSONDecodeError:
-            name, args = "", body
-        arguments = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+            name, arguments = "", body
+        # objects, as chat templates expect; a string here is what the model wrote when it was not
+        # JSON (kept as written: the line's ShareGPT text has it too)
         calls.append(
             {"id": f"call_{turn}_{k}", "type": "function", "function": {"name": name, "arguments": arguments}}
         )
@@ -178,9 +190,14 @@ def to_hermes(line: dict[str, Any], run: RunInfo, known: list[str]) -> dict[str,
     return out
 
 
+def _system_text(line: dict[str, Any]) -> str | None:
+    text = (line.get("metadata") or {}).get("system_prompt")
+    return text if isinstance(text, str) and text else None
+
+
 def _system(line: dict[str, Any]) -> list[dict[str, Any]]:
     """The run's own system prompt, which the model was conditioned on (kept on the line)."""
-    text = (line.get("metadata") or {}).get("system_prompt")
+    text = _system_text(line)
     return [{"role": "system", "content": text}] if text else []
 
 
@@ -191,54 +208,105 @@ def to_messages(line: dict[str, Any], run: RunInfo) -> dict[str, Any]:
     }
 
 
-def dpo_pairs(run: RunInfo) -> Iterator[dict[str, Any]]:
-    """One pair per prompt that has both a completed and a rejected sample."""
-    chosen: dict[str, dict[str, Any]] = {}
-    for line in read_lines(run.run_dir / "trajectories.jsonl"):
-        chosen.setdefault(_prompt_of(line), line)
-    used: set[str] = set()
-    for name in ("filtered.jsonl", "failed.jsonl"):
-        for line in read_lines(run.run_dir / name):
-            prompt = _prompt_of(line)
-            good = chosen.get(prompt)
-            if good is None or prompt in used:
-                continue
-            rejected = _chat(line)[1:]
-            if not rejected:
-                continue  # failed before the model answered: nothing to reject
-            used.add(prompt)
-            yield {
-                "prompt": [*_system(good), {"role": "user", "content": prompt}],
-                "chosen": _chat(good)[1:],
-                "rejected": rejected,
-                "tools": run.tools_for(good["toolsets_used"]),
-                "rejected_status": line["status"],
-                "rejected_reason": line["reason"],
-            }
-
-
 def _prompt_of(line: dict[str, Any]) -> str:
     return next((t["value"] for t in line["conversations"] if t["from"] == "human"), "")
 
 
-def export_run(
-    run_dir: Path, fmt: str, output: Path | None = None, *, include: Iterable[str] = ("trajectories.jsonl",)
-) -> tuple[Path, int]:
-    """Write the export; returns (path, rows). ``include`` picks which output files feed it
-    (all formats but dpo)."""
+def _answered(line: dict[str, Any]) -> bool:
+    return any(m["role"] == "assistant" for m in _chat(line))
+
+
+def _pair_row(chosen: dict[str, Any], rejected: dict[str, Any], run: RunInfo) -> dict[str, Any]:
+    return {
+        "prompt": [*_system(chosen), {"role": "user", "content": _prompt_of(chosen)}],
+        "chosen": _chat(chosen)[1:],
+        "rejected": _chat(rejected)[1:],
+        "tools": run.tools_for(chosen["toolsets_used"]),
+        "prompt_index": chosen.get("prompt_index"),
+        "chosen_key": chosen.get("key"),
+        "rejected_key": rejected.get("key"),
+        "chosen_reward": chosen.get("reward"),
+        "rejected_reward": rejected.get("reward"),
+        "rejected_status": rejected.get("status"),
+        "rejected_reason": rejected.get("reason"),
+    }
+
+
+def dpo_pairs(run: RunInfo, lines: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], PairStats]:
+    """The DPO rows of ``lines`` and how they were paired (by reward, else by completion status).
+
+    A line whose sample never got a model answer (failed before the first reply) can be neither
+    chosen nor rejected; it is left out and counted in the notes."""
+    answered = [line for line in lines if _answered(line)]
+    if choose_ground(lines) == "reward":
+        pairs, stats = pair_by_reward(answered)
+    else:
+        pairs, stats = pair_by_completion(answered, _prompt_of)
+    stats.lines = len(lines)
+    if len(answered) < len(lines):
+        stats.notes.append(f"{len(lines) - len(answered)} line(s) without a model answer left out")
+    return [_pair_row(dict(c), dict(r), run) for c, r in pairs], stats
+
+
+@dataclass
+class ExportReport:
+    """What an export wrote: the file, its row count and, for ``dpo``, how pairs were chosen."""
+
+    path: Path
+    rows: int
+    pairing: PairStats | None = None
+    sidecar: Path | None = None
+
+
+def default_output(run_dir: Path, fmt: str) -> Path:
+    if fmt == "parquet":  # named after the run: several runs' files can sit in one folder
+        return Path(run_dir) / "export" / f"{Path(run_dir).resolve().name}.parquet"
+    return Path(run_dir) / "export" / f"{fmt}.jsonl"
+
+
+def _check_include(include: Iterable[str]) -> list[str]:
+    names = list(include)
+    bad = [n for n in names if n not in OUTPUT_FILES]
+    if bad or not names:
+        raise ExportError(f"include takes {', '.join(OUTPUT_FILES)}; got {', '.join(names) or 'nothing'}")
+    return names
+
+
+def export(
+    run_dir: Path, fmt: str, output: Path | None = None, *, include: Iterable[str] | None = None
+) -> ExportReport:
+    """Write the export. ``include`` picks which output files feed it, for every format; the
+    default is ``trajectories.jsonl``, and all three files for ``dpo`` (rejected answers live in
+    ``failed``/``filtered`` when pairing by completion)."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    names = _check_include(
+        include if include is not None else OUTPUT_FILES if fmt == "dpo" else OUTPUT_FILES[:1]
+    )
     run = load_run(run_dir)
-    suffix = "parquet" if fmt == "parquet" else "jsonl"
-    output = Path(output) if output else Path(run_dir) / "export" / f"{fmt}.{suffix}"
+    output = Path(output) if output else default_output(run_dir, fmt)
     output.parent.mkdir(parents=True, exist_ok=True)
-    lines = (line for name in include for line in read_lines(Path(run_dir) / name))
+    lines = (line for name in names for line in read_lines(Path(run_dir) / name))
     if fmt == "parquet":
-        return output, _write_parquet(list(lines), output)
+        from trajforge.batch.export_parquet import write_parquet
+
+        return ExportReport(output, write_parquet(((line, to_messages(line, run)) for line in lines), output))
+    pairing = None
     if fmt == "dpo":
-        rows: Iterable[dict[str, Any]] = dpo_pairs(run)
+        rows_list, pairing = dpo_pairs(run, list(lines))
+        rows: Iterable[dict[str, Any]] = rows_list
     elif fmt == "messages":
         rows = (to_messages(line, run) for line in lines)
+    elif fmt == "llamafactory":
+        rows = (
+            to_llamafactory(_chat(line), run.tools_for(line["toolsets_used"]), _system_text(line))
+            for line in lines
+        )
+    elif fmt == "axolotl":
+        rows = (
+            to_axolotl(_chat(line), run.tools_for(line["toolsets_used"]), _system_text(line))
+            for line in lines
+        )
     elif fmt == "sharegpt":
         rows = ({"conversations": _with_system(line, run)} for line in lines)
     else:
@@ -251,15 +319,16 @@ def export_run(
             fh.write(orjson.dumps(row) + b"\n")
             count += 1
     tmp.replace(output)
-    return output, count
+    sidecar = None
+    if pairing is not None:
+        sidecar = output.with_name(output.name.removesuffix(".jsonl") + ".stats.json")
+        sidecar.write_bytes(orjson.dumps(pairing.as_dict(), option=orjson.OPT_INDENT_2))
+    return ExportReport(output, count, pairing, sidecar)
 
 
-def _write_parquet(lines: list[dict[str, Any]], output: Path) -> int:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = pa.Table.from_pylist(lines) if lines else pa.table({})
-    tmp = output.with_name(f".{output.name}.tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(output)
-    return len(lines)
+def export_run(
+    run_dir: Path, fmt: str, output: Path | None = None, *, include: Iterable[str] | None = None
+) -> tuple[Path, int]:
+    """:func:`export`, returning (path, rows)."""
+    report = export(run_dir, fmt, output, include=include)
+    return report.path, report.rows
