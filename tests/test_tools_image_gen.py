@@ -32,7 +32,7 @@ async def ctx(tmp_path) -> AsyncIterator[ToolContext]:
 def _tool(base_url: str, **image_gen):
     cfg = parse_tools_config(
         {
-            "web": {"policy": {"allow_cidrs": ["127.0.0.0/8"]}},
+            "network": {"allow_cidrs": ["127.0.0.0/8"]},
             "image_gen": {"base_url": base_url, "model": "scripted-image", "max_retries": 0, **image_gen},
         }
     )

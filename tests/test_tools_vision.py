@@ -92,7 +92,7 @@ def _registry(base_url: str, *, allow_loopback: bool = True, max_image_bytes: in
     policy = {"allow_cidrs": ["127.0.0.0/8"]} if allow_loopback else {}
     cfg = parse_tools_config(
         {
-            "web": {"policy": policy},
+            "network": policy,
             "vision": {
                 "endpoint": {"base_url": base_url, "model": "scripted", "max_retries": 0},
                 "max_image_bytes": max_image_bytes,

@@ -9,7 +9,7 @@ it is told the toolset is dropped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from trajforge.tools.base import FunctionTool
@@ -42,6 +42,7 @@ def _offer(
 
 def build_registry(config: ToolsConfig | None = None) -> ToolRegistry:
     """A new registry of the tools ``config`` can run; the rest are marked unavailable, with why."""
+    from trajforge.tools.browser import BrowserHost, browser_tools
     from trajforge.tools.host_fetch import policy_fetcher
     from trajforge.tools.image_gen import image_gen_tools
     from trajforge.tools.moa import moa_tools
@@ -50,13 +51,33 @@ def build_registry(config: ToolsConfig | None = None) -> ToolRegistry:
 
     cfg = config or ToolsConfig()
     registry = ToolRegistry(builtin_tools())
-    fetch = policy_fetcher(cfg.web.policy, timeout_s=cfg.image_fetch_timeout_s)
+    fetch = policy_fetcher(cfg.network, timeout_s=cfg.image_fetch_timeout_s)
+    web = cfg.web_config()
     _offer(
         registry,
         "web",
         True,  # web_extract needs no backend; web_search needs a provider
-        cfg.web.search_unready() or "not offered",
-        lambda: [t for t in web_tools(cfg.web) if t.name != "web_search" or not cfg.web.search_unready()],
+        web.search_unready() or "not offered",
+        lambda: [t for t in web_tools(web) if t.name != "web_search" or not web.search_unready()],
+    )
+    browser = cfg.browser_config()
+    browser_unready = browser.unready()
+    host: BrowserHost | None = None
+    if browser_unready is None:
+        host = BrowserHost(browser)
+        registry.on_close(host.aclose)
+    vision_ask = _vision_ask(cfg)
+    _offer(
+        registry,
+        "browser",
+        browser_unready is None,
+        # only browser_vision is left out when the browser runs but no vision model is configured
+        browser_unready or "browser_vision needs a vision model (set tools.vision.endpoint)",
+        lambda: [
+            t
+            for t in browser_tools(browser, host=host, vision=vision_ask)
+            if t.name != "browser_vision" or vision_ask is not None
+        ],
     )
     _offer(
         registry,
@@ -80,6 +101,20 @@ def build_registry(config: ToolsConfig | None = None) -> ToolRegistry:
         lambda: moa_tools(cfg.moa),
     )
     return registry
+
+
+def _vision_ask(cfg: ToolsConfig) -> Callable[[bytes, str], Awaitable[str]] | None:
+    """``browser_vision``'s question to the configured vision model (a screenshot, a question)."""
+    endpoint = cfg.vision.endpoint
+    if endpoint is None:
+        return None
+    from trajforge.tools.images import data_url
+    from trajforge.tools.vision import ask_about_image
+
+    async def ask(png: bytes, question: str) -> str:
+        return await ask_about_image(endpoint, data_url(png, "the screenshot"), question)
+
+    return ask
 
 
 @dataclass(frozen=True)

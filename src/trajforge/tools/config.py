@@ -8,10 +8,9 @@ offered (see :func:`trajforge.tools.builtin.build_registry`).
 Example::
 
     tools:
-      web:
-        provider: searxng
-        endpoint: "http://searx.internal:8080"
-        policy: {allow_cidrs: ["10.1.0.0/16"]}
+      network: {allow_cidrs: ["10.1.0.0/16"]}      # also lets the host reach the intranet
+      web: {provider: searxng, endpoint: "http://searx.internal:8080"}
+      browser: {executable: /usr/bin/chromium}
       vision:
         endpoint: {base_url: "https://api.openai.com/v1", model: gpt-4o-mini, api_key_env: OPENAI_API_KEY}
       image_gen: {base_url: "https://api.openai.com/v1", model: gpt-image-1, response_format: null}
@@ -28,10 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from trajforge.tools.browser import BrowserConfig
 from trajforge.tools.image_gen import ImageGenConfig
 from trajforge.tools.moa import MoAConfig
+from trajforge.tools.netpolicy import NetPolicy
 from trajforge.tools.vision import VisionConfig
 from trajforge.tools.web import WebConfig
 
@@ -45,10 +46,14 @@ class ToolsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    web: WebConfig = Field(
-        default_factory=WebConfig,
-        description="search provider and extraction limits; its policy is where the host may fetch "
-        "for a model (web, and the image URLs of vision and image_gen)",
+    network: NetPolicy = Field(
+        default_factory=NetPolicy,
+        description="where the host may fetch for a model: web, browser, and the image URLs of "
+        "vision and image_gen (one policy for all; non-public addresses denied unless allowed)",
+    )
+    web: WebConfig = Field(default_factory=WebConfig, description="search provider, extraction limits")
+    browser: BrowserConfig = Field(
+        default_factory=BrowserConfig, description="Chromium binary, viewport, timeouts and limits"
     )
     vision: VisionConfig = Field(default_factory=VisionConfig)
     image_gen: ImageGenConfig = Field(default_factory=ImageGenConfig)
@@ -56,6 +61,24 @@ class ToolsConfig(BaseModel):
     image_fetch_timeout_s: float = Field(
         30.0, gt=0, description="deadline of the host's fetch of an image URL (vision, image_gen), s"
     )
+
+    @model_validator(mode="after")
+    def _one_policy(self) -> ToolsConfig:
+        for name in ("web", "browser"):
+            if "policy" in getattr(self, name).model_fields_set:
+                raise ValueError(
+                    f"set the network policy once, as tools.network (it applies to web, browser "
+                    f"and image fetches alike), not as tools.{name}.policy"
+                )
+        return self
+
+    def web_config(self) -> WebConfig:
+        """The web settings under :attr:`network`."""
+        return self.web.model_copy(update={"policy": self.network})
+
+    def browser_config(self) -> BrowserConfig:
+        """The browser settings under :attr:`network`."""
+        return self.browser.model_copy(update={"policy": self.network})
 
 
 def parse_tools_config(data: Any, source: str = "tools") -> ToolsConfig:

@@ -1,4 +1,4 @@
-"""Declared toolsets whose implementations land later (rl; browser until wired in).
+"""Declared toolsets whose implementations land later (rl).
 
 They are real entries in the registry, with the schemas the model will see, so distributions and
 filters treat them like any tool; calling one returns a clear failure instead of pretending.
@@ -21,25 +21,6 @@ def _obj(required: list[str], **props: str) -> dict[str, Any]:
 
 
 _SPECS: dict[str, tuple[str, dict[str, Any]]] = {
-    "browser_navigate": ("Open a URL in the browser.", _obj(["url"], url="Address to open.")),
-    "browser_snapshot": ("Return the accessibility snapshot of the current page.", _obj([])),
-    "browser_click": (
-        "Click an element of the page.",
-        _obj(["ref"], ref="Element reference from a snapshot."),
-    ),
-    "browser_type": (
-        "Type text into an element.",
-        _obj(["ref", "text"], ref="Element reference.", text="Text to type."),
-    ),
-    "browser_scroll": ("Scroll the page.", _obj(["direction"], direction="up or down.")),
-    "browser_back": ("Go back in history.", _obj([])),
-    "browser_press": ("Press a key.", _obj(["key"], key="Key name, e.g. Enter.")),
-    "browser_get_images": ("List images on the page.", _obj([])),
-    "browser_vision": (
-        "Ask a question about a screenshot of the page.",
-        _obj(["question"], question="Question."),
-    ),
-    "browser_console": ("Read the page's console messages.", _obj([])),
     "rl_list_environments": ("List the available RL environments.", _obj([])),
     "rl_select_environment": ("Select an RL environment.", _obj(["name"], name="Environment name.")),
     "rl_get_current_config": ("Show the current training config.", _obj([])),

@@ -9,7 +9,7 @@ not offered. The toolset tables it selects by live one floor down, in
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from trajforge.tools.base import Tool, openai_schema
@@ -22,6 +22,7 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         self._unavailable: dict[str, str] = {}  # declared tool -> why it is not offered here
+        self._closers: list[Callable[[], Awaitable[None]]] = []
         for tool in tools:
             self.register(tool)
 
@@ -69,6 +70,16 @@ class ToolRegistry:
             for name in names
             if name in self._tools
         ] + [t for t in self._tools.values() if t.toolset in selected and t.toolset not in TOOLSETS]
+
+    def on_close(self, closer: Callable[[], Awaitable[None]]) -> None:
+        """Run ``closer`` in :meth:`aclose` (a resource the tools share, e.g. the worker's browser)."""
+        self._closers.append(closer)
+
+    async def aclose(self) -> None:
+        """Release what the tools share; call once, on the event loop that used them."""
+        closers, self._closers = self._closers[::-1], []
+        for closer in closers:
+            await closer()
 
     def schemas(self, tools: Iterable[Tool]) -> list[dict[str, Any]]:
         return [openai_schema(t) for t in tools]
