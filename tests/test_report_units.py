@@ -19,7 +19,9 @@ from trajforge.report.turns import RecordBuilder, cut, segments
 def test_file_names_are_the_batch_factorys() -> None:
     from trajforge.batch import run_file, writer
 
-    assert set(OUTPUT_FILES) == set(writer.OUTPUT_FILES.values())
+    from trajforge.envs import runner
+
+    assert set(OUTPUT_FILES) == {*writer.OUTPUT_FILES.values(), runner.EPISODES_FILE}
     assert RUN_FILE == run_file.RUN_FILE
     assert STATISTICS_FILE == "statistics.json"
 
@@ -136,3 +138,75 @@ def test_cli_says_what_is_wrong(tmp_path: Path) -> None:
     result = runner.invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 0 and (tmp_path / "report.html").exists()
     assert "the run has no samples yet" in (tmp_path / "report.html").read_text()
+
+
+def _episode(rollout: int, reward: float) -> bytes:
+    from trajforge.envs.types import Episode
+
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": f"count files {rollout}"},
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning": "I should run ls",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "terminal", "arguments": '{"command": "ls"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": '{"output": "a\\nb\\n", "exit_code": 0}'},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "c2", "type": "function", "function": {"name": "terminal", "arguments": "not json"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c2", "content": "Error: arguments are not JSON"},
+        {"role": "assistant", "content": "<think>two</think>2 files"},
+    ]
+    episode = Episode(
+        env="tiny_tasks",
+        item_id=f"item{rollout}",
+        rollout=rollout,
+        group_size=2,
+        seed=rollout,
+        item={"q": "count"},
+        toolsets=["terminal"],
+        tools=["terminal"],
+        messages=messages,
+        status="completed",
+        termination="final_answer",
+        turns=3,
+        reward=reward,
+        reward_components={"correct": reward, "format": 1.0},
+        wall_s=1.5,
+    )
+    return orjson.dumps(episode.model_dump(mode="json")) + b"\n"
+
+
+def test_an_env_run_reads_as_a_batch_run(tmp_path: Path) -> None:
+    """``episodes.jsonl`` lines (OpenAI messages, reward components) get the same report."""
+    from trajforge.report import build_report
+
+    (tmp_path / "episodes.jsonl").write_bytes(_episode(0, 1.0) + _episode(1, 0.0))
+    summary = build_report(tmp_path)
+    assert summary.lines == 2 and summary.embedded == 2
+    html = summary.path.read_text()
+    data = orjson.loads(html.split('id="tf-data">')[1].split("</script>")[0])
+    first = data["records"][0]
+    assert data["systems"] == ["be brief"] and first["key"] == "item0#0" and first["p"] == "count files 0"
+    assert first["tu"] == ["terminal"] and first["tf"] == ["terminal"] and first["n"] == 3
+    assert first["rw"] == 1.0 and first["rb"] == {"correct": 1.0, "format": 1.0}
+    kinds = [[seg["k"] for seg in segs] for _, segs in first["t"]]
+    assert kinds == [["text"], ["think", "call"], ["result"], ["call"], ["result"], ["think", "text"]]
+    assert first["t"][1][1][1]["name"] == "terminal" and json.loads(first["t"][1][1][1]["text"]) == {
+        "command": "ls"
+    }
+    assert first["t"][2][1][0]["text"] == "a\nb\n" and first["t"][2][1][0]["meta"] == '{"exit_code": 0}'
+    assert first["t"][3][1][0]["bad"] is True and first["t"][4][1][0]["err"] is True
+    assert 'id="chart-rewards"' in html and "breakdown: correct" in html

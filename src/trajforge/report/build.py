@@ -22,6 +22,7 @@ from trajforge.report.facts import RunFacts, as_dict, percentiles
 from trajforge.report.options import ReportOptions
 from trajforge.report.page import embed_json, render
 from trajforge.report.sample import StatusSampler
+from trajforge.report.schema import normalize
 from trajforge.report.source import (
     OUTPUT_FILES,
     RUN_FILE,
@@ -62,14 +63,15 @@ def build_report(
     paths = output_paths(run_dir)
     facts = RunFacts()
     sampler = StatusSampler(opts.max_trajectories, opts.seed)
-    for ref, line in iter_lines(paths):
+    for ref, raw in iter_lines(paths):
+        line = normalize(raw) if raw is not None else None
         facts.add(line)
         if line is not None:
             sampler.offer(str(line.get("status") or "unknown"), ref)
     refs = sampler.chosen()
     builder = RecordBuilder(opts.max_text_chars)
     built: dict[LineRef, dict[str, Any]] = {
-        ref: builder.record(line) for ref, line in read_lines(paths, refs)
+        ref: builder.record(normalize(line)) for ref, line in read_lines(paths, refs)
     }
     stats = read_json(run_dir / STATISTICS_FILE) or {}
     run = read_json(run_dir / RUN_FILE) or {}

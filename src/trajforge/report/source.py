@@ -1,7 +1,7 @@
 """The run directory as the report sees it: which files, and their lines one at a time.
 
 The names are the batch factory's (``batch.writer.OUTPUT_FILES``, ``statistics.json``,
-``run.json``); they are repeated here rather than imported so that the report stays on the
+``run.json``) and an env run's (``envs.runner.EPISODES_FILE``); they are repeated here rather than imported so that the report stays on the
 ground floor, and ``tests/test_report_units.py`` checks that the two agree.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-OUTPUT_FILES = ("trajectories.jsonl", "filtered.jsonl", "failed.jsonl")
+OUTPUT_FILES = ("trajectories.jsonl", "filtered.jsonl", "failed.jsonl", "episodes.jsonl")
 STATISTICS_FILE = "statistics.json"
 RUN_FILE = "run.json"
 
@@ -44,12 +44,14 @@ def read_json(path: Path) -> dict[str, Any] | None:
 def output_paths(run_dir: Path) -> list[Path | None]:
     """Each of OUTPUT_FILES under ``run_dir`` (None where absent); raises when none exists."""
     if not run_dir.is_dir():
-        raise ReportError(f"{run_dir} is not a directory; pass a run directory written by `trajforge batch`")
+        raise ReportError(
+            f"{run_dir} is not a directory; pass a run directory written by `trajforge batch` or an env run"
+        )
     paths = [run_dir / name if (run_dir / name).is_file() else None for name in OUTPUT_FILES]
     if not any(paths):
         raise ReportError(
             f"{run_dir} holds none of {', '.join(OUTPUT_FILES)}; pass a run directory written by "
-            "`trajforge batch` (a running batch writes them every merge interval)"
+            "`trajforge batch` or an env run (a running batch writes them every merge interval)"
         )
     return paths
 

@@ -12,8 +12,16 @@ import json
 import re
 from typing import Any
 
-from trajforge.messages import SCRATCHPAD_CLOSE, SCRATCHPAD_OPEN, THINK_CLOSE, THINK_OPEN
+from trajforge.messages import (
+    SCRATCHPAD_CLOSE,
+    SCRATCHPAD_OPEN,
+    THINK_CLOSE,
+    THINK_OPEN,
+    content_text,
+    message_reasoning,
+)
 from trajforge.report.facts import as_dict, tools_used
+from trajforge.report.schema import is_episode
 
 _TAGS = {
     THINK_OPEN[1:-1]: "think",
@@ -60,9 +68,14 @@ def _result(body: str, max_chars: int) -> dict[str, Any]:
         return {"k": "result", "name": "?", "text": cut(body.strip(), max_chars)}
     if not isinstance(parsed, dict):
         return {"k": "result", "name": "?", "text": cut(body.strip(), max_chars)}
-    content = parsed.get("content")
-    seg: dict[str, Any] = {"k": "result", "name": str(parsed.get("name", "?"))}
-    if isinstance(content, dict) and "output" in content:  # terminal-style {"output", "exit_code"}
+    return result_segment(str(parsed.get("name", "?")), parsed.get("content"), max_chars)
+
+
+def result_segment(name: str, content: Any, max_chars: int) -> dict[str, Any]:
+    """A tool result: terminal-style ``{"output", "exit_code"}`` shows the output, the rest as a note;
+    an error (``error`` field, non-zero exit, text starting ``Error``) is marked."""
+    seg: dict[str, Any] = {"k": "result", "name": name}
+    if isinstance(content, dict) and "output" in content:
         seg["text"] = cut(_pretty(content.get("output")), max_chars)
         rest = {k: v for k, v in content.items() if k != "output"}
         if rest:
@@ -72,10 +85,58 @@ def _result(body: str, max_chars: int) -> dict[str, Any]:
     else:
         seg["text"] = cut(_pretty(content), max_chars)
         if (isinstance(content, dict) and content.get("error")) or (
-            isinstance(content, str) and content.startswith("Error:")
+            isinstance(content, str) and content.startswith("Error")
         ):
             seg["err"] = True
     return seg
+
+
+def _json_or_text(text: str) -> Any:
+    if text.strip().startswith(("{", "[")):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return text
+    return text
+
+
+def message_turns(messages: list[Any], max_chars: int) -> tuple[str | None, list[list[Any]]]:
+    """OpenAI ``messages`` (an env episode) -> (system text, turns) in the same pieces."""
+    system: str | None = None
+    turns: list[list[Any]] = []
+    names: dict[str, str] = {}
+    for msg in messages:
+        if not isinstance(msg, dict):
+            continue
+        role, text = str(msg.get("role")), content_text(msg.get("content"))
+        if role in ("system", "developer") and system is None and not turns:
+            system = text
+            continue
+        if role == "assistant":
+            segs: list[dict[str, Any]] = []
+            reasoning = message_reasoning(msg)
+            if reasoning:
+                segs.append({"k": "think", "text": cut(reasoning.strip(), max_chars)})
+            segs += segments(text, max_chars)
+            for call in msg.get("tool_calls") or ():
+                if not isinstance(call, dict):
+                    continue
+                func = call.get("function") or {}
+                name = str(func.get("name", "?"))
+                names[str(call.get("id", ""))] = name
+                args = func.get("arguments")
+                parsed = _json_or_text(args) if isinstance(args, str) else args
+                seg: dict[str, Any] = {"k": "call", "name": name, "text": cut(_pretty(parsed), max_chars)}
+                if not isinstance(parsed, dict):
+                    seg["bad"] = True
+                segs.append(seg)
+            turns.append(["assistant", segs])
+        elif role == "tool":
+            name = names.get(str(msg.get("tool_call_id", "")), str(msg.get("name") or "?"))
+            turns.append(["tool", [result_segment(name, _json_or_text(text), max_chars)]])
+        else:
+            turns.append([role, [{"k": "text", "text": cut(text, max_chars)}]])
+    return system, turns
 
 
 def segments(value: str, max_chars: int) -> list[dict[str, Any]]:
@@ -115,11 +176,9 @@ class RecordBuilder:
             self.systems.append(cut(text, self.max_chars * 4))
         return self._system_ids[text]
 
-    def record(self, line: dict[str, Any]) -> dict[str, Any]:
-        """The browser's view of one line (short keys: thousands of them go in one file)."""
+    def _sharegpt_turns(self, line: dict[str, Any]) -> tuple[str | None, list[list[Any]]]:
+        system: str | None = None
         turns: list[list[Any]] = []
-        system: int | None = None
-        prompt = ""
         conversations = line.get("conversations")
         for turn in conversations if isinstance(conversations, list) else ():
             if not isinstance(turn, dict):
@@ -128,16 +187,25 @@ class RecordBuilder:
             value = turn.get("value")
             text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
             if role == "system" and system is None and not turns:
-                system = self._system(text)
+                system = text
                 continue
-            if role == "user" and not prompt:
-                prompt = text
             segs = (
                 segments(text, self.max_chars)
                 if role in ("assistant", "tool")
                 else [{"k": "text", "text": cut(text, self.max_chars)}]
             )
             turns.append([role, segs])
+        return system, turns
+
+    def record(self, line: dict[str, Any]) -> dict[str, Any]:
+        """The browser's view of one line (short keys: thousands of them go in one file)."""
+        system_text, turns = (
+            message_turns(line["messages"], self.max_chars)
+            if is_episode(line)
+            else self._sharegpt_turns(line)
+        )
+        system = self._system(system_text) if system_text is not None else None
+        prompt = next((t[1][0]["text"] for t in turns if t[0] == "user" and t[1]), "")
         used, failed = tools_used(line)
         usage, timings = as_dict(line.get("usage")), as_dict(line.get("timings"))
         reward = line.get("reward")
