@@ -18,7 +18,6 @@ from trajforge.report.turns import RecordBuilder, cut, segments
 
 def test_file_names_are_the_batch_factorys() -> None:
     from trajforge.batch import run_file, writer
-
     from trajforge.envs import runner
 
     assert set(OUTPUT_FILES) == {*writer.OUTPUT_FILES.values(), runner.EPISODES_FILE}
