@@ -93,8 +93,18 @@ class SupportsPreflight(Protocol):
 @runtime_checkable
 class SupportsVerification(Protocol):
     """A sandbox a verifier can judge safely (every built-in backend): commands that do not
-    inherit the rollout's shell session, and a way to stop what the rollout left running."""
+    inherit the rollout's shell session, a way to stop what the rollout left running, and a
+    scratch directory (outside the workdir) for the verifier's own files."""
+
+    @property
+    def scratch_dir(self) -> str:
+        """A writable directory inside the sandbox, outside the workdir."""
+        ...
 
     async def exec_fresh(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult: ...
+
+    async def read_scratch_bytes(self, path: str) -> bytes: ...
+
+    async def write_scratch_bytes(self, path: str, data: bytes) -> None: ...
 
     async def stop_processes(self) -> None: ...

@@ -70,9 +70,16 @@ class EnvConfig(BaseModel):
         return self
 
     def with_overrides(self, overrides: dict[str, Any]) -> EnvConfig:
-        """A copy with ``overrides`` applied (validated: a bad value raises ``EnvConfigError``)."""
+        """A copy with ``overrides`` applied (None = not given; validated: a bad value raises
+        ``EnvConfigError``). Both ``enabled_toolsets`` and ``distribution`` given is an error."""
         data = self.model_dump()
-        data.update({k: v for k, v in overrides.items() if v is not None})
+        given = {k: v for k, v in overrides.items() if v is not None}
+        # Choosing one way to pick toolsets replaces the env's default of the other way.
+        if "distribution" in given and "enabled_toolsets" not in given:
+            data["enabled_toolsets"] = None
+        if "enabled_toolsets" in given and "distribution" not in given:
+            data["distribution"] = None
+        data.update(given)
         return parse_env_config(data, type(self))
 
 

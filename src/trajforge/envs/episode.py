@@ -142,7 +142,8 @@ class Rollouts:
                 if isinstance(sandbox, SupportsVerification):
                     if env.config.stop_processes_before_reward:
                         await sandbox.stop_processes()
-                    await sandbox.exec_fresh(f"rm -rf -- {shlex.quote(_SCRATCH)}", timeout=60)
+                    scratch = shlex.quote(f"{sandbox.scratch_dir}/{_SCRATCH}")
+                    await sandbox.exec_fresh(f"rm -rf -- {scratch}", timeout=60)
                 ctx = VerifierContext(
                     sandbox, tools=self._tools_by_name, default_timeout_s=env.config.reward_timeout_s
                 )

@@ -20,9 +20,7 @@ KEPT_FILES = "files_b64"
 async def snapshot(ctx: VerifierContext, *, max_bytes: int = 1 << 20, max_files: int = 256) -> dict[str, Any]:
     """The workdir's regular files (largest last dropped first when over budget), and what was
     left out: ``{"files_b64": {path: data}, "omitted": [paths]}``."""
-    res = await ctx.exec(
-        ["find", ".", "-type", "f", "-not", "-path", "./.trajforge-verifier/*", "-printf", "%s %P\\0"]
-    )
+    res = await ctx.exec(["find", ".", "-type", "f", "-printf", "%s %P\\0"])
     entries: list[tuple[int, str]] = []
     for raw in filter(None, res.stdout.split(b"\0")):
         size_text, _, raw_name = raw.partition(b" ")

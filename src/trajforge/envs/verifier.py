@@ -26,7 +26,7 @@ from trajforge.protocols import Sandbox, SupportsVerification
 from trajforge.tools.base import Tool, ToolContext, ToolOutput
 from trajforge.tools.limits import ToolLimits
 
-_SCRATCH = ".trajforge-verifier"
+_SCRATCH = ".trajforge-verifier"  # under the sandbox scratch dir, never the workdir
 
 
 class VerifierError(RuntimeError):
@@ -105,19 +105,19 @@ class VerifierContext:
                     raise ValueError(f"not an environment variable name: {name!r}")
             text = "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + "\n" + text
         box = f"{_SCRATCH}/{secrets.token_hex(8)}"
-        abs_box = shlex.quote(f"{self.workdir}/{box}")
+        abs_box = shlex.quote(f"{self._verify.scratch_dir}/{box}")
         script = f"mkdir -p -- {abs_box} && (\n{text}\n) >{abs_box}/out 2>{abs_box}/err"
         try:
             res = await self._verify.exec_fresh(script, timeout=timeout or self._timeout, cwd=cwd)
-            stdout = await self._read_or_empty(f"{box}/out")
-            stderr = await self._read_or_empty(f"{box}/err")
+            stdout = await self._scratch_or_empty(f"{box}/out")
+            stderr = await self._scratch_or_empty(f"{box}/err")
         finally:
             await self._verify.exec_fresh(f"rm -rf -- {abs_box}", timeout=60)
         return VerifierExec(res.exit_code, stdout, stderr, res.timed_out)
 
-    async def _read_or_empty(self, path: str) -> bytes:
+    async def _scratch_or_empty(self, path: str) -> bytes:
         try:
-            return await self.sandbox.read_bytes(path)
+            return await self._verify.read_scratch_bytes(path)
         except FileNotFoundError:
             return b""
 
@@ -156,14 +156,14 @@ class VerifierContext:
             await self.sandbox.write_bytes(path, blob)
             return
         tmp = f"{_SCRATCH}/{secrets.token_hex(8)}.blob"
-        await self.sandbox.write_bytes(tmp, blob)
+        abs_tmp = shlex.quote(f"{self._verify.scratch_dir}/{tmp}")
+        await self._verify.write_scratch_bytes(tmp, blob)
         try:
             res = await self.exec(
-                f"mkdir -p -- {shlex.quote(str(PurePosixPath(path).parent))} && "
-                f"cp -- {shlex.quote(self.workdir + '/' + tmp)} {shlex.quote(path)}"
+                f"mkdir -p -- {shlex.quote(str(PurePosixPath(path).parent))} && cp -- {abs_tmp} {shlex.quote(path)}"
             )
         finally:
-            await self._verify.exec_fresh(f"rm -f -- {shlex.quote(self.workdir + '/' + tmp)}", timeout=60)
+            await self._verify.exec_fresh(f"rm -f -- {abs_tmp}", timeout=60)
         if not res.ok:
             raise PermissionError(f"cannot write {path}: {res.stderr.decode(errors='replace').strip()}")
 

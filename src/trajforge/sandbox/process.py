@@ -113,6 +113,21 @@ class ProcessSandbox:
         """Race-free host access to the workdir, with the sandbox's own file permissions."""
         return ConfinedDir(inside=self.workdir, host=str(self.layout.work), owner=self.owner)
 
+    @property
+    def scratch_files(self) -> ConfinedDir:
+        """The same race-free access to the scratch dir (``scratch_dir`` inside the sandbox)."""
+        return ConfinedDir(inside=self.scratch_dir, host=str(self.layout.tmp), owner=self.owner)
+
+    async def read_scratch_bytes(self, path: str) -> bytes:
+        """A file of the scratch dir (relative to it), read race-free: where a verifier keeps its
+        command output, out of the workdir that the rollout's own files and tests look at."""
+        self._check_open()
+        return await self.io.run(self.scratch_files.read, path, None)
+
+    async def write_scratch_bytes(self, path: str, data: bytes) -> None:
+        self._check_open()
+        await self.io.run(self.scratch_files.write, path, bytes(data))
+
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"sandbox {self.task_id} is closed")
