@@ -209,12 +209,14 @@ class FilesEnv(BaseEnv):
         listed = (await ctx.exec(["cat", "--", evil])).stdout == b"data"
         pwned = await ctx.exists("pwned")
         hits = await ctx.search("needle", ".")
-        outside = await ctx.read_file("/etc/hostname") if Path("/etc/hostname").exists() else b""
+        # outside the workdir (e.g. a task's /logs): through cp/cat inside the sandbox, bytes exact
+        await ctx.write_file(f"{ctx.sandbox.scratch_dir}/logs/r.bin", blob)  # type: ignore[attr-defined]
+        outside = await ctx.read_file(f"{ctx.sandbox.scratch_dir}/logs/r.bin")  # type: ignore[attr-defined]
         tool = await ctx.call_tool("read_file", {"path": "deep/dir/blob.bin"})
-        score = same and listed and not pwned and tool.ok
+        score = same and listed and not pwned and tool.ok and outside == blob
         return RewardBreakdown(
             reward=float(score),
-            components={"hits": float(len(hits)), "outside": float(len(outside) >= 0)},
+            components={"hits": float(len(hits))},
             reason=str([h.path for h in hits]),
         )
 
