@@ -11,7 +11,9 @@ from trajforge.cli.errors import fail
 
 
 def report(
-    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `trajforge batch`")],
+    run_dir: Annotated[
+        Path, typer.Argument(help="a run directory written by `trajforge batch` or an env run")
+    ],
     out: Annotated[Path | None, typer.Option("--out", "-o", help="default: RUN_DIR/report.html")] = None,
     max_trajectories: Annotated[
         int, typer.Option(help="trajectories embedded for the browser (sampled within each status beyond it)")
