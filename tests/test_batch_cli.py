@@ -135,7 +135,7 @@ def test_unimplemented_toolsets_are_announced(tmp_path):
             output_dir=tmp_path,
             model="m",
             base_url="http://127.0.0.1:9/v1",
-            toolsets=["terminal", "web"],
+            toolsets=["terminal", "rl"],
             sandbox="local",
             progress="none",
             require_reasoning=False,
@@ -143,7 +143,7 @@ def test_unimplemented_toolsets_are_announced(tmp_path):
     )
     said: list[str] = []
     asyncio.run(run_batch(cfg, model=ScriptedModel(["ok"]), announce=said.append))
-    assert any("web_search" in m and "not implemented" in m for m in said)
+    assert any("rl_list_environments" in m and "not implemented" in m for m in said)
 
 
 def test_every_config_field_is_a_flag_with_its_description() -> None:
@@ -155,6 +155,9 @@ def test_every_config_field_is_a_flag_with_its_description() -> None:
     command = typer.main.get_command(app).commands["batch"]
     params = {p.name: p for p in command.params}
     for name, field in BatchConfig.model_fields.items():
+        if name == "tools":  # a nested section: the YAML `tools:` section or --tools-config FILE
+            assert params["tools_config"].opts == ["--tools-config"]
+            continue
         param = params[name]
         assert field.description and param.help.startswith(field.description), name
         if name != "dataset":

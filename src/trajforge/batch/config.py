@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from trajforge.endpoint import pairing_problem
 from trajforge.llm.types import SamplingParams
 from trajforge.sandbox.types import SandboxConfig, SandboxKind
+from trajforge.tools.config import ToolsConfig, ToolsConfigError, parse_tools_config
 from trajforge.tools.limits import DEFAULT_MAX_COMMAND_TIMEOUT_S, ToolLimits
 
 ProgressMode = Literal["auto", "rich", "plain", "none"]
@@ -113,6 +114,11 @@ class BatchConfig(BaseModel):
     )
     progress: ProgressMode = Field(
         "auto", description="auto|rich|plain|none (auto: rich on a terminal, plain log lines otherwise)"
+    )
+    # Not a flag of its own (a nested section): the YAML `tools:` section or --tools-config FILE.
+    tools: ToolsConfig = Field(
+        default_factory=ToolsConfig,
+        description="backends of the web/browser/vision/image_gen/moa toolsets (trajforge tools list)",
     )
 
     @model_validator(mode="after")
@@ -221,6 +227,10 @@ def load_config(config_file: Path | None, overrides: dict[str, Any]) -> BatchCon
                 "variable and name it with api_key_env instead"
             )
     data.update({k: v for k, v in _normalise_keys(overrides).items() if v is not None})
+    try:  # its own messages: `tools.vision.endpoint.base_url: ...`, not a flag name
+        data["tools"] = parse_tools_config(data.get("tools"))
+    except ToolsConfigError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         return BatchConfig(**data)
     except ValidationError as exc:

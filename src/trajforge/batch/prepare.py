@@ -16,6 +16,7 @@ from trajforge.batch.config import BatchConfig
 from trajforge.batch.dataset import INDEX_FILE, DatasetError, DatasetIndex, index_dataset
 from trajforge.batch.errors import RunError
 from trajforge.distributions import UnknownDistributionError, get_distribution
+from trajforge.tools.builtin import toolset_availability
 from trajforge.tools.registry import ToolRegistry
 from trajforge.tools.toolsets import UnknownToolsetError, check_toolsets
 
@@ -28,10 +29,17 @@ class Prepared:
     run_tools: list[str]
     tool_schemas: list[dict[str, Any]]
     prefill: list[dict[str, Any]]
+    tools_warning: str | None = None  # said once at start: toolsets sampled but not offered here
 
 
 def prepare(cfg: BatchConfig, registry: ToolRegistry) -> Prepared:
-    tools = registry.for_toolsets(_toolsets_of_run(cfg))
+    toolsets = _toolsets_of_run(cfg)
+    # Toolsets whose backend is not configured are not offered: an error when named with
+    # --toolsets, a warning (said once, here, not per sample) when a distribution samples them.
+    available = toolset_availability(registry, toolsets, explicit=cfg.toolsets is not None)
+    if available.error:
+        raise RunError(available.error)
+    tools = registry.for_toolsets(toolsets)
     prefill = _load_prefill(cfg.prefill_messages)
     try:
         # A resume reuses the keys saved in the run directory for the bytes they were built from.
@@ -43,7 +51,7 @@ def prepare(cfg: BatchConfig, registry: ToolRegistry) -> Prepared:
         )
     except DatasetError as exc:
         raise RunError(str(exc)) from None
-    return Prepared(dataset, [t.name for t in tools], registry.schemas(tools), prefill)
+    return Prepared(dataset, [t.name for t in tools], registry.schemas(tools), prefill, available.warning)
 
 
 def unimplemented_tools(registry: ToolRegistry, run_tools: list[str]) -> list[str]:

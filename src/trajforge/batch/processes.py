@@ -19,7 +19,7 @@ from trajforge.batch.backends import open_backends
 from trajforge.batch.errors import RunError
 from trajforge.batch.scheduler import WorkerSpec, run_worker
 from trajforge.batch.writer import OutputError
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import build_registry
 
 T = TypeVar("T")
 
@@ -80,8 +80,12 @@ def worker_process_main(spec: WorkerSpec, errors: SimpleQueue[str] | None = None
 
 
 async def _work(spec: WorkerSpec) -> int:
-    async with open_backends(spec.config) as backends:
-        return await run_worker(spec, backends, default_registry())
+    registry = build_registry(spec.config.tools)
+    try:
+        async with open_backends(spec.config) as backends:
+            return await run_worker(spec, backends, registry)
+    finally:
+        await registry.aclose()  # the worker's browser, on the loop that used it
 
 
 def _die_with_parent() -> None:

@@ -45,7 +45,8 @@ from trajforge.batch.writer import (
 from trajforge.endpoint import embedded_endpoint
 from trajforge.extras import missing_ml
 from trajforge.protocols import ChatModel, SandboxFactory
-from trajforge.tools.registry import ToolRegistry, default_registry
+from trajforge.tools.builtin import build_registry
+from trajforge.tools.registry import ToolRegistry
 
 __all__ = ["RunError", "RunSummary", "run_batch"]
 
@@ -84,8 +85,11 @@ async def run_batch(
     inject backends (in-process workers only; the caller closes them). Without an endpoint in
     ``cfg`` the embedded policy is served on loopback for the duration of the run (``announce``
     says so)."""
+    owned = build_registry(cfg.tools) if registry is None else None  # closed with the run (browser)
     try:
-        return await _run_batch(cfg, progress or NullProgress(), model, sandbox_factory, registry, announce)
+        return await _run_batch(
+            cfg, progress or NullProgress(), model, sandbox_factory, registry or owned, announce
+        )
     except OutputError as exc:  # the run directory cannot be written: one line, what to do
         raise RunError(str(exc)) from None
     except BaseExceptionGroup as group:
@@ -93,6 +97,9 @@ async def run_batch(
         if found is None:
             raise
         raise RunError(str(found)) from None
+    finally:
+        if owned is not None:
+            await owned.aclose()
 
 
 async def _run_batch(
@@ -103,7 +110,7 @@ async def _run_batch(
     registry: ToolRegistry | None,
     announce: Callable[[str], None],
 ) -> RunSummary:
-    registry = registry or default_registry()
+    registry = registry or build_registry(cfg.tools)
     if model is not None and cfg.workers > 1:
         raise RunError("an injected model only works with workers=1")
     prep = prepare(cfg, registry)  # bad rows, names and directories fail before anything starts
@@ -136,6 +143,8 @@ def _nothing_left(cfg: BatchConfig, prep: Prepared) -> bool:
 
 
 def _warn_unimplemented(registry: ToolRegistry, prep: Prepared, announce: Callable[[str], None]) -> None:
+    if prep.tools_warning:  # toolsets a distribution samples but this configuration cannot offer
+        announce(prep.tools_warning)
     pending = unimplemented_tools(registry, prep.run_tools)
     if pending:
         announce(

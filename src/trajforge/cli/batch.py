@@ -37,9 +37,28 @@ _CONFIG = inspect.Parameter(
 )
 
 
+_TOOLS_CONFIG = inspect.Parameter(
+    "tools_config",
+    _KEYWORD,
+    default=None,
+    annotation=Annotated[
+        Path | None,
+        typer.Option(
+            "--tools-config",
+            help="YAML file with the tools section (backends of web/browser/vision/image_gen/moa); "
+            "replaces the config file's tools section",
+        ),
+    ],
+)
+_NOT_FLAGS = frozenset({"dataset", "tools"})  # the positional argument; a nested section
+
+
 def batch(ctx: typer.Context, **given: Any) -> None:
     """Generate trajectories for every prompt of DATASET into OUTPUT_DIR/RUN_NAME (resumable)."""
     typed = {name: value for name, value in given.items() if _typed(ctx, name)}
+    tools_file = typed.pop("tools_config", None)
+    if tools_file is not None:
+        typed["tools"] = _tools(tools_file)
     cfg = _config(typed.pop("config", None), typed)
     summary = _run(cfg)
     _print_summary(summary.run_dir, summary.statistics)
@@ -91,11 +110,23 @@ def _dataset_argument() -> inspect.Parameter:
 
 def _parameters() -> list[inspect.Parameter]:
     fields = BatchConfig.model_fields.items()
-    return [_CONTEXT, _dataset_argument(), _CONFIG, *(_option(n, f) for n, f in fields if n != "dataset")]
+    options = (_option(n, f) for n, f in fields if n not in _NOT_FLAGS)
+    return [_CONTEXT, _dataset_argument(), _CONFIG, _TOOLS_CONFIG, *options]
+
+
+def _tools(path: Path) -> Any:
+    from trajforge.tools.config import ToolsConfigError, load_tools_config
+
+    try:
+        return load_tools_config(path)
+    except ToolsConfigError as exc:
+        raise fail(str(exc)) from None
 
 
 def _from_text(name: str, value: Any) -> Any:
     """A flag's value as the config takes it: lists split at commas, JSON objects parsed."""
+    if name == "tools":  # already a ToolsConfig (from --tools-config)
+        return value
     kind = _value_type(BatchConfig.model_fields[name])
     if value is None or kind not in (list, dict):
         return value

@@ -46,6 +46,7 @@ _COMMAND_MODULES = (
     "trajforge.cli.report",
     "trajforge.cli.serve",
     "trajforge.cli.model",
+    "trajforge.cli.tools",
 )
 
 for _name in _COMMAND_MODULES:

@@ -72,7 +72,7 @@ def build_registry(config: ToolsConfig | None = None) -> ToolRegistry:
         "browser",
         browser_unready is None,
         # only browser_vision is left out when the browser runs but no vision model is configured
-        browser_unready or "browser_vision needs a vision model (set tools.vision.endpoint)",
+        browser_unready or "no vision model configured for browser_vision (set tools.vision.endpoint)",
         lambda: [
             t
             for t in browser_tools(browser, host=host, vision=vision_ask)

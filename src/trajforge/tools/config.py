@@ -107,7 +107,7 @@ def load_tools_config(path: Path) -> ToolsConfig:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ToolsConfigError(f"cannot read tools config {path}: {exc}") from None
-    if isinstance(data, dict) and set(data) == {"tools"}:
+    if isinstance(data, dict) and "tools" in data:  # a batch config: its tools section
         data = data["tools"]
     return parse_tools_config(data, f"tools (from {path})")
 

@@ -1,0 +1,90 @@
+"""``trajforge tools list`` and ``trajforge tools check``: what can run here, and do its backends answer.
+
+Both read the same ``tools:`` configuration a batch run does (``--tools-config FILE``: a YAML file
+that is either the ``tools:`` section itself or a batch config holding one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import orjson
+import typer
+
+from trajforge.cli.errors import fail
+
+if TYPE_CHECKING:
+    from trajforge.tools.config import ToolsConfig
+
+tools_app = typer.Typer(
+    name="tools", help="The tools a model may call: readiness and backend checks.", no_args_is_help=True
+)
+
+_CONFIG_HELP = "YAML file with the tools section (or a batch config holding one)"
+
+
+def _load(path: Path | None) -> ToolsConfig:
+    from trajforge.tools.config import ToolsConfig, ToolsConfigError, load_tools_config
+
+    if path is None:
+        return ToolsConfig()
+    try:
+        return load_tools_config(path)
+    except ToolsConfigError as exc:
+        raise fail(str(exc)) from None
+
+
+@tools_app.command("list")
+def list_tools(
+    tools_config: Path | None = typer.Option(None, "--tools-config", help=_CONFIG_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.", metavar=""),
+) -> None:
+    """Every tool with its toolset and whether it is ready here (and why not)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from trajforge.tools.builtin import build_registry
+    from trajforge.tools.probe import tools_status
+
+    rows = tools_status(build_registry(_load(tools_config)))
+    if as_json:
+        data = [{"tool": r.name, "toolset": r.toolset, "status": r.status, "reason": r.reason} for r in rows]
+        typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+        return
+    table = Table(title="Tools")
+    table.add_column("tool", style="bold cyan", no_wrap=True)
+    table.add_column("toolset", no_wrap=True)
+    table.add_column("ready here")
+    for r in rows:
+        text = "yes" if r.status == "ready" else f"no: {r.reason}"
+        table.add_row(r.name, r.toolset, text)
+    Console(file=sys.stdout, width=max(120, Console().width)).print(table)
+
+
+@tools_app.command("check")
+def check_tools(
+    tools_config: Path | None = typer.Option(None, "--tools-config", help=_CONFIG_HELP),
+    timeout: float = typer.Option(30.0, "--timeout", help="deadline of each probe, s"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of lines.", metavar=""),
+) -> None:
+    """Probe every configured backend (model endpoints, image endpoint, search, browser).
+    Exit code 1 when one fails."""
+    from trajforge.tools.probe import probe_backends
+
+    results = asyncio.run(probe_backends(_load(tools_config), timeout_s=timeout))
+    if as_json:
+        data = [{"backend": r.backend, "target": r.target, "ok": r.ok, "detail": r.detail} for r in results]
+        typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+    elif not results:
+        typer.echo("no backend is configured: only terminal and file tools (and web_extract) run here")
+    for r in results if not as_json else ():
+        typer.echo(f"{'ok  ' if r.ok else 'FAIL'}  {r.backend}: {r.target}: {r.detail}")
+    if any(not r.ok for r in results):
+        raise typer.Exit(code=1)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(tools_app, name="tools")
