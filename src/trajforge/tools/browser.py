@@ -239,6 +239,14 @@ class BrowserSession:
 
     async def _route(self, route: Route) -> None:
         """Fetch one request of the pages through the policy-checked fetcher, or abort it."""
+        try:
+            await self._serve(route)
+        except Exception as exc:  # page closed under us, a body Chromium rejects: never let it out
+            self.console.append({"type": "network", "text": f"{route.request.url}: {_error_text(exc)}"})
+            with contextlib.suppress(Exception):
+                await route.abort("failed")
+
+    async def _serve(self, route: Route) -> None:
         request = route.request
         url = request.url
         if not url.lower().startswith(("http://", "https://")):
