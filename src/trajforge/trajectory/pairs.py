@@ -17,7 +17,7 @@ better. Two grounds, chosen per run and reported, never mixed silently:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
 from typing import Any, Literal
@@ -55,7 +55,7 @@ def choose_ground(lines: Iterable[Line]) -> Ground:
     return "reward" if any(reward_of(line) is not None for line in lines) else "completion_status"
 
 
-def pair_by_reward(lines: list[Line]) -> tuple[list[tuple[Line, Line]], PairStats]:
+def pair_by_reward(lines: Sequence[Line]) -> tuple[list[tuple[Line, Line]], PairStats]:
     """(chosen, rejected) pairs inside each ``prompt_index`` group, higher reward chosen."""
     stats = PairStats("reward", lines=len(lines))
     groups: dict[Any, list[Line]] = {}
@@ -80,7 +80,7 @@ def pair_by_reward(lines: list[Line]) -> tuple[list[tuple[Line, Line]], PairStat
     return pairs, stats
 
 
-def pair_by_completion(lines: list[Line], prompt_of: Any) -> tuple[list[tuple[Line, Line]], PairStats]:
+def pair_by_completion(lines: Sequence[Line], prompt_of: Any) -> tuple[list[tuple[Line, Line]], PairStats]:
     """One pair per prompt text: its first completed sample against its first other sample."""
     stats = PairStats("completion_status", lines=len(lines))
     stats.notes.append(
