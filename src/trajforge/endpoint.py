@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
@@ -21,6 +21,7 @@ from trajforge.extras import missing_ml
 
 if TYPE_CHECKING:  # the client (and the openai SDK) load when one is built, not at CLI start-up
     from trajforge.llm.openai_client import OpenAIChatModel
+    from trajforge.protocols import ChatModel
 
 EMBEDDED_MODEL_NAME = "trajforge-tiny"
 # Package data of ``trajforge.models.tiny`` (its recipe writes them), located without importing it.
@@ -48,6 +49,16 @@ class EndpointConfig(BaseModel):
     request_timeout_s: float = Field(600.0, gt=0)
     max_retries: int = Field(5, ge=0)
     backoff_base_s: float = Field(1.0, gt=0, description="first retry pause (doubles, with jitter)")
+    tokenizer: str | None = Field(
+        None,
+        description="token level: a LOCAL tokenizer directory (the model's chat template); requests go "
+        "to a completions/generate endpoint as token ids and records carry exact tokens, masks and "
+        "logprobs. 'auto' with the embedded policy: its own tokenizer",
+    )
+    completion_endpoint: Literal["openai_completions", "vllm_generate", "sglang_generate"] = Field(
+        "vllm_generate", description="with tokenizer: which completion API the endpoint speaks"
+    )
+    tool_call_parser: str = Field("hermes", description="with tokenizer: tool-call parser of the model's text")
 
     @property
     def embedded(self) -> bool:
@@ -89,19 +100,49 @@ def build_chat_model(cfg: EndpointConfig) -> OpenAIChatModel:
     )
 
 
+def build_token_model(cfg: EndpointConfig) -> ChatModel:
+    """The token-level client (``cfg.tokenizer`` set): exact tokens, masks and logprobs."""
+    from trajforge.llm.completion_model import CompletionChatModel, CompletionModelConfig
+
+    if cfg.tokenizer is None or cfg.base_url is None:
+        raise ValueError("a token-level endpoint needs --tokenizer DIR and --base-url")
+    if not Path(cfg.tokenizer).is_dir():
+        raise ValueError(f"--tokenizer {cfg.tokenizer} is not a local directory with the model's tokenizer")
+    return CompletionChatModel(
+        CompletionModelConfig(
+            tokenizer_path=cfg.tokenizer,
+            base_url=cfg.base_url,
+            endpoint=cfg.completion_endpoint,
+            model=cfg.model,
+            parser=cfg.tool_call_parser,
+            api_key_env=cfg.api_key_env,
+            request_timeout_s=cfg.request_timeout_s,
+            max_retries=cfg.max_retries,
+            backoff_base_s=cfg.backoff_base_s,
+            max_concurrency=cfg.max_concurrency,
+        )
+    )
+
+
 @contextlib.asynccontextmanager
 async def open_chat_model(
     cfg: EndpointConfig, *, announce: Callable[[str], None] = lambda _msg: None
-) -> AsyncIterator[OpenAIChatModel]:
-    """Yield a ready client; for the embedded default, also run (and finally stop) its server."""
+) -> AsyncIterator[ChatModel]:
+    """Yield a ready client (token-level when ``cfg.tokenizer`` is set); for the embedded
+    default, also run (and finally stop) its server."""
     problem = pairing_problem(cfg.model, cfg.base_url)
     if problem:
         raise ValueError(problem)
+    if cfg.tokenizer == "auto" and not cfg.embedded:
+        raise ValueError("--tokenizer auto means the embedded policy's own; give a directory for --base-url")
     async with contextlib.AsyncExitStack() as stack:
         if cfg.embedded:
             base_url, name = await stack.enter_async_context(embedded_endpoint(announce=announce))
-            cfg = cfg.model_copy(update={"base_url": base_url, "model": name})
-        model = build_chat_model(cfg)
+            update: dict[str, object] = {"base_url": base_url, "model": name}
+            if cfg.tokenizer == "auto":
+                update["tokenizer"] = str(embedded_weights())
+            cfg = cfg.model_copy(update=update)
+        model = build_token_model(cfg) if cfg.tokenizer else build_chat_model(cfg)
         try:
             yield model
         finally:

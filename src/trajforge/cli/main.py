@@ -47,6 +47,7 @@ _COMMAND_MODULES = (
     "trajforge.cli.serve",
     "trajforge.cli.model",
     "trajforge.cli.tools",
+    "trajforge.cli.env",
 )
 
 for _name in _COMMAND_MODULES:

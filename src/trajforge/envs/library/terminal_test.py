@@ -152,6 +152,12 @@ class TerminalTestEnv(BaseEnv):
         reward = sum(parts.values()) / max(1, len(parts))
         return RewardBreakdown(reward=reward, components=parts, reason="; ".join(notes))
 
+    def oracle_calls(self, item: Item) -> list[tuple[str, dict[str, Any]]]:
+        """Write each expected file (what `--agent oracle` does): every item must score 1.0."""
+        return [
+            ("write_file", {"path": path, "content": text}) for path, text in item["expected_files"].items()
+        ]
+
     async def keep(self, item: Item, result: AgentResult, ctx: VerifierContext) -> dict[str, Any]:
         return await snapshot(ctx)
 

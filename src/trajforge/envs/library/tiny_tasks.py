@@ -84,6 +84,19 @@ class TinyTasksEnv(BaseEnv):
         verdict = await check(Task.from_row(item), answer, KeptFiles(kept))  # type: ignore[arg-type]
         return RewardBreakdown(reward=verdict.reward, reason=verdict.reason)
 
+    def oracle_calls(self, item: Item) -> list[tuple[str, dict[str, Any]]]:
+        """The family's reference solution, as tool calls (what `--agent oracle` makes)."""
+        task = Task.from_row(item)
+        return [(step.tool, step.arguments) for step in get_family(task.family).solution(task).steps]
+
+    def oracle_answer(self, item: Item, messages: list[dict[str, Any]]) -> str:
+        """The reference answer, filled from the last tool output (what the sandbox printed)."""
+        task = Task.from_row(item)
+        family = get_family(task.family)
+        last = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "tool"), "")
+        solution = family.solution(task)
+        return solution.answer_template.format(result=family.result_from_output(last))
+
     def category(self, item: Item) -> str | None:
         return str(item.get("family"))
 

@@ -1,0 +1,298 @@
+"""``trajforge env``: list, show, evaluate, rescore and resize environments.
+
+``env eval ENV`` runs an env's held-out items x a group size through the same agent loop and
+sandboxes as ``batch`` and prints mean reward, pass@1, pass@k and per-category results with 95%
+intervals; episodes land in ``OUTPUT_DIR/RUN_NAME/episodes.jsonl`` (resumable: run the same
+command again). ``env rescore RUN_DIR`` judges stored episodes again from what the env kept,
+without the model. ``env serve|process|evaluate`` (the Atropos adapter) live in
+:mod:`trajforge.cli.env_atropos`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from trajforge.cli.errors import fail
+
+env_app = typer.Typer(help="RL and evaluation environments: list, show, eval, rescore.", no_args_is_help=True)
+_err = Console(stderr=True)
+
+
+@env_app.command("list")
+def list_cmd() -> None:
+    """The shipped environments, one line each (user envs load from path/to/file.py:ClassName)."""
+    from trajforge.envs.catalog import LIBRARY, available, describe
+
+    here = available()
+    table = Table(title="Environments")
+    table.add_column("name")
+    table.add_column("description")
+    for name in LIBRARY:
+        if name in here:
+            table.add_row(name, describe(name)[1])
+        else:
+            table.add_row(name, "[dim](not in this install)[/]")
+    Console().print(table)
+
+
+@env_app.command("show")
+def show_cmd(
+    env: str = typer.Argument(..., help="Env name or path/to/file.py:ClassName."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON.", metavar=""),
+) -> None:
+    """An env's default config and an example item."""
+    from trajforge.envs import EnvConfigError, UnknownEnvError, load_env
+
+    try:
+        instance = load_env(env)
+        asyncio.run(instance.setup())
+        example = instance.eval_items(1)[0]
+    except (UnknownEnvError, EnvConfigError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    data = {
+        "name": instance.name,
+        "description": instance.description,
+        "config": instance.config.model_dump(mode="json"),
+        "example_item": example,
+        "example_prompt": instance.format_prompt(example),
+    }
+    if json_out:
+        typer.echo(json.dumps(data, indent=2, default=str))
+        return
+    typer.echo(f"{data['name']}: {data['description']}\n\nconfig:")
+    for key, value in data["config"].items():
+        typer.echo(f"  {key}: {json.dumps(value, default=str)}")
+    typer.echo(f"\nexample item:\n{json.dumps(example, indent=2, default=str)[:4000]}")
+    typer.echo(f"\nexample prompt:\n{data['example_prompt']}")
+
+
+def _overrides(**flags: Any) -> dict[str, Any]:
+    return {k: v for k, v in flags.items() if v is not None}
+
+
+@env_app.command("eval")
+def eval_cmd(
+    env: str = typer.Argument(..., help="Env name or path/to/file.py:ClassName."),
+    model: str | None = typer.Option(
+        None, "--model", help="Endpoint model name (omit with --base-url for embedded)."
+    ),
+    base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint root."),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help="Env var holding the API key."),
+    tokenizer: str | None = typer.Option(
+        None,
+        "--tokenizer",
+        help="Token level: a local tokenizer dir (records carry tokens/masks/logprobs); 'auto' with the embedded policy.",
+    ),
+    n: int = typer.Option(20, "--n", min=1, help="Held-out items."),
+    group_size: int | None = typer.Option(
+        None, "--group-size", min=1, help="Rollouts per item (default: env's)."
+    ),
+    agent: str = typer.Option("model", "--agent", help="model, oracle (the task's own solution) or none."),
+    tasks: Path | None = typer.Option(None, "--tasks", help="Task directory for envs that read one."),
+    config: Path | None = typer.Option(None, "--config", help="YAML env config (fields of EnvConfig)."),
+    temperature: float | None = typer.Option(None, "--temperature", min=0.0, help="Sampling temperature."),
+    max_turns: int | None = typer.Option(None, "--max-turns", min=1, help="Model calls per rollout."),
+    concurrency: int | None = typer.Option(None, "--concurrency", min=1, help="Rollouts at once."),
+    sandbox: str | None = typer.Option(None, "--sandbox", help="bwrap (default), local or docker."),
+    seed: int | None = typer.Option(None, "--seed", help="Seeds toolset draws and training items."),
+    output_dir: Path = typer.Option(Path("data/env"), "--output-dir", help="Parent of the run directory."),
+    run_name: str | None = typer.Option(
+        None, "--run-name", help="Run directory name (default: ENV-n-g-time)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
+) -> None:
+    """Evaluate ENV: held-out items x group size, judged in their own sandboxes."""
+    from trajforge.endpoint import EndpointConfig, pairing_problem
+    from trajforge.envs import EnvConfigError, UnknownEnvError, load_env, load_env_config
+
+    problem = pairing_problem(model, base_url)
+    if problem:
+        raise fail(problem)
+    if agent not in {"model", "oracle", "none"}:
+        raise fail(f"--agent must be model, oracle or none, not {agent!r}")
+    flags = _overrides(
+        agent_temperature=temperature,
+        max_agent_turns=max_turns,
+        max_concurrent_rollouts=concurrency,
+        sandbox=sandbox,
+        seed=seed,
+        tasks_dir=str(tasks) if tasks else None,
+    )
+    try:
+        from trajforge.envs import env_class
+
+        cls = env_class(env)
+        if tasks is not None and "tasks_dir" not in cls.config_class.model_fields:
+            raise fail(f"env {env!r} does not read a task directory (--tasks is for envs that do)")
+        if config is not None:
+            base = cls.default_config() if hasattr(cls, "default_config") else None
+            conf = load_env_config(config, type(base) if base is not None else cls.config_class)
+            instance = load_env(env, flags, config=conf)
+        else:
+            instance = load_env(env, flags)
+    except (UnknownEnvError, EnvConfigError) as exc:
+        raise fail(str(exc)) from None
+    endpoint = EndpointConfig(model=model, base_url=base_url, api_key_env=api_key_env, tokenizer=tokenizer)
+    size = group_size or instance.config.group_size
+    name = run_name or f"{instance.name}-n{n}-g{size}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = output_dir / name
+    try:
+        summary = asyncio.run(_eval(instance, endpoint, run_dir, n, size, agent))
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if json_out:
+        typer.echo(json.dumps(summary.model_dump(mode="json"), indent=2))
+    else:
+        _print_summary(summary, run_dir)
+
+
+async def _eval(env: Any, endpoint: Any, run_dir: Path, n: int, group_size: int, agent: str) -> Any:
+    from trajforge.endpoint import open_chat_model
+    from trajforge.envs import RolloutBackends, run_eval
+    from trajforge.envs.agents import agent_model_for
+    from trajforge.sandbox import close_factory, create_sandbox_factory
+    from trajforge.sandbox.types import SandboxConfig
+    from trajforge.tools.registry import default_registry
+
+    factory = create_sandbox_factory(
+        SandboxConfig(kind=env.config.sandbox, command_timeout_s=env.config.command_timeout_s)
+    )
+    registry = default_registry()
+
+    def progress(ep: Any, done: int, total: int) -> None:
+        if done == total or done % max(1, total // 20) == 0:
+            _err.print(f"[dim]{done}/{total} episodes[/]")
+
+    try:
+        if agent != "model":
+            model_for = agent_model_for(env, agent)
+            backends = RolloutBackends(model_for(env, {}), factory, registry, model_for=model_for)
+            return (
+                await run_eval(
+                    env, backends, run_dir, n=n, group_size=group_size, agent=agent, on_episode=progress
+                )
+            ).summary
+        async with open_chat_model(endpoint, announce=lambda m: _err.print(f"[dim]{m}[/]")) as model:
+            backends = RolloutBackends(model, factory, registry)
+            return (
+                await run_eval(
+                    env, backends, run_dir, n=n, group_size=group_size, agent=agent, on_episode=progress
+                )
+            ).summary
+    finally:
+        await close_factory(factory)
+
+
+def _print_summary(summary: Any, run_dir: Path) -> None:
+    table = Table(title=f"{summary.env}: {summary.items} items x {summary.group_size} rollouts")
+    table.add_column("")
+    table.add_column("items", justify="right")
+    table.add_column("mean reward [95% CI]", justify="right")
+    table.add_column("pass@1 [95% CI]", justify="right")
+    table.add_row("all", str(summary.items), str(summary.mean_reward), str(summary.pass_at_1))
+    for cat, res in summary.by_category.items():
+        table.add_row(f"  {cat}", str(res.items), str(res.mean_reward), str(res.pass_at_1))
+    console = Console()
+    console.print(table)
+    at_k = ", ".join(f"pass@{k} {v:.3f}" for k, v in summary.pass_at_k.items())
+    console.print(
+        f"{at_k}; episodes {summary.episodes} (failed to run: {summary.failed}, reward errors: {summary.reward_errors})"
+    )
+    console.print(f"episodes: {run_dir / 'episodes.jsonl'}")
+
+
+@env_app.command("rescore")
+def rescore_cmd(
+    run_dir: Path = typer.Argument(..., help="An `env eval` run directory."),
+    env: str | None = typer.Option(None, "--env", help="Env to judge with (default: the run's)."),
+    write: bool = typer.Option(
+        False, "--write", help="Rewrite episodes.jsonl with the new rewards.", metavar=""
+    ),
+) -> None:
+    """Judge stored episodes again from what the env kept (final files, transcripts); no model."""
+    from trajforge.envs import EnvConfigError, UnknownEnvError, load_env, read_episodes
+    from trajforge.envs.runner import EPISODES_FILE, RUN_FILE, write_summary
+
+    run_file = run_dir / RUN_FILE
+    if not run_file.exists():
+        raise fail(f"{run_dir} is not an env run directory (no {RUN_FILE})")
+    meta = orjson.loads(run_file.read_bytes())
+    try:
+        instance = load_env(env or meta["env"], meta.get("config") if env is None else None)
+    except (UnknownEnvError, EnvConfigError) as exc:
+        raise fail(str(exc)) from None
+    episodes = read_episodes(run_dir / EPISODES_FILE)
+    changed = same = unable = 0
+    new = []
+    for ep in episodes:
+        verdict = asyncio.run(instance.rescore(ep.item, ep.messages, ep.kept))
+        if verdict is None:
+            unable += 1
+            new.append(ep)
+            continue
+        from trajforge.envs.types import RewardBreakdown
+
+        bd = RewardBreakdown.of(verdict)
+        if abs(bd.reward - ep.reward) > 1e-9:
+            changed += 1
+        else:
+            same += 1
+        new.append(
+            ep.model_copy(
+                update={
+                    "reward": bd.reward,
+                    "reward_components": bd.components,
+                    "reward_reason": bd.reason,
+                    "reward_error": None,
+                }
+            )
+        )
+    if unable == len(episodes) and episodes:
+        raise fail(
+            f"env {instance.name!r} cannot rescore without a sandbox (it keeps nothing to judge offline)"
+        )
+    typer.echo(
+        f"rescored {len(episodes) - unable} episodes: {same} same reward, {changed} changed, {unable} not rescorable"
+    )
+    if write:
+        tmp = run_dir / (EPISODES_FILE + ".tmp")
+        tmp.write_bytes(b"".join(orjson.dumps(e.model_dump(mode="json")) + b"\n" for e in new))
+        tmp.replace(run_dir / EPISODES_FILE)
+        write_summary(run_dir, instance.name)
+        typer.echo(f"wrote {run_dir / EPISODES_FILE} and summary.json")
+
+
+@env_app.command("resize")
+def resize_cmd(
+    run_dir: Path = typer.Argument(..., help="A running `env eval` run directory."),
+    rollouts: int | None = typer.Option(None, "--rollouts", min=1, help="Rollouts at once."),
+    tools: int | None = typer.Option(None, "--tools", min=1, help="Tool calls at once within a rollout."),
+) -> None:
+    """Change a running evaluation's concurrency (picked up within a second; see status.json)."""
+    from trajforge.envs import write_control
+
+    if rollouts is None and tools is None:
+        raise fail("give --rollouts N and/or --tools N")
+    if not run_dir.is_dir():
+        raise fail(f"{run_dir} is not a run directory")
+    write_control(run_dir, max_concurrent_rollouts=rollouts, max_parallel_tools=tools)
+    typer.echo(f"asked {run_dir} for rollouts={rollouts} tools={tools}; watch {run_dir / 'status.json'}")
+
+
+def register(app: typer.Typer) -> None:
+    try:
+        from trajforge.cli.env_atropos import register as register_atropos
+    except ModuleNotFoundError:  # pragma: no cover
+        pass
+    else:
+        register_atropos(env_app)
+    app.add_typer(env_app, name="env")

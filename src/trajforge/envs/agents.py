@@ -1,0 +1,96 @@
+"""Agents that are not a model: ``oracle`` (the item's own reference solution) and ``none``.
+
+Task authors validate an env with them: the oracle must score 1.0 and doing nothing 0.0 on every
+item, or the task or its verifier is wrong. Both are :class:`~trajforge.protocols.ChatModel`\\ s,
+so they go through the same agent loop, tools, sandboxes and verifiers as a real model.
+
+An env supports the oracle by defining ``oracle_calls(item) -> list[(tool name, arguments)]``
+(the tool calls of its reference solution) and optionally ``oracle_answer(item, messages)`` (the
+final answer, built from what the tools printed), or ``oracle_model_for`` for anything else.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+from trajforge.envs.episode import ModelFor
+from trajforge.envs.protocol import AgentEnv
+from trajforge.envs.types import Item
+from trajforge.llm.types import AssistantTurn, SamplingParams, ToolCall
+
+_ids = itertools.count(1)
+
+
+class OracleModel:
+    """Makes the given tool calls, one per turn, then answers ``done``."""
+
+    def __init__(
+        self,
+        calls: Sequence[tuple[str, dict[str, Any]]],
+        name: str = "oracle",
+        answer: Callable[[list[dict[str, Any]]], str] | None = None,
+    ) -> None:
+        self._calls = list(calls)
+        self._name = name
+        self._answer = answer
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        sampling: SamplingParams | None = None,
+    ) -> AssistantTurn:
+        turn = sum(m.get("role") == "assistant" for m in messages)
+        if turn < len(self._calls):
+            tool, args = self._calls[turn]
+            call = ToolCall(id=f"oracle_{next(_ids)}", name=tool, arguments=orjson.dumps(args).decode())
+            return AssistantTurn(tool_calls=[call], finish_reason="tool_calls", model=self._name)
+        content = self._answer(messages) if self._answer is not None else "done"
+        return AssistantTurn(content=content, finish_reason="stop", model=self._name)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class NoAgent(OracleModel):
+    """Answers at once and touches nothing: the floor every verifier must score 0."""
+
+    def __init__(self) -> None:
+        super().__init__([], name="none")
+
+
+def agent_model_for(env: AgentEnv, agent: str) -> ModelFor:
+    """The per-item model of ``agent`` ("oracle" or "none") for ``env``; a ValueError says why an
+    env has no oracle."""
+    if agent == "none":
+        return lambda _env, _item: NoAgent()
+    if agent != "oracle":
+        raise ValueError(f"unknown agent {agent!r}: use model, oracle or none")
+    custom = getattr(env, "oracle_model_for", None)
+    if callable(custom):
+        made = custom()
+        if callable(made):
+            return made  # type: ignore[no-any-return]
+    calls = getattr(env, "oracle_calls", None)
+    if not callable(calls):
+        raise ValueError(
+            f"env {env.name!r} has no reference solutions (no oracle_calls): --agent oracle cannot run"
+        )
+
+    final = getattr(env, "oracle_answer", None)
+
+    def model_for(_env: AgentEnv, item: Item) -> OracleModel:
+        if not item:
+            return OracleModel([])
+        answer = (lambda messages: str(final(item, messages))) if callable(final) else None
+        return OracleModel(calls(item), answer=answer)
+
+    return model_for
