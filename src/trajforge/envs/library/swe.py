@@ -1,0 +1,207 @@
+"""``swe``: fix a bug or add a feature in a small Python repository; hidden tests judge.
+
+Each task is a directory (the shipped ones are in ``swe_tasks/``; ``tasks_dir`` points at others)::
+
+    task.toml       instruction, category ("bug"/"feature"), fail_to_pass, pass_to_pass
+    repo/           the repository, copied into the sandbox's workdir before the rollout
+    tests/          hidden tests: written into the workdir's ``tests/`` only after the rollout
+                    (overwriting whatever the agent put at those paths)
+    solution/       reference files (repo-relative) that solve the task: the oracle writes them
+
+``fail_to_pass`` / ``pass_to_pass`` (SWE-bench's terms) are test ids ``tests/FILE.py::name``: the
+first fail on the untouched repository (so an agent that does nothing, or only adds the names the
+tests import, scores 0), the second pass there and must keep passing.
+
+Reward: 1.0 when every listed test passes, else 0.0. With ``partial_credit`` the reward is the
+fraction of ``fail_to_pass`` tests that pass, and 0.0 whenever a ``pass_to_pass`` test fails
+(breaking what worked earns nothing). ``components`` always hold both fractions.
+
+The tests run with the stdlib runner of :mod:`trajforge.envs.library.swe_runner` (see there why
+not pytest, and what it defends against) in a fresh environment, never the rollout's shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import tomllib
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field
+
+from trajforge.envs.base import BaseEnv, EnvDataError
+from trajforge.envs.config import EnvConfig
+from trajforge.envs.library import swe_runner
+from trajforge.envs.oracle import write_files_command
+from trajforge.envs.types import Item, RewardBreakdown
+
+if TYPE_CHECKING:
+    from trajforge.agent.result import AgentResult
+    from trajforge.envs.verifier import VerifierContext
+
+SHIPPED = "swe_tasks"
+HIDDEN_DIR = "tests"
+PROMPT = """You are working in a Python repository (your current directory). {instruction}
+
+Change the repository's code. Hidden tests will be run against your changes after you finish."""
+
+
+class SweConfig(EnvConfig):
+    tasks_dir: str | None = Field(None, description="directory of task directories (default: the shipped)")
+    partial_credit: bool = Field(
+        False, description="reward the fraction of fail_to_pass tests passed (0 if a pass_to_pass fails)"
+    )
+    test_timeout_s: float = Field(120.0, gt=0, description="deadline of the hidden test run")
+
+
+def shipped_dir() -> Path:
+    return Path(str(resources.files("trajforge.envs.library").joinpath(SHIPPED)))
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    if not root.is_dir():
+        return {}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.is_symlink() and "__pycache__" not in p.parts
+    }
+
+
+def load_task(path: Path) -> Item:
+    """One task directory as an item (plain JSON: it goes into every episode record)."""
+    try:
+        meta = tomllib.loads((path / "task.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise EnvDataError(f"swe task {path}: cannot read task.toml ({exc})") from None
+    missing = [k for k in ("instruction", "fail_to_pass") if not meta.get(k)]
+    if missing:
+        raise EnvDataError(f"swe task {path}: task.toml lacks {', '.join(missing)}")
+    for test_id in [*meta["fail_to_pass"], *meta.get("pass_to_pass", [])]:
+        file = test_id.partition("::")[0]
+        if not file.startswith(f"{HIDDEN_DIR}/") or not (path / file).is_file():
+            raise EnvDataError(f"swe task {path}: test id {test_id!r} names no file under {HIDDEN_DIR}/")
+    return {
+        "id": path.name,
+        "category": str(meta.get("category", "task")),
+        "instruction": str(meta["instruction"]).strip(),
+        "fail_to_pass": list(meta["fail_to_pass"]),
+        "pass_to_pass": list(meta.get("pass_to_pass", [])),
+        "task_dir": str(path),
+    }
+
+
+class SweEnv(BaseEnv):
+    name: ClassVar[str] = "swe"
+    description: ClassVar[str] = "fix a bug / add a feature in a small Python repo; hidden tests judge"
+    config_class: ClassVar[type[EnvConfig]] = SweConfig
+
+    @classmethod
+    def default_config(cls) -> EnvConfig:
+        return SweConfig(enabled_toolsets=["terminal", "file"], max_agent_turns=30)
+
+    @property
+    def cfg(self) -> SweConfig:
+        assert isinstance(self.config, SweConfig), "the swe env needs a SweConfig"
+        return self.config
+
+    @cached_property
+    def tasks(self) -> list[Item]:
+        root = Path(self.cfg.tasks_dir) if self.cfg.tasks_dir else shipped_dir()
+        if not root.is_dir():
+            raise EnvDataError(f"swe tasks_dir {root} is not a directory")
+        tasks = [load_task(p) for p in sorted(root.iterdir()) if (p / "task.toml").is_file()]
+        if not tasks:
+            raise EnvDataError(f"no swe tasks (directories with task.toml) in {root}")
+        return tasks
+
+    async def setup(self) -> None:
+        await asyncio.to_thread(lambda: self.tasks)
+
+    def generate(self, index: int, *, split: str) -> Item:
+        return self.tasks[index % len(self.tasks)]
+
+    def eval_items(self, n: int) -> list[Item]:
+        return self.tasks[:n]
+
+    def format_prompt(self, item: Item) -> str:
+        return PROMPT.format(instruction=item["instruction"])
+
+    def setup_files(self, item: Item) -> dict[str, bytes]:
+        return _files(Path(item["task_dir"]) / "repo")
+
+    def verifier_files(self, item: Item) -> dict[str, bytes]:
+        return {
+            f"{HIDDEN_DIR}/{rel}": data for rel, data in _files(Path(item["task_dir"]) / HIDDEN_DIR).items()
+        }
+
+    def solution_files(self, item: Item) -> dict[str, bytes]:
+        """The reference solution (repo-relative paths -> full new contents)."""
+        return _files(Path(item["task_dir"]) / "solution")
+
+    def oracle_command(self, item: Item) -> str:
+        """What the oracle agent runs (see :mod:`trajforge.envs.oracle`): write the solution."""
+        return write_files_command(self.solution_files(item))
+
+    async def compute_reward(self, item: Item, result: AgentResult, ctx: VerifierContext) -> RewardBreakdown:
+        ran = await run_hidden_tests(ctx, sorted(self.verifier_files(item)), self.cfg.test_timeout_s)
+        if isinstance(ran, str):
+            return RewardBreakdown(
+                reward=0.0, components={"fail_to_pass": 0.0, "pass_to_pass": 0.0}, reason=ran
+            )
+        return score(item, ran, partial_credit=self.cfg.partial_credit)
+
+
+async def run_hidden_tests(
+    ctx: VerifierContext, test_files: list[str], timeout: float
+) -> dict[str, Any] | str:
+    """Run ``test_files`` (workdir-relative) with the shipped runner; its parsed result, or why
+    there is none."""
+    box = f".trajforge-swe-{secrets.token_hex(8)}"
+    nonce = secrets.token_hex(16)
+    runner_src = resources.files("trajforge.envs.library").joinpath("swe_runner.py").read_bytes()
+    await ctx.write_file(f"{box}/runner.py", runner_src)
+    await ctx.write_file(f"{box}/nonce", nonce)
+    root = ctx.workdir
+    try:
+        res = await ctx.exec(
+            ["python3", "-I", "-S", f"{root}/{box}/runner.py", root, f"{root}/{box}/nonce"]
+            + [f"{root}/{f}" for f in test_files],
+            timeout=timeout,
+        )
+    finally:
+        await ctx.exec(["rm", "-rf", "--", f"{root}/{box}"])
+    prefix = f"{swe_runner.MARKER} {nonce} "
+    for line in reversed(res.text.splitlines()):
+        if line.startswith(prefix):
+            data: dict[str, Any] = json.loads(line[len(prefix) :])
+            return data
+    tail = (res.stderr or res.stdout).decode(errors="replace").strip()[-800:]
+    why = "timed out" if res.timed_out else f"exit code {res.exit_code}"
+    return f"the hidden tests produced no result ({why}): {tail}"
+
+
+def score(item: Item, ran: dict[str, Any], *, partial_credit: bool) -> RewardBreakdown:
+    results: dict[str, str] = ran.get("results", {})
+    errors: dict[str, str] = ran.get("errors", {})
+    f2p, p2p = item["fail_to_pass"], item["pass_to_pass"]
+    failed = [t for t in [*f2p, *p2p] if results.get(t) != "passed"]
+    f2p_frac = sum(results.get(t) == "passed" for t in f2p) / len(f2p)
+    p2p_frac = sum(results.get(t) == "passed" for t in p2p) / len(p2p) if p2p else 1.0
+    if not failed:
+        reward, reason = 1.0, f"all {len(f2p) + len(p2p)} hidden tests pass"
+    else:
+        reward = f2p_frac if partial_credit and p2p_frac == 1.0 else 0.0
+        first = failed[0]
+        detail = (errors.get(first) or errors.get(first.partition("::")[0]) or "not run").strip()
+        reason = (
+            f"{len(failed)} hidden test(s) fail: {', '.join(failed)}; "
+            f"first: {detail.splitlines()[-1] if detail else ''}"
+        )
+    return RewardBreakdown(
+        reward=reward, components={"fail_to_pass": f2p_frac, "pass_to_pass": p2p_frac}, reason=reason
+    )

@@ -1,0 +1,7 @@
+def parse_line(line: str) -> list[str]:
+    """The fields of one CSV line (without its line ending)."""
+    return line.split(",")
+
+
+def parse(text: str) -> list[list[str]]:
+    return [parse_line(line) for line in text.splitlines() if line]

@@ -1,0 +1,18 @@
+_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+
+
+def format_duration(seconds: int) -> str:
+    """``3725`` -> ``1h2m5s``; zero is ``0s``."""
+    if seconds < 0:
+        raise ValueError("negative duration")
+    parts = []
+    for unit, size in _UNITS:
+        value, seconds = divmod(seconds, size)
+        if value:
+            parts.append(f"{value}{unit}")
+    return "".join(parts) or "0s"
+
+
+def parse_duration(text: str) -> int:
+    """``1h2m5s`` -> ``3725``."""
+    raise NotImplementedError

@@ -1,0 +1,3 @@
+from wordstats.counting import count_words
+
+__all__ = ["count_words"]
