@@ -155,3 +155,66 @@ def test_trl_grpo_trains_on_env_rollouts_with_sandbox_rewards(tiny_policy: Any, 
     assert len(logged) == 2
     assert logged[-1]["reward"] == pytest.approx(sum(rewards) / len(rewards), abs=1e-5)
     assert f"rewards/{env.name}_reward/mean" in logged[-1]
+
+
+def test_trl_rollouts_mask_tool_results_in_multi_turn_episodes(tmp_path: Any) -> None:
+    """The embedded policy calls tools: TRL's env_mask is 0 exactly on the tool results and the
+    template text between turns, and 1 on every token the policy sampled, with its logprob."""
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    import trajforge.models.tiny as tiny_pkg
+    from trajforge.envs import load_env
+    from trajforge.envs.trl import EnvGRPO
+
+    weights = Path(tiny_pkg.__file__).parent / "weights"
+    model = AutoModelForCausalLM.from_pretrained(str(weights), dtype="float32")
+    tok = AutoTokenizer.from_pretrained(str(weights))
+    env = load_env(
+        "tiny_tasks", {"max_agent_turns": 3, "max_tokens": 96, "families": ["write_file", "find_value"]}
+    )
+    with EnvGRPO(env, sandbox=SandboxConfig(kind="bwrap", command_timeout_s=20)) as adapter:
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=adapter.reward_funcs,
+            args=GRPOConfig(
+                output_dir=str(tmp_path / "out"),
+                per_device_train_batch_size=4,
+                num_generations=2,
+                max_steps=1,
+                learning_rate=1e-4,
+                save_strategy="no",
+                report_to=[],
+                use_cpu=True,
+                bf16=False,
+                activation_checkpointing=False,
+            ),
+            train_dataset=adapter.dataset(2),
+            processing_class=tok,
+            rollout_func=adapter.rollout_func,
+        )
+        dataset_prompts = [row["prompt"] for row in adapter.dataset(2)]
+        out = adapter.rollout_func([p for p in dataset_prompts for _ in range(2)], trainer)
+        episodes = adapter.last_episodes
+    assert len(episodes) == 4 and adapter.stats.untraced == 0
+    multi = 0
+    for ep, comp, mask, lps in zip(
+        episodes, out["completion_ids"], out["env_mask"], out["logprobs"], strict=True
+    ):
+        assert ep.trace is not None
+        sampled = [m != -100 for m in ep.trace.masks]
+        start = sampled.index(True)
+        assert comp == ep.trace.tokens[start:] and mask == [int(s) for s in sampled[start:]]
+        assert all(lp < 0 or not m for lp, m in zip(lps, mask, strict=True))  # real logprobs where sampled
+        assert all(lp == 0.0 for lp, m in zip(lps, mask, strict=True) if not m)
+        tool_turns = [m for m in ep.messages if m.get("role") == "tool"]
+        if tool_turns:
+            multi += 1
+            assert 0 in mask  # tool results are in the completion but not trained on
+            # the tool result text sits in the masked stretch
+            masked_text = tok.decode([t for t, m in zip(comp, mask, strict=True) if not m])
+            assert str(tool_turns[0]["content"])[:20] in masked_text
+    assert multi >= 1, "the embedded policy made no tool call in 4 rollouts"
+    assert out["env_reward"] == [ep.reward for ep in episodes]
