@@ -328,7 +328,7 @@ def test_user_env_loads_from_a_file(tmp_path: Path) -> None:
     )
     env = load_env(f"{src}:MyEnv", {"group_size": 3})
     assert env.name == "mine" and env.config.group_size == 3
-    with pytest.raises(UnknownEnvError, match="has no class 'Nope'"):
+    with pytest.raises(UnknownEnvError, match="has no .Nope."):
         load_env(f"{src}:Nope")
 
 

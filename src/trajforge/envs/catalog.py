@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 from trajforge.envs.base import BaseEnv
 from trajforge.envs.config import EnvConfig, parse_env_config
 from trajforge.envs.protocol import AgentEnv
+from trajforge.envs.types import Item, RewardBreakdown
 
 LIBRARY: Mapping[str, str] = MappingProxyType(
     {
@@ -55,24 +57,8 @@ def env_class(ref: str) -> type[AgentEnv]:
         if ref not in available():
             raise UnknownEnvError(f"env {ref!r} is not part of this install")
         cls = _import(LIBRARY[ref])
-    elif ":" in ref and ref.partition(":")[0].endswith(".py"):
-        path_text, _, name = ref.rpartition(":")
-        path = Path(path_text)
-        if not path.is_file():
-            raise UnknownEnvError(f"env file {path} does not exist (expected path/to/file.py:ClassName)")
-        mod_name = f"trajforge_user_env_{abs(hash(str(path.resolve())))}"
-        spec = importlib.util.spec_from_file_location(mod_name, path)
-        if spec is None or spec.loader is None:
-            raise UnknownEnvError(f"cannot import {path}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[mod_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:
-            raise UnknownEnvError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
-        cls = getattr(module, name, None)
-        if cls is None:
-            raise UnknownEnvError(f"{path} has no class {name!r}")
+    elif ":" in ref:
+        cls = _load_attr(ref)
     else:
         known = ", ".join(available())
         raise UnknownEnvError(
@@ -101,9 +87,81 @@ def load_env(ref: str, overrides: dict[str, Any] | None = None, config: EnvConfi
     return env
 
 
+class RewardFunctionEnv(BaseEnv):
+    """A reward function as an env: ``batch --env path.py:func`` grades lines with it. The
+    function is ``[async] def reward(item, result, ctx) -> float | RewardBreakdown``; ``item`` is
+    the dataset row (prompt and every other field)."""
+
+    name: ClassVar[str] = "reward_function"
+    description: ClassVar[str] = "a user reward function"
+
+    def __init__(self, fn: Callable[..., Any], ref: str, config: EnvConfig | None = None) -> None:
+        super().__init__(config)
+        self._fn = fn
+        self.name = ref  # type: ignore[misc]  # the record names the function, not the wrapper
+
+    async def compute_reward(self, item: Item, result: Any, ctx: Any) -> float | RewardBreakdown:
+        value = self._fn(item, result, ctx)
+        if inspect.isawaitable(value):
+            value = await value
+        return value  # type: ignore[no-any-return]
+
+
+def _load_attr(ref: str) -> Any:
+    """``path/to/file.py:name`` or ``package.module:name``."""
+    where, _, name = ref.rpartition(":")
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise UnknownEnvError(f"{path} does not exist (expected path/to/file.py:name)")
+        mod_name = f"trajforge_user_env_{abs(hash(str(path.resolve())))}"
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        if spec is None or spec.loader is None:
+            raise UnknownEnvError(f"cannot import {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            raise UnknownEnvError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as exc:
+            raise UnknownEnvError(f"cannot import {where!r}: {exc}") from None
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        raise UnknownEnvError(f"{where} has no {name!r}") from None
+
+
+def load_grader(ref: str, overrides: dict[str, Any] | None = None) -> AgentEnv:
+    """What grades batch lines: an env (name or file.py:Class) or a reward function
+    (file.py:func or module:func)."""
+    if ref in LIBRARY or ":" not in ref:
+        return load_env(ref, overrides)
+    obj = _load_attr(ref)
+    if isinstance(obj, type):
+        return load_env(ref, overrides)
+    if not callable(obj):
+        raise UnknownEnvError(f"{ref} is neither an env class nor a reward function")
+    base = EnvConfig()
+    return RewardFunctionEnv(obj, ref, base.with_overrides(overrides) if overrides else base)
+
+
 def describe(ref: str) -> tuple[str, str]:
     cls = env_class(ref)
     return str(getattr(cls, "name", ref)), str(getattr(cls, "description", ""))
 
 
-__all__ = ["LIBRARY", "UnknownEnvError", "available", "describe", "env_class", "load_env", "parse_env_config"]
+__all__ = [
+    "LIBRARY",
+    "RewardFunctionEnv",
+    "UnknownEnvError",
+    "available",
+    "describe",
+    "env_class",
+    "load_env",
+    "load_grader",
+    "parse_env_config",
+]

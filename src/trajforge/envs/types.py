@@ -36,8 +36,9 @@ class RewardBreakdown(BaseModel):
 
 
 class TokenRecord(BaseModel):
-    """The episode's exact tokens: ``masks`` 1 on sampled tokens, ``logprobs`` the sampler's
-    (0.0 where the mask is 0), all of equal length."""
+    """The episode's exact tokens, in the Atropos convention: ``masks`` is -100 where the model
+    did not sample (prompt, tool results: not trained) and the token id where it did;
+    ``logprobs`` are the sampler's (0.0 where masked). All of equal length."""
 
     tokens: list[int]
     masks: list[int]
