@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import shlex
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,15 +18,15 @@ from typing import Any
 
 from trajforge.agent import AgentConfig, AgentResult, Termination, run_session
 from trajforge.distributions import derive_seed, sample_toolsets
+from trajforge.envs.judge import Judgement, judge, registry_tools
 from trajforge.envs.limiter import ResizableLimiter
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.types import Episode, Item, RewardBreakdown, TokenRecord
-from trajforge.envs.verifier import _SCRATCH, VerifierContext
 from trajforge.llm.chat_template import ChatTemplate
 from trajforge.llm.token_trace import TraceError
 from trajforge.llm.types import SamplingParams
-from trajforge.protocols import ChatModel, Sandbox, SandboxFactory, SupportsVerification
-from trajforge.sandbox.errors import SandboxUnavailableError
+from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
+from trajforge.sandbox.errors import SandboxStartError, SandboxUnavailableError
 from trajforge.tools.base import Tool
 from trajforge.tools.registry import ToolRegistry
 
@@ -61,8 +60,7 @@ class Rollouts:
 
     def __post_init__(self) -> None:
         self.slots = ResizableLimiter(self.env.config.max_concurrent_rollouts)
-        registry = self.backends.registry
-        self._tools_by_name = {n: t for n in registry.names() if (t := registry.get(n)) is not None}
+        self._tools_by_name = registry_tools(self.backends.registry)
 
     async def resize(self, *, rollouts: int | None = None, tools_per_rollout: int | None = None) -> None:
         """Change concurrency while running: rollouts at once, and tool calls within a rollout
@@ -112,7 +110,7 @@ class Rollouts:
         toolsets = self.toolsets(seed)
         tools = self.backends.registry.for_toolsets(toolsets)
         model = self.backends.model_for(env, item) if self.backends.model_for else self.backends.model
-        judged = _Judgement()
+        judged = Judgement()
         started = time.monotonic()
         async with self.slots:
             try:
@@ -120,7 +118,7 @@ class Rollouts:
                     env.format_prompt(item),
                     model=model,
                     tools=tools,
-                    sandbox_factory=self.backends.factory,
+                    sandbox_factory=_prepared(self.backends.factory, env, item),
                     config=self.agent_config(seed),
                     task_id=f"{env.name}-{_safe(item_id)}-{rollout}-{seed % 10**6}",
                     setup_files=_as_bytes(env.setup_files(item)),
@@ -134,30 +132,8 @@ class Rollouts:
             item, item_id, rollout, group_size, seed, toolsets, tools, result, judged, started, model
         )
 
-    async def _judge(self, item: Item, result: AgentResult, sandbox: Sandbox, judged: _Judgement) -> None:
-        env = self.env
-        t0 = time.monotonic()
-        try:
-            async with asyncio.timeout(env.config.reward_timeout_s):
-                if isinstance(sandbox, SupportsVerification):
-                    if env.config.stop_processes_before_reward:
-                        await sandbox.stop_processes()
-                    scratch = shlex.quote(f"{sandbox.scratch_dir}/{_SCRATCH}")
-                    await sandbox.exec_fresh(f"rm -rf -- {scratch}", timeout=60)
-                ctx = VerifierContext(
-                    sandbox, tools=self._tools_by_name, default_timeout_s=env.config.reward_timeout_s
-                )
-                for path, content in env.verifier_files(item).items():
-                    await ctx.write_file(path, content)
-                judged.breakdown = RewardBreakdown.of(await env.compute_reward(item, result, ctx))
-                judged.kept = await env.keep(item, result, ctx)
-        except SandboxUnavailableError:
-            raise  # infrastructure, not the policy's doing: the episode fails, it is not scored 0
-        except Exception as exc:  # reward code is the user's: its failure scores 0, with the reason
-            judged.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            judged.breakdown = RewardBreakdown(reward=0.0, reason=f"reward failed: {judged.error}")
-            log.warning("reward of %s failed: %s", env.item_id(item), judged.error)
-        judged.seconds = time.monotonic() - t0
+    async def _judge(self, item: Item, result: AgentResult, sandbox: Sandbox, judged: Judgement) -> None:
+        await judge(self.env, item, result, sandbox, tools=self._tools_by_name, into=judged)
 
     def _record(
         self,
@@ -169,7 +145,7 @@ class Rollouts:
         toolsets: list[str],
         tools: list[Tool],
         result: AgentResult,
-        judged: _Judgement,
+        judged: Judgement,
         started: float,
         model: ChatModel,
     ) -> Episode:
@@ -260,12 +236,41 @@ class Rollouts:
         )
 
 
+def _prepared(factory: SandboxFactory, env: AgentEnv, item: Item) -> SandboxFactory:
+    """Optional env hooks (helper-added for terminal_bench; neither is part of ``AgentEnv``):
+    ``sandbox_image(item)`` picks the image of a docker sandbox (a per-task built image), and
+    ``async prepare_sandbox(item, sandbox)`` runs in the fresh sandbox before the rollout and
+    before ``setup_files`` are written (a Dockerfile's COPY/RUN steps). A prepare that fails is
+    a sandbox start failure: the episode fails with the reason, it is not scored."""
+    prepare = getattr(env, "prepare_sandbox", None)
+    image_of = getattr(env, "sandbox_image", None)
+    if prepare is None and image_of is None:
+        return factory
+    return _PreparingFactory(factory, prepare, image_of(item) if image_of else None, item)
+
+
 @dataclass
-class _Judgement:
-    breakdown: RewardBreakdown | None = None
-    error: str | None = None
-    kept: dict[str, Any] = field(default_factory=dict)
-    seconds: float = 0.0
+class _PreparingFactory:
+    inner: SandboxFactory
+    prepare: Callable[[Item, Sandbox], Awaitable[None]] | None
+    image: str | None
+    item: Item
+
+    async def create(self, task_id: str, *, image: str | None = None, cwd: str | None = None) -> Sandbox:
+        sandbox = await self.inner.create(task_id, image=image or self.image, cwd=cwd)
+        if self.prepare is None:
+            return sandbox
+        try:
+            await self.prepare(self.item, sandbox)
+        except Exception as exc:
+            await sandbox.close()
+            if isinstance(exc, SandboxUnavailableError):
+                raise
+            raise SandboxStartError(f"preparing the sandbox failed: {exc}") from exc
+        except BaseException:
+            await sandbox.close()
+            raise
+        return sandbox
 
 
 _FAILED = {Termination.MODEL_ERROR, Termination.CANCELLED}
