@@ -111,7 +111,8 @@ def scored_env(tmp_path: Path) -> str:
 
 
 def _adapter_cmd(mode: str, env: str, *flags: str) -> list[str]:
-    return [sys.executable, "-m", "trajforge.cli.env_atropos", mode, env, *flags]
+    """``trajforge env MODE ENV FLAGS`` (the installed console script of this interpreter)."""
+    return [str(Path(sys.executable).with_name("trajforge")), "env", mode, env, *flags]
 
 
 def _episodes(path: Path) -> dict[str, dict[str, Any]]:
@@ -308,6 +309,31 @@ def test_process_mode_on_a_chat_endpoint_sends_messages_only(
     assert all(o["trainable_on_tokens"] is False and o["set_advantage_to_zero"] for o in group["overrides"])
     roles = [m["role"] for m in group["messages"][0]]
     assert roles[0] == "user" and "assistant" in roles and all("content" in m for m in group["messages"][0])
+
+
+def test_evaluate_mode_writes_atropos_metrics(served: str, model_dir: Path, tmp_path: Path) -> None:
+    evals = tmp_path / "evals"
+    res = subprocess.run(
+        _adapter_cmd(
+            "evaluate",
+            "tiny_tasks",
+            "--env.eval_n", "2",
+            "--env.tokenizer_name", str(model_dir),
+            "--env.data_dir_to_save_evals", str(evals),
+            "--env.trajforge_overrides", OVERRIDES,
+            "--openai.base_url", served,
+            "--openai.server_type", "vllm",
+            "--openai.model_name", model_dir.name,
+        ),
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    metrics = json.loads((evals / "metrics.json").read_text())["results"]["all"]
+    assert metrics["eval/episodes"] == 2.0 and 0.0 <= metrics["eval/mean_reward"] <= 1.0
+    samples = [json.loads(line) for line in (evals / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 2 and all(s["trace"] and s["env"] == "tiny_tasks" for s in samples)
 
 
 def test_cli_refuses_a_key_in_the_server_config(model_dir: Path) -> None:
