@@ -1,0 +1,413 @@
+"""``terminal_bench``: tasks in the Harbor / Terminal-Bench 2 layout, from any directory.
+
+A task is a directory::
+
+    task.toml                [metadata] category/difficulty, [verifier] timeout_sec, [agent] timeout_sec
+    instruction.md           the prompt
+    environment/Dockerfile   (+ the files it COPYs)
+    solution/solve.sh        the reference solution (the ``oracle`` agent runs it)
+    tests/test.sh            the verifier: writes /logs/verifier/reward.txt (or reward.json with a
+                             "reward" key); without either, exit code 0 scores 1.0, else 0.0
+
+``tasks_dir`` points at a directory of such tasks (default: the shipped ones in ``tb_tasks/``).
+
+Backends. With ``sandbox: docker`` each task's image is built (``docker build``, once per env,
+tagged by the hash of its environment directory) and the rollout runs in it; ``/tests``,
+``/logs`` and ``/solution`` are the real paths. Under ``bwrap`` (the default) there is no image:
+the Dockerfile subset of :mod:`trajforge.envs.library.dockerfile` is honoured -- FROM is ignored
+with a note, WORKDIR/ENV/ARG apply, COPY/ADD of local files are written into the sandbox, and RUN
+steps run inside the sandbox before the rollout (``prepare_sandbox``); a task that needs more (a
+package manager, the network, a path outside its WORKDIR) is skipped, with the reason in
+``env.skipped``. The bwrap sandbox's root is read-only, so paths are mapped by a documented
+convention: the first WORKDIR (``/app``) *is* the sandbox workdir ``/workspace``, and
+``/tests``/``/logs`` become a fresh, unguessable ``/tmp/trajforge-verify-<random>/{tests,logs}``
+made after the rollout (``/solution``: ``/tmp/trajforge-solution``); these prefixes are rewritten
+in the instruction, RUN steps, ENV values, solve.sh and every text file of tests/.
+
+Verification runs after the rollout, in a fresh environment (not the agent's shell) with the
+Dockerfile's ENV, from the task's WORKDIR: the tests are copied in only then, so nothing the agent
+wrote to ``/tests`` or ``/logs`` counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import secrets
+import shlex
+import tomllib
+from dataclasses import dataclass
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field
+
+from trajforge.envs.base import BaseEnv, EnvDataError
+from trajforge.envs.config import EnvConfig
+from trajforge.envs.library.dockerfile import NEEDS_MORE, DockerPlan, parse_dockerfile, rewrite_paths
+from trajforge.envs.oracle import write_files_command
+from trajforge.envs.types import Item, RewardBreakdown
+
+if TYPE_CHECKING:
+    from trajforge.agent.result import AgentResult
+    from trajforge.envs.verifier import VerifierContext
+    from trajforge.protocols import Sandbox
+
+log = logging.getLogger(__name__)
+
+SHIPPED = "tb_tasks"
+BWRAP_WORKDIR = "/workspace"
+BWRAP_SOLUTION = "/tmp/trajforge-solution"
+VERIFY_PREFIX = "/tmp/trajforge-verify-"
+
+
+class TerminalBenchConfig(EnvConfig):
+    tasks_dir: str | None = Field(None, description="directory of Harbor-layout tasks (default: the shipped)")
+    verifier_timeout_s: float = Field(600.0, gt=0, description="test.sh deadline when task.toml has none")
+    build_timeout_s: float = Field(900.0, gt=0, description="deadline of one image build / RUN step")
+
+
+def shipped_dir() -> Path:
+    return Path(str(resources.files("trajforge.envs.library").joinpath(SHIPPED)))
+
+
+@dataclass
+class TbTask:
+    name: str
+    path: Path
+    meta: dict[str, Any]
+    plan: DockerPlan
+    skip: str | None = None
+    image: str | None = None
+
+    @property
+    def verifier_timeout(self) -> float | None:
+        value = (self.meta.get("verifier") or {}).get("timeout_sec")
+        return float(value) if isinstance(value, int | float) else None
+
+    @property
+    def category(self) -> str:
+        meta = self.meta.get("metadata") or {}
+        return str(meta.get("category") or meta.get("difficulty") or "task")
+
+
+def _text_files(root: Path) -> dict[str, bytes]:
+    if not root.is_dir():
+        return {}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.is_symlink() and "__pycache__" not in p.parts
+    }
+
+
+def _rewrite_bytes(data: bytes, mapping: dict[str, str]) -> bytes:
+    try:
+        return rewrite_paths(data.decode(), mapping).encode()
+    except UnicodeDecodeError:  # binary: left as it is
+        return data
+
+
+def load_task(path: Path, backend: str) -> TbTask:
+    try:
+        meta = tomllib.loads((path / "task.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise EnvDataError(f"terminal_bench task {path}: cannot read task.toml ({exc})") from None
+    dockerfile = path / "environment" / "Dockerfile"
+    plan = parse_dockerfile(dockerfile.read_text()) if dockerfile.is_file() else DockerPlan()
+    task = TbTask(path.name, path, meta, plan)
+    for needed in ("instruction.md", "tests/test.sh"):
+        if not (path / needed).is_file():
+            task.skip = f"no {needed}"
+            return task
+    if backend == "docker":
+        if not dockerfile.is_file():
+            task.skip = "no environment/Dockerfile to build"
+        return task
+    if backend != "bwrap":
+        task.skip = f"the {backend} backend cannot run Harbor tasks (no fixed workdir, no isolation): use bwrap or docker"
+        return task
+    if not dockerfile.is_file():
+        task.skip = "no environment/Dockerfile"
+    elif plan.problems:
+        task.skip = "; ".join(plan.problems)
+    else:
+        for script in ("tests/test.sh", "solution/solve.sh"):
+            file = path / script
+            found = NEEDS_MORE.search(file.read_text(errors="replace")) if file.is_file() else None
+            if found:
+                task.skip = f"{script} needs a package manager or the network ({found.group(1)})"
+                break
+    return task
+
+
+class TerminalBenchEnv(BaseEnv):
+    name: ClassVar[str] = "terminal_bench"
+    description: ClassVar[str] = "Harbor / Terminal-Bench 2 task directories (tests/test.sh judges)"
+    config_class: ClassVar[type[EnvConfig]] = TerminalBenchConfig
+
+    @classmethod
+    def default_config(cls) -> EnvConfig:
+        return TerminalBenchConfig(enabled_toolsets=["terminal", "file"], max_agent_turns=50)
+
+    @property
+    def cfg(self) -> TerminalBenchConfig:
+        assert isinstance(self.config, TerminalBenchConfig), "terminal_bench needs a TerminalBenchConfig"
+        return self.config
+
+    # ---------------------------------------------------------------- tasks
+
+    @cached_property
+    def all_tasks(self) -> dict[str, TbTask]:
+        root = Path(self.cfg.tasks_dir) if self.cfg.tasks_dir else shipped_dir()
+        if not root.is_dir():
+            raise EnvDataError(f"terminal_bench tasks_dir {root} is not a directory")
+        tasks = {
+            p.name: load_task(p, self.cfg.sandbox)
+            for p in sorted(root.iterdir())
+            if (p / "task.toml").is_file()
+        }
+        if not tasks:
+            raise EnvDataError(f"no Harbor tasks (directories with task.toml) in {root}")
+        for task in tasks.values():
+            if task.skip:
+                log.warning("terminal_bench: skipping %s: %s", task.name, task.skip)
+        return tasks
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        """Task name -> why it cannot run on this backend."""
+        return {t.name: t.skip for t in self.all_tasks.values() if t.skip}
+
+    @property
+    def tasks(self) -> list[TbTask]:
+        runnable = [t for t in self.all_tasks.values() if not t.skip]
+        if not runnable:
+            raise EnvDataError(f"no runnable terminal_bench task on {self.cfg.sandbox}: {self.skipped}")
+        return runnable
+
+    async def setup(self) -> None:
+        await asyncio.to_thread(lambda: self.all_tasks)
+        if self.cfg.sandbox == "docker":
+            for task in self.tasks:
+                await self._build(task)
+
+    async def _build(self, task: TbTask) -> None:
+        """``docker build`` the task's environment (once; tagged by its content hash)."""
+        context = task.path / "environment"
+        digest = hashlib.sha256()
+        for rel, data in _text_files(context).items():
+            digest.update(rel.encode() + b"\0" + data + b"\0")
+        tag = f"trajforge-tb-{task.name.lower()}:{digest.hexdigest()[:12]}"
+        proc = await asyncio.create_subprocess_exec(
+            "docker", "build", "-t", tag, str(context),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), self.cfg.build_timeout_s)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            task.skip = f"docker build timed out after {self.cfg.build_timeout_s}s"
+            return
+        if proc.returncode != 0:
+            task.skip = f"docker build failed: {out.decode(errors='replace').strip()[-500:]}"
+            return
+        task.image = tag
+
+    def _task(self, item: Item) -> TbTask:
+        try:
+            return self.all_tasks[item["id"]]
+        except KeyError:
+            raise EnvDataError(f"terminal_bench has no task {item.get('id')!r}") from None
+
+    def _item(self, task: TbTask) -> Item:
+        meta = task.meta.get("metadata") or {}
+        return {
+            "id": task.name,
+            "category": task.category,
+            "difficulty": meta.get("difficulty"),
+            "task_dir": str(task.path),
+        }
+
+    def generate(self, index: int, *, split: str) -> Item:
+        tasks = self.tasks
+        return self._item(tasks[index % len(tasks)])
+
+    def eval_items(self, n: int) -> list[Item]:
+        return [self._item(t) for t in self.tasks[:n]]
+
+    # ---------------------------------------------------------------- paths
+
+    @property
+    def _bwrap(self) -> bool:
+        return self.cfg.sandbox != "docker"
+
+    def _mapping(self, task: TbTask, verify_dir: str | None = None) -> dict[str, str]:
+        if not self._bwrap:
+            return {}
+        mapping = {"/solution": BWRAP_SOLUTION}
+        if task.plan.root:
+            mapping[task.plan.root] = BWRAP_WORKDIR
+        if verify_dir:
+            mapping |= {"/tests": f"{verify_dir}/tests", "/logs": f"{verify_dir}/logs"}
+        return mapping
+
+    def _workdir(self, task: TbTask) -> str:
+        return rewrite_paths(task.plan.workdir, self._mapping(task))
+
+    def _env(self, task: TbTask) -> dict[str, str]:
+        mapping = self._mapping(task)
+        return {k: rewrite_paths(v, mapping) for k, v in task.plan.env.items() if k.isidentifier()}
+
+    # ---------------------------------------------------------------- rollout
+
+    def format_prompt(self, item: Item) -> str:
+        task = self._task(item)
+        return rewrite_paths((task.path / "instruction.md").read_text().strip(), self._mapping(task))
+
+    def sandbox_image(self, item: Item) -> str | None:
+        """The built image of the task (docker backend); None under bwrap."""
+        return self._task(item).image if not self._bwrap else None
+
+    async def prepare_sandbox(self, item: Item, sandbox: Sandbox) -> None:
+        """Before the rollout: under bwrap the Dockerfile's COPY and RUN steps, in order; on both
+        backends the agent's shell then starts in WORKDIR with the Dockerfile's ENV."""
+        task = self._task(item)
+        if self._bwrap:
+            await self._replay(task, sandbox)
+        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in self._env(task).items())
+        script = (f"export {exports}; " if exports else "") + f"mkdir -p {shlex.quote(self._workdir(task))}"
+        res = await sandbox.exec(f"{script} && cd {shlex.quote(self._workdir(task))}", timeout=60)
+        if not res.ok:
+            raise RuntimeError(f"cannot enter WORKDIR {self._workdir(task)}: {res.output.strip()[-300:]}")
+
+    async def _replay(self, task: TbTask, sandbox: Sandbox) -> None:
+        fresh = getattr(sandbox, "exec_fresh", None)
+        if fresh is None:
+            raise RuntimeError(f"{type(sandbox).__name__} cannot run Dockerfile RUN steps (no exec_fresh)")
+        mapping = self._mapping(task)
+        context = task.path / "environment"
+        env: dict[str, str] = {}
+        cwd = BWRAP_WORKDIR
+        for step in task.plan.steps:
+            if step.kind == "workdir":
+                cwd = rewrite_paths(step.text, mapping)
+                await _checked(fresh, f"mkdir -p {shlex.quote(cwd)}", 60, None, "WORKDIR")
+            elif step.kind in ("env", "arg"):
+                env.update({k: rewrite_paths(v, mapping) for k, v in step.env.items() if k.isidentifier()})
+            elif step.kind == "copy":
+                executables = await asyncio.to_thread(_copy_files, context, step.sources, step.dest, mapping)
+                for rel, data, executable in executables:
+                    await sandbox.write_bytes(rel, data)
+                    if executable:
+                        await _checked(fresh, f"chmod +x -- {shlex.quote(rel)}", 60, BWRAP_WORKDIR, "COPY")
+            else:
+                command = rewrite_paths(step.text, mapping)
+                exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+                await _checked(
+                    fresh, f"{exports}/bin/sh -c {shlex.quote(command)}", self.cfg.build_timeout_s, cwd, "RUN"
+                )
+
+    def oracle_command(self, item: Item) -> str:
+        """Harbor's oracle: put solution/ at /solution and run ``bash /solution/solve.sh``."""
+        task = self._task(item)
+        mapping = self._mapping(task)
+        where = BWRAP_SOLUTION if self._bwrap else "/solution"
+        files = {
+            rel: _rewrite_bytes(data, mapping) for rel, data in _text_files(task.path / "solution").items()
+        }
+        workdir = shlex.quote(self._workdir(task))
+        return (
+            f"{write_files_command(files, where)} && cd {workdir} && bash {shlex.quote(where + '/solve.sh')}"
+        )
+
+    # ---------------------------------------------------------------- verification
+
+    async def compute_reward(self, item: Item, result: AgentResult, ctx: VerifierContext) -> RewardBreakdown:
+        task = self._task(item)
+        verify_dir = f"{VERIFY_PREFIX}{secrets.token_hex(12)}" if self._bwrap else ""
+        tests, logs = f"{verify_dir}/tests", f"{verify_dir}/logs"
+        mapping = self._mapping(task, verify_dir)
+        if not self._bwrap:  # the real paths: whatever the agent left there goes first
+            await ctx.exec(["rm", "-rf", "--", tests, f"{logs}/verifier"])
+        for rel, data in _text_files(task.path / "tests").items():
+            await ctx.write_file(f"{tests}/{rel}", _rewrite_bytes(data, mapping))
+        await ctx.exec(["mkdir", "-p", "--", f"{logs}/verifier"])
+        try:
+            res = await ctx.exec(
+                ["bash", f"{tests}/test.sh"],
+                cwd=self._workdir(task),
+                env=self._env(task),
+                timeout=task.verifier_timeout or self.cfg.verifier_timeout_s,
+            )
+            reward, source = await _read_reward(ctx, f"{logs}/verifier")
+        finally:
+            if verify_dir:
+                await ctx.exec(["rm", "-rf", "--", verify_dir])
+        output = (res.stdout + res.stderr).decode(errors="replace").strip()[-600:]
+        if reward is None:
+            reward = 1.0 if res.exit_code == 0 else 0.0
+            source = "timed out" if res.timed_out else f"test.sh exit code {res.exit_code}"
+        return RewardBreakdown(reward=reward, components={"tests": reward}, reason=f"{source}; {output}")
+
+
+async def _checked(fresh: Any, command: str, timeout: float, cwd: str | None, what: str) -> None:
+    res = await fresh(command, timeout=timeout, cwd=cwd)
+    if not res.ok:
+        why = "timed out" if res.timed_out else f"exit code {res.exit_code}"
+        raise RuntimeError(
+            f"Dockerfile {what} step failed ({why}): {command[-200:]}: {res.output.strip()[-500:]}"
+        )
+
+
+def _copy_files(
+    context: Path, sources: list[str], dest: str, mapping: dict[str, str]
+) -> list[tuple[str, bytes, bool]]:
+    """(workdir-relative path, bytes, executable) of one COPY, Docker's rules: a directory's
+    contents go into ``dest``; a file goes to ``dest`` or, when ``dest`` ends in ``/``, into it."""
+    target = rewrite_paths(dest.rstrip("/") or "/", mapping)
+    rel_target = target.removeprefix(BWRAP_WORKDIR).lstrip("/")
+    out: list[tuple[str, bytes, bool]] = []
+    for pattern in sources:
+        matches = sorted(context.glob(pattern.lstrip("/"))) if pattern not in (".", "./") else [context]
+        if not matches:
+            raise RuntimeError(f"COPY {pattern}: no such file in the build context")
+        for src in matches:
+            if src.is_dir():
+                for rel, data in _text_files(src).items():
+                    out.append((f"{rel_target}/{rel}".lstrip("/"), data, _executable(src / rel)))
+            else:
+                into = dest.endswith("/")  # parse_dockerfile marks every directory target so
+                name = f"{rel_target}/{src.name}" if into else rel_target
+                out.append((name.lstrip("/"), src.read_bytes(), _executable(src)))
+    return out
+
+
+def _executable(path: Path) -> bool:
+    return bool(path.stat().st_mode & 0o111)
+
+
+async def _read_reward(ctx: VerifierContext, verifier_dir: str) -> tuple[float | None, str]:
+    try:
+        text = (await ctx.read_file(f"{verifier_dir}/reward.txt")).decode(errors="replace").strip()
+    except FileNotFoundError:
+        text = None
+    if text is not None:
+        try:
+            return float(text.split()[0]), "reward.txt"
+        except (ValueError, IndexError):
+            return 0.0, f"reward.txt holds no number ({text[:80]!r})"
+    try:
+        data = json.loads(await ctx.read_file(f"{verifier_dir}/reward.json"))
+    except FileNotFoundError:
+        return None, ""
+    except json.JSONDecodeError:
+        return 0.0, "reward.json is not JSON"
+    if isinstance(data, dict) and isinstance(data.get("reward"), int | float):
+        return float(data["reward"]), "reward.json"
+    return 0.0, "reward.json has no numeric 'reward'"

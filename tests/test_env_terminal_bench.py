@@ -1,0 +1,202 @@
+"""The ``terminal_bench`` env under the real bwrap sandbox: the oracle (solution/solve.sh) scores
+1.0 and the do-nothing agent 0.0 on every shipped task; the Dockerfile subset (COPY, RUN, ENV,
+ARG, WORKDIR) is replayed in the sandbox; tasks that need more are skipped with the reason; the
+agent cannot plant the reward file or the tests. (The docker backend's image build is not
+exercised: there is no Docker engine here.)"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from trajforge.envs import RolloutBackends, Rollouts, load_env
+from trajforge.envs.library.dockerfile import parse_dockerfile, rewrite_paths
+from trajforge.envs.library.terminal_bench import TerminalBenchConfig, TerminalBenchEnv, shipped_dir
+from trajforge.envs.oracle import NothingModel, OracleModel, nothing_model_for, oracle_model_for
+from trajforge.sandbox import SandboxConfig, close_factory, create_sandbox_factory
+from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
+from trajforge.tools.registry import default_registry
+
+pytestmark = [
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
+
+ENV = load_env("terminal_bench")
+assert isinstance(ENV, TerminalBenchEnv)
+TASKS = ENV.eval_items(100)
+IDS = [t["id"] for t in TASKS]
+
+
+@pytest.fixture
+async def factory(tmp_path):
+    f = create_sandbox_factory(SandboxConfig(kind="bwrap", root_dir=str(tmp_path / "sb")))
+    yield f
+    await close_factory(f)
+
+
+def _rollouts(env, factory, *, model=None, model_for=None) -> Rollouts:
+    backends = RolloutBackends(
+        model=model or NothingModel(), factory=factory, registry=default_registry(), model_for=model_for
+    )
+    return Rollouts(env, backends)
+
+
+def test_ships_six_runnable_tasks():
+    assert len(TASKS) >= 6 and ENV.skipped == {}
+    for name in IDS:
+        task = shipped_dir() / name
+        for part in (
+            "task.toml",
+            "instruction.md",
+            "environment/Dockerfile",
+            "solution/solve.sh",
+            "tests/test.sh",
+        ):
+            assert (task / part).is_file(), (name, part)
+
+
+@pytest.mark.parametrize("task", TASKS, ids=IDS)
+async def test_oracle_scores_one_and_nothing_zero(task, factory):
+    oracle = await _rollouts(ENV, factory, model_for=oracle_model_for(ENV)).episode(task)
+    assert oracle.status == "completed" and oracle.reward_error is None, oracle.reason
+    assert oracle.reward == 1.0, oracle.reward_reason
+    assert [m["role"] for m in oracle.messages if m["role"] != "system"] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    nothing = await _rollouts(ENV, factory, model_for=nothing_model_for(ENV)).episode(task)
+    assert nothing.status == "completed" and nothing.reward_error is None
+    assert nothing.reward == 0.0, nothing.reward_reason
+
+
+async def test_dockerfile_steps_run_before_the_rollout(factory):
+    """The agent's shell starts in WORKDIR with the ENV; RUN output and COPYed files (with their
+    executable bit) are there; ARG values reached the RUN step."""
+    task = next(t for t in TASKS if t["id"] == "fix-backup-script")
+    model = ScriptedModel(
+        [
+            tool_turn(
+                (
+                    "terminal",
+                    {"command": "pwd; echo root=$BACKUP_ROOT; ls -l backup.sh; cat data/record-2.txt"},
+                )
+            ),
+            answer("looked"),
+        ]
+    )
+    ep = await _rollouts(ENV, factory, model=model).episode(task)
+    out = _tool_output(ep)
+    assert "/workspace" in out and "root=/workspace/backups" in out and "record 2" in out
+    assert "-rwx" in out
+    env_task = next(t for t in TASKS if t["id"] == "env-config")
+    model = ScriptedModel(
+        [tool_turn(("terminal", {"command": "cat app.env; echo $APP_PORT $APP_MODE"})), answer("ok")]
+    )
+    ep = await _rollouts(ENV, factory, model=model).episode(env_task)
+    assert "name=inventory" in _tool_output(ep) and "8080 production" in _tool_output(ep)
+
+
+async def test_agent_cannot_plant_reward_or_tests(factory):
+    task = next(t for t in TASKS if t["id"] == "log-summary")
+    plant = (
+        "for d in /tmp/trajforge-verify-x /workspace/logs/verifier; do mkdir -p $d/logs/verifier $d/tests; "
+        "echo 1 > $d/logs/verifier/reward.txt; printf 'echo 1 > /dev/null\\n' > $d/tests/test.sh; done; "
+        "mkdir -p /tmp/tb && echo 1 > /tmp/tb/reward.txt; echo 'wrong 1' > summary.txt; "
+        "chmod -R a-w /tmp/trajforge-verify-x"
+    )
+    model = ScriptedModel([tool_turn(("terminal", {"command": plant})), answer("done")])
+    ep = await _rollouts(ENV, factory, model=model).episode(task)
+    assert ep.reward_error is None and ep.reward == 0.0, ep.reward_reason
+    assert ep.reward_reason.startswith("reward.txt")
+
+
+async def test_reward_json_and_exit_code_fallbacks(factory):
+    greet = next(t for t in TASKS if t["id"] == "greet-tool")
+    half = "mkdir -p bin && printf '#!/bin/sh\\necho \"Hello, $1!\"\\n' > bin/greet && chmod +x bin/greet"
+    ep = await _rollouts(
+        ENV, factory, model=ScriptedModel([tool_turn(("terminal", {"command": half})), answer("ok")])
+    ).episode(greet)
+    assert ep.reward == 0.0 and ep.reward_reason.startswith("reward.json")
+    env_cfg = next(t for t in TASKS if t["id"] == "env-config")
+    ep = await _rollouts(ENV, factory, model_for=oracle_model_for(ENV)).episode(env_cfg)
+    assert ep.reward == 1.0 and ep.reward_reason.startswith("test.sh exit code 0")
+
+
+def _tool_output(ep) -> str:
+    (out,) = [m["content"] for m in ep.messages if m["role"] == "tool"]
+    return str(out)
+
+
+def _task_dir(
+    root: Path, name: str, dockerfile: str, test_sh: str = "echo 1 > /logs/verifier/reward.txt\n"
+) -> Path:
+    task = root / name
+    (task / "environment").mkdir(parents=True)
+    (task / "tests").mkdir()
+    (task / "solution").mkdir()
+    (task / "task.toml").write_text('version = "1.0"\n[metadata]\ncategory = "x"\n')
+    (task / "instruction.md").write_text("Do it in /app.\n")
+    (task / "environment" / "Dockerfile").write_text(dockerfile)
+    (task / "tests" / "test.sh").write_text(test_sh)
+    (task / "solution" / "solve.sh").write_text("true\n")
+    return task
+
+
+def test_tasks_that_need_more_are_skipped_with_the_reason(tmp_path):
+    _task_dir(tmp_path, "ok", "FROM x\nWORKDIR /app\nRUN echo hi > a\n")
+    _task_dir(tmp_path, "apt", "FROM x\nWORKDIR /app\nRUN apt-get update && apt-get install -y jq\n")
+    _task_dir(tmp_path, "pip", "FROM x\nWORKDIR /app\nRUN pip install numpy==2.0\n")
+    _task_dir(tmp_path, "stage", "FROM a AS b\nFROM c\nWORKDIR /app\nCOPY --from=b /x /app/x\n")
+    _task_dir(tmp_path, "outside", "FROM x\nWORKDIR /app\nCOPY f /etc/f\n")
+    _task_dir(tmp_path, "noworkdir", "FROM x\nRUN true\n")
+    _task_dir(
+        tmp_path, "uvtest", "FROM x\nWORKDIR /app\n", "curl -LsSf https://astral.sh/uv/install.sh | sh\n"
+    )
+    env = TerminalBenchEnv(TerminalBenchConfig(tasks_dir=str(tmp_path)))
+    skipped = env.skipped
+    assert [t["id"] for t in env.eval_items(10)] == ["ok"]
+    assert "apt-get" in skipped["apt"] and "pip" in skipped["pip"]
+    assert "multi-stage" in skipped["stage"] and "--from" in skipped["stage"]
+    assert "outside the first WORKDIR" in skipped["outside"]
+    assert "no WORKDIR" in skipped["noworkdir"]
+    assert skipped["uvtest"] == "tests/test.sh needs a package manager or the network (curl)"
+    local = TerminalBenchEnv(TerminalBenchConfig(tasks_dir=str(tmp_path), sandbox="local"))
+    assert "use bwrap or docker" in local.skipped["ok"]
+
+
+async def test_a_failing_run_step_fails_the_episode_not_the_model(tmp_path, factory):
+    task = _task_dir(tmp_path, "broken", "FROM x\nWORKDIR /app\nRUN echo nope && exit 3\n")
+    env = TerminalBenchEnv(TerminalBenchConfig(tasks_dir=str(task.parent), enabled_toolsets=["terminal"]))
+    ep = await _rollouts(env, factory, model_for=oracle_model_for(env)).episode(env.eval_items(1)[0])
+    assert ep.status == "failed" and "RUN step failed (exit code 3)" in (ep.reason or "")
+
+
+def test_dockerfile_parsing_and_path_rewrites():
+    plan = parse_dockerfile(
+        '# comment\nFROM python:3.11\nARG N=3\nENV A=1 B="two words"\nENV C $A-x\nWORKDIR /app\n'
+        "COPY a.txt b.txt ./\nCOPY dir /app/dir\nWORKDIR sub\nRUN echo $N \\\n  && ls\nUSER nobody\n"
+    )
+    assert plan.problems == []
+    assert plan.env == {"A": "1", "B": "two words", "C": "1-x"}
+    assert (plan.root, plan.workdir) == ("/app", "/app/sub")
+    copies = [s for s in plan.steps if s.kind == "copy"]
+    assert [(c.sources, c.dest) for c in copies] == [(["a.txt", "b.txt"], "/app/"), (["dir"], "/app/dir")]
+    assert [s.text for s in plan.steps if s.kind == "run"] == ["echo $N && ls"]
+    assert any("USER" in n for n in plan.notes)
+    mapping = {"/app": "/workspace", "/logs": "/tmp/v/logs"}
+    assert rewrite_paths("cd /app; cat /app/x /apple /x/app > /logs/verifier/r", mapping) == (
+        "cd /workspace; cat /workspace/x /apple /x/app > /tmp/v/logs/verifier/r"
+    )
+
+
+async def test_oracle_model_without_terminal_answers():
+    model = OracleModel("true")
+    turn = await model.complete([{"role": "user", "content": "x"}], tools=[])
+    assert not turn.tool_calls and "no terminal" in (turn.content or "")
+    with pytest.raises(ValueError, match="no oracle"):
+        oracle_model_for(load_env("terminal_test"))
