@@ -200,3 +200,16 @@ async def test_oracle_model_without_terminal_answers():
     assert not turn.tool_calls and "no terminal" in (turn.content or "")
     with pytest.raises(ValueError, match="no oracle"):
         oracle_model_for(load_env("terminal_test"))
+
+
+@pytest.mark.parametrize("env_name", ["terminal_bench", "swe"])
+async def test_cli_agents_run_the_same_oracle(env_name, factory):
+    """``trajforge env eval --agent oracle|none`` goes through envs.agents.agent_model_for."""
+    from trajforge.envs.agents import agent_model_for
+
+    env = load_env(env_name)
+    item = env.eval_items(1)[0]
+    oracle = await _rollouts(env, factory, model_for=agent_model_for(env, "oracle")).episode(item)
+    assert oracle.reward == 1.0, oracle.reward_reason
+    none = await _rollouts(env, factory, model_for=agent_model_for(env, "none")).episode(item)
+    assert none.reward == 0.0

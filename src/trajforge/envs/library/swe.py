@@ -143,6 +143,10 @@ class SweEnv(BaseEnv):
         """The reference solution (repo-relative paths -> full new contents)."""
         return _files(Path(item["task_dir"]) / "solution")
 
+    def oracle_calls(self, item: Item) -> list[tuple[str, dict[str, Any]]]:
+        """The oracle as :func:`trajforge.envs.agents.agent_model_for` (``--agent oracle``) runs it."""
+        return [("terminal", {"command": self.oracle_command(item)})]
+
     def oracle_command(self, item: Item) -> str:
         """What the oracle agent runs (see :mod:`trajforge.envs.oracle`): write the solution."""
         return write_files_command(self.solution_files(item))

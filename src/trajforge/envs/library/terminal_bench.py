@@ -313,6 +313,10 @@ class TerminalBenchEnv(BaseEnv):
                     fresh, f"{exports}/bin/sh -c {shlex.quote(command)}", self.cfg.build_timeout_s, cwd, "RUN"
                 )
 
+    def oracle_calls(self, item: Item) -> list[tuple[str, dict[str, Any]]]:
+        """The oracle as :func:`trajforge.envs.agents.agent_model_for` (``--agent oracle``) runs it."""
+        return [("terminal", {"command": self.oracle_command(item)})]
+
     def oracle_command(self, item: Item) -> str:
         """Harbor's oracle: put solution/ at /solution and run ``bash /solution/solve.sh``."""
         task = self._task(item)
