@@ -25,6 +25,7 @@ FLOORS: list[set[str]] = [
     {"envs"},
     {"batch"},
     {"models"},
+    {"rl"},
     {"cli"},
 ]
 FLOOR = {pkg: i for i, floor in enumerate(FLOORS) for pkg in floor}

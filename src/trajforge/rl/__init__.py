@@ -1,0 +1,10 @@
+"""Reinforcement learning on trajforge's own rollouts (issue 12).
+
+``trajforge rl train`` trains a policy with GRPO on an environment's judged, token-exact episodes:
+the ``builtin`` trainer (torch, :mod:`trajforge.rl.builtin`) samples from ``trajforge serve``
+hosting the current policy and hands new weights to it through its reload after each step; the
+``trl`` trainer (:mod:`trajforge.rl.trl_trainer`) drives TRL's ``GRPOTrainer`` through the env
+adapter. :mod:`trajforge.rl.demo` is the closed loop (evaluate, train, serve, evaluate).
+
+Nothing heavy is imported here: torch and transformers load when a trainer starts.
+"""

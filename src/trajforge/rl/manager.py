@@ -1,0 +1,666 @@
+"""The run manager: training runs as directories that outlive the process that started them.
+
+A run is ``RUNS_DIR/ID/``: ``config.yaml`` (what was asked, secrets by *name* only),
+``state.json`` (every process's pid, start time, process group, status and reason), one
+``NAME.log`` per process (stdout and stderr), ``NAME.exit.json`` (how it ended, written by its
+supervisor), ``metrics.jsonl`` and ``checkpoints/`` (the trainer's). Nothing lives only in
+memory: a new :class:`Manager` (another process, after a crash) reads the state and checks each
+pid *and its start time* against ``/proc`` (pids are reused), so ``trajforge rl start`` can
+return and ``trajforge rl status`` can run an hour later.
+
+Why each rule (the reference's run manager failed all three):
+
+- Readiness is observed, never slept on: an HTTP process is ready when the address it prints
+  answers ``/health``; a trainer when its first metrics line is written. A process that dies
+  first fails the run with its exit status and log tail.
+- Every process starts in its own session and process group, under a supervisor
+  (:mod:`trajforge.rl.supervise`) that records its exit; stop sends SIGTERM to the group, waits,
+  then SIGKILL -- grandchildren (a trainer's own inference server) go with it.
+- Secrets reach a process through its environment only, named in ``ProcessSpec.secret_env`` and
+  read from the manager's environment at start; argv, config, state and logs never hold them, and
+  key-like variables not named there are not passed on at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import aiohttp
+import orjson
+import yaml
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from trajforge.rl import procs
+
+STATE_FILE = "state.json"
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+CHECKPOINTS_DIR = "checkpoints"
+_LOCK_FILE = ".lock"
+_READY_PREFIX = "trajforge serve: listening on "  # trajforge.serve.config.READY_PREFIX
+_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
+_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+_PLACEHOLDER = re.compile(r"\{([a-z][a-z0-9_-]*)\.url\}")
+
+ProcessStatus = Literal["pending", "starting", "running", "exited", "failed", "stopped", "vanished"]
+RunStatus = Literal["starting", "running", "finished", "failed", "stopping", "stopped"]
+_ENDED: frozenset[str] = frozenset({"exited", "failed", "stopped", "vanished"})
+
+
+class RunError(ValueError):
+    """A run that does not exist or a spec that cannot start; the message says what to do."""
+
+
+class ReadyCheck(BaseModel):
+    """When a started process counts as ready."""
+
+    kind: Literal["http", "file_line", "started"] = Field(
+        "started",
+        description="http: GET url+path answers 200 (url: given, or the address the process prints as "
+        "'trajforge serve: listening on URL'); file_line: the file at path (relative to the run "
+        "directory) has a first complete line; started: running is enough",
+    )
+    path: str = Field("/health", description="http: the health path; file_line: the file")
+    url: str | None = Field(None, description="http: base URL (default: the address the process prints)")
+    timeout_s: float = Field(900.0, gt=0, description="not ready by then: the run fails and is stopped")
+
+
+class ProcessSpec(BaseModel):
+    """One process of a run. ``argv`` may name ``{run_dir}`` and ``{NAME.url}`` (the ready URL of
+    an earlier process of the run)."""
+
+    name: str
+    argv: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict, description="non-secret environment additions")
+    secret_env: list[str] = Field(
+        default_factory=list,
+        description="names of environment variables passed from the manager's environment (API keys)",
+    )
+    ready: ReadyCheck = Field(default_factory=ReadyCheck)
+    main: bool = Field(False, description="the run ends when this one ends (default: the last process)")
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"process name {value!r} must be lowercase letters, digits, - or _")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _no_secrets_in_env(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in value if _SECRET_NAME.search(k)]
+        if bad:
+            raise ValueError(
+                f"{', '.join(bad)} look like secrets: name them in secret_env (the value is read from "
+                "the environment at start and never written down) instead of env"
+            )
+        return value
+
+
+class RunSpec(BaseModel):
+    kind: str = Field("run", description="what the run is (train, eval, ...): part of its id")
+    config: dict[str, Any] = Field(default_factory=dict, description="written to config.yaml")
+    processes: list[ProcessSpec] = Field(min_length=1, description="started in order, each once ready")
+    run_id: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> RunSpec:
+        names = [p.name for p in self.processes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"process names must be unique, got {names}")
+        if sum(p.main for p in self.processes) > 1:
+            raise ValueError("at most one process is main")
+        if self.run_id is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", self.run_id):
+            raise ValueError(f"run id {self.run_id!r}: letters, digits, '.', '_' and '-' only")
+        return self
+
+
+class ProcessState(BaseModel):
+    name: str
+    argv: list[str]
+    main: bool = False
+    secret_env: list[str] = Field(default_factory=list)
+    status: ProcessStatus = "pending"
+    pid: int | None = None
+    start_ticks: int | None = None
+    pgid: int | None = None
+    log: str = ""
+    url: str | None = None
+    started_at: float | None = None
+    ready_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    stop_signal: str | None = Field(None, description="what the manager sent: SIGTERM, then SIGKILL")
+    reason: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.status in _ENDED
+
+
+class RunState(BaseModel):
+    id: str
+    kind: str
+    dir: str
+    status: RunStatus = "starting"
+    reason: str | None = None
+    created_at: float = Field(default_factory=time.time)
+    ended_at: float | None = None
+    stop_requested: bool = False
+    processes: list[ProcessState] = Field(default_factory=list)
+
+    def process(self, name: str) -> ProcessState:
+        for proc in self.processes:
+            if proc.name == name:
+                return proc
+        raise RunError(f"run {self.id} has no process {name!r} (it has {', '.join(self.names())})")
+
+    def names(self) -> list[str]:
+        return [p.name for p in self.processes]
+
+    @property
+    def main(self) -> ProcessState:
+        return next((p for p in self.processes if p.main), self.processes[-1])
+
+    @property
+    def ended(self) -> bool:
+        return self.status in {"finished", "failed", "stopped"}
+
+
+class MetricSummary(BaseModel):
+    first: float
+    last: float
+    min: float
+    max: float
+    mean: float
+
+
+class RunResults(BaseModel):
+    run_id: str
+    status: RunStatus
+    reason: str | None
+    metric_lines: int
+    last: dict[str, Any] = Field(default_factory=dict)
+    metrics: dict[str, MetricSummary] = Field(default_factory=dict)
+    checkpoints: list[str] = Field(default_factory=list)
+    logs: dict[str, str] = Field(default_factory=dict)
+
+
+def log_tail(path: Path, lines: int = 20, max_bytes: int = 64_000) -> str:
+    """The last ``lines`` lines of a log (read from its end, so a huge log costs nothing)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return "(no log)"
+    text = data.decode("utf-8", "replace").rstrip("\n")
+    return "\n".join(text.splitlines()[-lines:]) if text else "(log is empty)"
+
+
+class Manager:
+    """Starts, watches and stops runs under ``runs_dir``. Holds nothing a restart would lose:
+    every method reads the run's files first (two managers may look at one run at once; state
+    updates take the run's lock).
+
+    ``environ`` is where processes' environments come from (default ``os.environ``)."""
+
+    def __init__(self, runs_dir: str | Path, *, environ: Mapping[str, str] | None = None) -> None:
+        self.runs_dir = Path(runs_dir)
+        self._environ = environ
+        self._children: dict[int, subprocess.Popen[bytes]] = {}  # ours to reap (no zombies)
+
+    # ----------------------------------------------------------------- files
+    def run_dir(self, run_id: str) -> Path:
+        path = self.runs_dir / run_id
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", run_id) or not (path / STATE_FILE).is_file():
+            known = ", ".join(self.run_ids()[-10:]) or "none"
+            raise RunError(f"no run {run_id!r} in {self.runs_dir} (runs: {known})")
+        return path
+
+    def run_ids(self) -> list[str]:
+        if not self.runs_dir.is_dir():
+            return []
+        ids = [p.name for p in self.runs_dir.iterdir() if (p / STATE_FILE).is_file()]
+        return sorted(ids, key=lambda i: (self.runs_dir / i / STATE_FILE).stat().st_mtime_ns)
+
+    def read_state(self, run_id: str) -> RunState:
+        return RunState.model_validate(orjson.loads((self.run_dir(run_id) / STATE_FILE).read_bytes()))
+
+    def _write_state(self, state: RunState) -> None:
+        path = Path(state.dir) / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(orjson.dumps(state.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+        os.replace(tmp, path)
+
+    @contextlib.contextmanager
+    def _locked(self, run_dir: Path) -> Iterator[None]:
+        with (run_dir / _LOCK_FILE).open("a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def _update(self, run_id: str, change: Any) -> RunState:
+        """Read, change (a function of the state) and write the state under the run's lock."""
+        run_dir = self.run_dir(run_id)
+        with self._locked(run_dir):
+            state = self.read_state(run_id)
+            change(state)
+            self._write_state(state)
+            return state
+
+    # ----------------------------------------------------------------- start
+    async def start(self, spec: RunSpec) -> RunState:
+        """Create the run directory and start its processes in order, each once the ones before
+        it are ready. Returns the state: ``running`` when every process is ready, else ``failed``
+        with the reason (which process, how it ended, its log tail) and nothing left running."""
+        state = self._create(spec)
+        for proc_spec in spec.processes:
+            state = await self._start_process(state, proc_spec)
+            if state.status == "failed":
+                await self._terminate(state.id, grace_s=10.0)
+                return await self.status(state.id)
+        state = self._update(state.id, lambda s: setattr(s, "status", "running"))
+        return await self.status(state.id)
+
+    def _create(self, spec: RunSpec) -> RunState:
+        run_id = spec.run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{spec.kind}-{secrets.token_hex(3)}"
+        run_dir = self.runs_dir / run_id
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            run_dir.mkdir()
+        except FileExistsError:
+            raise RunError(f"run {run_id} already exists in {self.runs_dir}; pick another id") from None
+        (run_dir / CHECKPOINTS_DIR).mkdir()
+        main = next((p.name for p in spec.processes if p.main), spec.processes[-1].name)
+        config = {
+            "kind": spec.kind,
+            **spec.config,
+            "processes": [
+                {"name": p.name, "argv": p.argv, "env": p.env, "secret_env": p.secret_env}
+                for p in spec.processes
+            ],
+        }
+        (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
+        state = RunState(
+            id=run_id,
+            kind=spec.kind,
+            dir=str(run_dir.resolve()),
+            processes=[
+                ProcessState(
+                    name=p.name,
+                    argv=p.argv,
+                    main=p.name == main,
+                    secret_env=p.secret_env,
+                    log=f"{p.name}.log",
+                )
+                for p in spec.processes
+            ],
+        )
+        self._write_state(state)
+        return state
+
+    def _child_env(self, spec: ProcessSpec) -> dict[str, str]:
+        base = dict(os.environ if self._environ is None else self._environ)
+        missing = [name for name in spec.secret_env if not base.get(name)]
+        if missing:
+            raise RunError(
+                f"process {spec.name} needs {', '.join(missing)} set in the environment (secrets are "
+                "read from the environment only)"
+            )
+        # Key-like variables reach a process only when its spec names them.
+        env = {k: v for k, v in base.items() if not _SECRET_NAME.search(k) or k in spec.secret_env}
+        env.update(spec.env)
+        env["PYTHONUNBUFFERED"] = "1"  # logs show what happened up to a crash
+        return env
+
+    def _argv(self, state: RunState, argv: list[str]) -> list[str]:
+        def url(match: re.Match[str]) -> str:
+            proc = state.process(match.group(1))
+            if proc.url is None:
+                raise RunError(f"{match.group(0)}: process {proc.name} has no ready URL (start it first)")
+            return proc.url
+
+        return [_PLACEHOLDER.sub(url, a.replace("{run_dir}", state.dir)) for a in argv]
+
+    async def _start_process(self, state: RunState, spec: ProcessSpec) -> RunState:
+        run_dir = Path(state.dir)
+        try:
+            argv = self._argv(state, spec.argv)
+            env = self._child_env(spec)
+        except RunError as exc:
+            return self._fail(state.id, spec.name, str(exc))
+        exit_file = run_dir / f"{spec.name}.exit.json"
+        with (run_dir / f"{spec.name}.log").open("ab") as log:
+            child = await asyncio.to_thread(
+                subprocess.Popen,
+                [sys.executable, "-m", "trajforge.rl.supervise", str(exit_file), "--", *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # its own process group: stop signals the whole group
+            )
+        self._children[child.pid] = child
+        ticks = procs.start_ticks(child.pid)
+
+        def started(s: RunState) -> None:
+            p = s.process(spec.name)
+            p.argv, p.pid, p.pgid, p.start_ticks = argv, child.pid, child.pid, ticks
+            p.status, p.started_at = "starting", time.time()
+
+        state = self._update(state.id, started)
+        try:
+            url = await self._wait_ready(state, state.process(spec.name), spec.ready)
+        except RunError as exc:
+            return self._fail(state.id, spec.name, str(exc))
+
+        def ready(s: RunState) -> None:
+            p = s.process(spec.name)
+            p.status, p.ready_at, p.url = "running", time.time(), url
+
+        return self._update(state.id, ready)
+
+    def _fail(self, run_id: str, name: str, reason: str) -> RunState:
+        def change(s: RunState) -> None:
+            p = s.process(name)
+            if not p.ended:
+                p.status, p.reason = "failed", reason
+            s.status, s.reason = "failed", f"{name}: {reason}"
+
+        return self._update(run_id, change)
+
+    async def _wait_ready(self, state: RunState, proc: ProcessState, check: ReadyCheck) -> str | None:
+        """Wait for ``check`` while watching the process: its death first is a failure with its
+        exit status and log tail; so is the timeout."""
+        assert proc.pid is not None
+        probe = asyncio.create_task(self._probe(Path(state.dir), proc, check))
+        death = asyncio.create_task(procs.wait_exit(proc.pid, proc.start_ticks, None))
+        try:
+            done, _ = await asyncio.wait(
+                {probe, death}, timeout=check.timeout_s, return_when="FIRST_COMPLETED"
+            )
+        finally:
+            for task in (probe, death):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(probe, death, return_exceptions=True)
+        if probe in done and probe.exception() is None:
+            return probe.result()
+        if death in done or not procs.alive(proc.pid, proc.start_ticks):
+            self._reap(proc.pid)
+            outcome = self._outcome(Path(state.dir), proc)
+            raise RunError(f"{outcome} before it was ready; {self._tail_note(state, proc)}")
+        raise RunError(
+            f"not ready within {check.timeout_s:g}s ({self._describe_check(check)}); "
+            f"{self._tail_note(state, proc)}"
+        )
+
+    @staticmethod
+    def _describe_check(check: ReadyCheck) -> str:
+        if check.kind == "http":
+            return f"waiting for {check.url or 'its printed address'}{check.path} to answer 200"
+        if check.kind == "file_line":
+            return f"waiting for a first line in {check.path}"
+        return "waiting for it to run"
+
+    async def _probe(self, run_dir: Path, proc: ProcessState, check: ReadyCheck) -> str | None:
+        if check.kind == "started":
+            return None
+        if check.kind == "file_line":
+            path = run_dir / check.path
+            while True:
+                with contextlib.suppress(FileNotFoundError), path.open("rb") as f:
+                    if b"\n" in f.read(1 << 20):
+                        return None
+                await asyncio.sleep(0.1)
+        base = check.url
+        timeout = aiohttp.ClientTimeout(total=5)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                if base is None:
+                    base = _printed_address(run_dir / proc.log)
+                if base is not None:
+                    with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                        async with session.get(base.rstrip("/") + check.path) as resp:
+                            if resp.status == 200:
+                                return base
+                await asyncio.sleep(0.1)
+
+    def _tail_note(self, state: RunState, proc: ProcessState, lines: int = 20) -> str:
+        path = Path(state.dir) / proc.log
+        return f"last lines of {path}:\n{log_tail(path, lines)}"
+
+    def _outcome(self, run_dir: Path, proc: ProcessState) -> str:
+        """How a finished process ended, from its supervisor's record."""
+        code, sig = _read_exit(run_dir / f"{proc.name}.exit.json")
+        if sig is not None:
+            return f"{proc.name} was killed by {sig}"
+        if code is not None:
+            return f"{proc.name} exited with code {code}"
+        return f"{proc.name} (pid {proc.pid}) is gone without an exit status (its supervisor was killed too)"
+
+    def _reap(self, pid: int | None) -> None:
+        child = self._children.get(pid or -1)
+        if child is not None and child.poll() is not None:
+            del self._children[child.pid]
+
+    # ----------------------------------------------------------------- watch
+    async def status(self, run_id: str) -> RunState:
+        """The run as it is now: ended processes get their exit status and reason; a crashed
+        one fails the run (the rest are stopped); the main one finishing ends the run."""
+        run_dir = self.run_dir(run_id)
+        for pid in list(self._children):
+            self._reap(pid)
+
+        def reconcile(s: RunState) -> None:
+            for p in s.processes:
+                if p.ended or p.pid is None:
+                    continue
+                if procs.alive(p.pid, p.start_ticks):
+                    continue
+                self._settle(run_dir, s, p)
+            self._conclude(s)
+
+        state = self._update(run_id, reconcile)
+        leftover = [p for p in state.processes if not p.ended and p.pid is not None]
+        if state.status in {"finished", "failed"} and leftover:
+            await self._terminate(run_id, grace_s=10.0)
+            state = self._update(run_id, reconcile)
+        return state
+
+    def _settle(self, run_dir: Path, s: RunState, p: ProcessState) -> None:
+        code, sig = _read_exit(run_dir / f"{p.name}.exit.json")
+        p.ended_at = time.time()
+        p.exit_code, p.signal = code, sig
+        if p.stop_signal is not None:
+            p.status = "stopped"
+            how = f"exited with code {code}" if code is not None else f"ended by {sig or 'SIGKILL'}"
+            p.reason = f"stopped by the manager ({p.stop_signal}; {how})"
+        elif code == 0:
+            p.status, p.reason = "exited", "exited with code 0"
+        elif code is None and sig is None:
+            p.status = "vanished"
+            p.reason = (
+                f"pid {p.pid} is gone without an exit status (its supervisor was killed too: SIGKILL "
+                f"from outside, the OOM killer?); last lines of {p.log}:\n{log_tail(run_dir / p.log)}"
+            )
+        else:
+            p.status = "failed"
+            how = f"was killed by {sig}" if sig is not None else f"exited with code {code}"
+            p.reason = f"{how}; last lines of {p.log}:\n{log_tail(run_dir / p.log)}"
+
+    @staticmethod
+    def _conclude(s: RunState) -> None:
+        if s.ended:
+            return
+        if all(p.ended or p.pid is None for p in s.processes) and s.stop_requested:
+            s.status, s.ended_at = "stopped", time.time()
+            s.reason = s.reason or "stopped on request"
+            return
+        broken = next((p for p in s.processes if p.status in {"failed", "vanished"}), None)
+        if broken is not None:
+            s.status, s.reason = "failed", f"process {broken.name} {broken.reason}"
+        elif s.main.status == "exited":
+            s.status, s.reason = "finished", f"{s.main.name} exited with code 0"
+        if s.status in {"failed", "finished"} and all(p.ended or p.pid is None for p in s.processes):
+            s.ended_at = s.ended_at or time.time()
+
+    async def list_runs(self) -> list[RunState]:
+        return [await self.status(run_id) for run_id in self.run_ids()]
+
+    # ----------------------------------------------------------------- stop
+    async def stop(self, run_id: str, grace_s: float = 10.0) -> RunState:
+        """SIGTERM to every live process group (main first), wait up to ``grace_s``, SIGKILL
+        what is left; returns the final state (``stopped``)."""
+
+        def request(s: RunState) -> None:
+            s.stop_requested = True
+            if not s.ended:
+                s.status = "stopping"
+
+        state = self._update(run_id, request)
+        if not state.ended:
+            await self._terminate(run_id, grace_s)
+        return await self.status(run_id)
+
+    async def _terminate(self, run_id: str, grace_s: float) -> None:
+        state = self.read_state(run_id)
+        live = [p for p in state.processes if p.pid is not None and not p.ended]
+        live.sort(key=lambda p: not p.main)  # the trainer first: it may save a checkpoint
+        sent = self._signal(run_id, live, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for p in sent:
+            assert p.pid is not None
+            await procs.wait_exit(p.pid, p.start_ticks, max(0.0, deadline - time.monotonic()))
+        # The group outlives its leader when a grandchild ignores SIGTERM.
+        # No pidfd tells when a whole group is gone: look again until the grace ends.
+        while time.monotonic() < deadline and any(p.pgid and procs.group_members(p.pgid) for p in sent):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        remaining = [p for p in sent if p.pgid and procs.group_members(p.pgid)]
+        if remaining:
+            self._signal(run_id, remaining, signal.SIGKILL)
+            for p in remaining:
+                assert p.pid is not None
+                await procs.wait_exit(p.pid, p.start_ticks, 10.0)
+        for p in sent:
+            self._reap(p.pid)
+
+    def _signal(self, run_id: str, targets: list[ProcessState], sig: signal.Signals) -> list[ProcessState]:
+        """Signal each target's group if it is still ours (the leader's start time matches, or the
+        leader is gone and members remain: a group id is not reused while it has members)."""
+        sent = []
+        for p in targets:
+            assert p.pid is not None and p.pgid is not None
+            # A gone leader's group id is still ours only while the pid is unused (the kernel does
+            # not hand out a pid that is still some group's id) and members remain.
+            if not procs.alive(p.pid, p.start_ticks) and (
+                procs.start_ticks(p.pid) is not None or not procs.group_members(p.pgid)
+            ):
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pgid, sig)
+                sent.append(p)
+
+        def mark(s: RunState) -> None:
+            for p in sent:
+                s.process(p.name).stop_signal = sig.name
+
+        self._update(run_id, mark)
+        return sent
+
+    # ----------------------------------------------------------------- results
+    def results(self, run_id: str) -> RunResults:
+        """Metrics summary (first/last/min/max/mean of every numeric field), the last metrics
+        line, checkpoint directories, and each process's log path."""
+        state = self.read_state(run_id)
+        run_dir = Path(state.dir)
+        rows = read_metrics(run_dir / METRICS_FILE)
+        series: dict[str, list[float]] = {}
+        for row in rows:
+            for key, value in row.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    series.setdefault(key, []).append(float(value))
+        return RunResults(
+            run_id=run_id,
+            status=state.status,
+            reason=state.reason,
+            metric_lines=len(rows),
+            last=rows[-1] if rows else {},
+            metrics={
+                k: MetricSummary(first=v[0], last=v[-1], min=min(v), max=max(v), mean=sum(v) / len(v))
+                for k, v in series.items()
+            },
+            checkpoints=[str(p) for p in find_checkpoints(run_dir)],
+            logs={p.name: str(run_dir / p.log) for p in state.processes},
+        )
+
+    def logs(self, run_id: str, process: str | None = None, lines: int = 50) -> dict[str, str]:
+        state = self.read_state(run_id)
+        chosen = [state.process(process)] if process else state.processes
+        return {p.name: log_tail(Path(state.dir) / p.log, lines) for p in chosen}
+
+
+def _printed_address(log: Path) -> str | None:
+    """The address a ``trajforge serve`` (or anything speaking its start-up line) printed."""
+    try:
+        text = log.read_bytes()[: 1 << 20].decode("utf-8", "replace")
+    except FileNotFoundError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(_READY_PREFIX):
+            return line[len(_READY_PREFIX) :].split()[0]
+    return None
+
+
+def _read_exit(path: Path) -> tuple[int | None, str | None]:
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        return None, None
+    return data.get("exit_code"), data.get("signal_name")
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The complete lines of a metrics file (a line being written is not read yet)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    rows = []
+    for line in data[: data.rfind(b"\n") + 1].splitlines():
+        with contextlib.suppress(orjson.JSONDecodeError):
+            row = orjson.loads(line)
+            if isinstance(row, dict):
+                rows.append(row)
+    return rows
+
+
+def find_checkpoints(run_dir: Path) -> list[Path]:
+    """Directories holding model weights (``*.safetensors``, ``*.bin``, ``*.pt``) under the run,
+    oldest first."""
+    found: set[Path] = set()
+    for pattern in ("*.safetensors", "*.bin", "*.pt"):
+        for depth in ("", "*/", "*/*/", "*/*/*/"):
+            for f in run_dir.glob(depth + pattern):
+                if f.is_file():
+                    found.add(f.parent)
+    return sorted(found, key=lambda p: (p.stat().st_mtime_ns, str(p)))
