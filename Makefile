@@ -40,9 +40,10 @@ test-fast: setup
 # The main job on the embedded default: the tiny policy is served on loopback by `trajforge serve`
 # (no --model/--base-url), every task runs in its own bubblewrap sandbox. Each demo is a new run
 # directory (data/demo-YYYYmmdd-HHMMSS): nothing of an earlier one, exports included, is deleted.
+# --env tiny_tasks grades each line in its sandbox: the summary says how many tasks were solved.
 demo: setup
 	$(VENV)/bin/trajforge batch examples/tasks.jsonl --run-name demo-$$(date +%Y%m%d-%H%M%S) --output-dir data \
-		--toolsets terminal,file --progress plain
+		--toolsets terminal,file --env tiny_tasks --progress plain
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -11,6 +11,7 @@ knows clients, not where models live) and ``serve/`` (which it launches).
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -58,7 +59,9 @@ class EndpointConfig(BaseModel):
     completion_endpoint: Literal["openai_completions", "vllm_generate", "sglang_generate"] = Field(
         "vllm_generate", description="with tokenizer: which completion API the endpoint speaks"
     )
-    tool_call_parser: str = Field("hermes", description="with tokenizer: tool-call parser of the model's text")
+    tool_call_parser: str = Field(
+        "hermes", description="with tokenizer: tool-call parser of the model's text"
+    )
 
     @property
     def embedded(self) -> bool:
@@ -110,6 +113,7 @@ def build_token_model(cfg: EndpointConfig) -> ChatModel:
         raise ValueError(f"--tokenizer {cfg.tokenizer} is not a local directory with the model's tokenizer")
     return CompletionChatModel(
         CompletionModelConfig(
+            max_context_tokens=_context_length(Path(cfg.tokenizer)),
             tokenizer_path=cfg.tokenizer,
             base_url=cfg.base_url,
             endpoint=cfg.completion_endpoint,
@@ -122,6 +126,17 @@ def build_token_model(cfg: EndpointConfig) -> ChatModel:
             max_concurrency=cfg.max_concurrency,
         )
     )
+
+
+def _context_length(model_dir: Path) -> int | None:
+    """The context length a model directory's config.json states (so a call's max_tokens is
+    cut to what fits instead of being refused by the server), or None."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = config.get("max_position_embeddings") if isinstance(config, dict) else None
+    return value if isinstance(value, int) and value > 0 else None
 
 
 @contextlib.asynccontextmanager

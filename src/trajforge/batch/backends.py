@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from trajforge.batch.config import BatchConfig
 from trajforge.batch.errors import RunError
-from trajforge.endpoint import EndpointConfig, build_chat_model
+from trajforge.endpoint import EndpointConfig, build_chat_model, build_token_model
 from trajforge.protocols import ChatModel, SandboxFactory
 from trajforge.sandbox import close_factory, create_sandbox_factory
 
@@ -52,9 +52,12 @@ def build_model(cfg: BatchConfig) -> ChatModel:
         request_timeout_s=cfg.request_timeout,
         max_retries=cfg.request_retries,
         backoff_base_s=cfg.retry_backoff,
+        tokenizer=cfg.tokenizer,
+        completion_endpoint=cfg.completion_endpoint,
+        tool_call_parser=cfg.tool_call_parser,
     )
     try:
-        return build_chat_model(endpoint)
+        return build_token_model(endpoint) if cfg.tokenizer else build_chat_model(endpoint)
     except Exception as exc:
         raise RunError(str(exc)) from None
 

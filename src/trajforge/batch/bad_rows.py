@@ -7,7 +7,7 @@ import time
 from trajforge.batch.config import BatchConfig
 from trajforge.batch.dataset import BadRow
 from trajforge.batch.ledger import Ledger
-from trajforge.batch.records import Outcome, SampleFacts, build_line
+from trajforge.batch.records import Outcome, SampleFacts, build_line, not_judged
 from trajforge.batch.writer import SHARDS_DIR, Finished, ShardWriter
 
 
@@ -22,8 +22,9 @@ def commit_bad_rows(
     now = time.time()
     for row in rows:
         outcome = Outcome("failed", f"bad_row: {row.reason}", "bad_row")
+        facts = SampleFacts([], 0, now, now, -1, 0, cfg.samples_per_prompt)
         line, summary = build_line(
-            row, outcome, None, SampleFacts([], 0, now, now, -1, 0), model=cfg.model, run_tools=run_tools
+            row, outcome, None, facts, model=cfg.model, run_tools=run_tools, grading=not_judged(cfg, outcome)
         )
         writer.submit(Finished(row.key, "failed", outcome.reason, line, summary))
     writer.finish_sync()

@@ -62,7 +62,11 @@ class BatchConfig(BaseModel):
     resume: bool = Field(False, description="continue an existing run")
     seed: int = Field(0, description="base seed for per-sample toolsets (derived with each row's key)")
     sandbox: SandboxKind = Field("bwrap", description="sandbox backend: bwrap|local|docker")
-    sandbox_network: bool = Field(False, description="allow network inside sandboxes")
+    sandbox_network: bool = Field(
+        False,
+        description="allow network inside sandboxes (also --network, as `trajforge run` spells it)",
+        json_schema_extra={"flag_aliases": ["--network"]},
+    )
     sandbox_reuse: bool = Field(
         True,
         description="reset (verified) and reuse a finished sample's sandbox instead of building a new "
@@ -115,6 +119,23 @@ class BatchConfig(BaseModel):
     progress: ProgressMode = Field(
         "auto", description="auto|rich|plain|none (auto: rich on a terminal, plain log lines otherwise)"
     )
+    samples_per_prompt: int = Field(
+        1, ge=1, le=1024, description="samples of each row (own sandbox and seed; lines share prompt_index)"
+    )
+    env: str | None = Field(
+        None,
+        description="grade each sample in its sandbox: an env (trajforge env list, path/file.py:Class) or a "
+        "reward function (path/file.py:func, module:func); lines then carry reward",
+    )
+    tokenizer: str | None = Field(
+        None,
+        description="token level: LOCAL tokenizer dir of the model ('auto': the embedded policy's); calls "
+        "go to a completions/generate endpoint and lines carry exact tokens, masks and logprobs",
+    )
+    completion_endpoint: Literal["openai_completions", "vllm_generate", "sglang_generate"] = Field(
+        "vllm_generate", description="with --tokenizer: the endpoint's completion API"
+    )
+    tool_call_parser: str = Field("hermes", description="with --tokenizer: tool-call parser of the model")
     # Not a flag of its own (a nested section): the YAML `tools:` section or --tools-config FILE.
     tools: ToolsConfig = Field(
         default_factory=ToolsConfig,
@@ -139,6 +160,10 @@ class BatchConfig(BaseModel):
             raise ValueError("--no-reasoning and --reasoning-effort contradict each other; drop one")
         if not self.run_name or "/" in self.run_name or self.run_name in {".", ".."}:
             raise ValueError(f"--run-name {self.run_name!r} must be a plain directory name")
+        if self.tokenizer == "auto" and not self.embedded:
+            raise ValueError(
+                "--tokenizer auto is the embedded policy's tokenizer; give a directory with --base-url"
+            )
         if self.api_key_env == "":  # `--api-key-env ''`: an endpoint that needs no key
             self.api_key_env = None
         if self.api_key_env is not None and not self.api_key_env.isidentifier():

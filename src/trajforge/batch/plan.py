@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trajforge.batch.dataset import BadRow, DatasetIndex, Sample
+from trajforge.batch.groups import GroupedIndex
 from trajforge.batch.ledger import Ledger, PlanMark
 
 # Past this many rows beyond the mark, one pass over the done samples is cheaper than looking
@@ -36,7 +37,7 @@ class Plan:
     """True when every row was compared (no usable mark)"""
 
 
-def _known_rows(mark: PlanMark | None, data: DatasetIndex) -> int:
+def _known_rows(mark: PlanMark | None, data: DatasetIndex | GroupedIndex) -> int:
     """The leading rows the ledger's plan mark vouches for (0: compare every row)."""
     total = len(data.keys)
     if mark is None or not total - _MAX_TAIL_LOOKUPS <= mark.rows <= total:
@@ -46,7 +47,7 @@ def _known_rows(mark: PlanMark | None, data: DatasetIndex) -> int:
     return mark.rows
 
 
-def plan_run(ledger: Ledger, data: DatasetIndex) -> Plan:
+def plan_run(ledger: Ledger, data: DatasetIndex | GroupedIndex) -> Plan:
     """Compare ``data`` with the ledger; the caller applies ``upserts`` and ``mark`` together
     (:meth:`Ledger.add_pending`) before running ``todo``."""
     keys = data.keys

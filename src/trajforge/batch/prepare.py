@@ -6,7 +6,7 @@ with a :class:`~trajforge.batch.errors.RunError` that says what to change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,10 @@ import orjson
 from trajforge.batch.config import BatchConfig
 from trajforge.batch.dataset import INDEX_FILE, DatasetError, DatasetIndex, index_dataset
 from trajforge.batch.errors import RunError
+from trajforge.batch.groups import GroupedIndex
 from trajforge.distributions import UnknownDistributionError, get_distribution
+from trajforge.envs.catalog import UnknownEnvError, load_grader
+from trajforge.envs.config import EnvConfigError
 from trajforge.tools.builtin import toolset_availability
 from trajforge.tools.registry import ToolRegistry
 from trajforge.tools.toolsets import UnknownToolsetError, check_toolsets
@@ -25,11 +28,19 @@ from trajforge.tools.toolsets import UnknownToolsetError, check_toolsets
 class Prepared:
     """The run's fixed facts, computed once before any worker starts."""
 
-    dataset: DatasetIndex
+    rows: DatasetIndex
+    """the dataset's rows (what the run directory's saved index keeps)"""
     run_tools: list[str]
     tool_schemas: list[dict[str, Any]]
     prefill: list[dict[str, Any]]
     tools_warning: str | None = None  # said once at start: toolsets sampled but not offered here
+    dataset: DatasetIndex | GroupedIndex = field(init=False)
+    """the run's samples: the rows, or N samples of each with --samples-per-prompt"""
+    samples_per_prompt: int = 1
+
+    def __post_init__(self) -> None:
+        n = self.samples_per_prompt
+        self.dataset = GroupedIndex(self.rows, n) if n > 1 else self.rows
 
 
 def prepare(cfg: BatchConfig, registry: ToolRegistry) -> Prepared:
@@ -51,7 +62,19 @@ def prepare(cfg: BatchConfig, registry: ToolRegistry) -> Prepared:
         )
     except DatasetError as exc:
         raise RunError(str(exc)) from None
-    return Prepared(dataset, [t.name for t in tools], registry.schemas(tools), prefill, available.warning)
+    if cfg.env is not None:  # a bad env reference fails here, before any model server starts
+        try:
+            load_grader(cfg.env)
+        except (UnknownEnvError, EnvConfigError) as exc:
+            raise RunError(f"--env: {exc}") from None
+    return Prepared(
+        dataset,
+        [t.name for t in tools],
+        registry.schemas(tools),
+        prefill,
+        available.warning,
+        samples_per_prompt=cfg.samples_per_prompt,
+    )
 
 
 def unimplemented_tools(registry: ToolRegistry, run_tools: list[str]) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +61,7 @@ class SampleFacts:
     finished_at: float
     worker: int
     seed: int
+    samples_per_prompt: int = 1
 
 
 def classify(result: AgentResult, offered: Sequence[str], require_reasoning: bool) -> Outcome:
@@ -116,14 +117,20 @@ def build_line(
     run_tools: Sequence[str],
     tools: Sequence[dict[str, Any]] = (),
     system_prompt: str | None = None,
+    grading: Grading | None = None,
+    trace: Mapping[str, Any] | None = None,
 ) -> tuple[bytes, SampleSummary]:
     """(the JSONL line, the summary for statistics); ``tools`` are the schemas offered to the sample.
 
     ``metadata`` also carries what the sample was asked with beyond its prompt: the run's system
     prompt (the ShareGPT turns replace it with the reference's tools prompt) and the dataset row's
-    other fields under ``row`` (ids, expected answers: what grading needs)."""
+    other fields under ``row`` (ids, expected answers: what grading needs).
+
+    ``grading`` (a run with ``--env``) adds ``reward``, ``reward_breakdown``, ``reward_reason``
+    and ``reward_error`` (null reward: the sample never ran, so it was not judged); ``trace`` (a
+    token-level run) adds the exact ``tokens``/``masks``/``logprobs`` under ``trace``."""
     tool_stats, tool_error_counts = _padded_stats(run_tools, result)
-    summary = _summary(outcome, result, run, tool_error_counts)
+    summary = _summary(outcome, result, run, tool_error_counts, grading)
     finished_at = _iso(run.finished_at)
     record = {
         "prompt_index": sample.index,
@@ -149,6 +156,10 @@ def build_line(
         "attempts": run.attempts,
         "termination": result.termination.value if result else "not_run",
     }
+    if grading is not None:
+        record.update(grading.fields())
+    if trace is not None:
+        record["trace"] = dict(trace)
     return orjson.dumps(record) + b"\n", summary
 
 
@@ -165,11 +176,43 @@ def _metadata(
         meta["system_prompt"] = system_prompt
     if isinstance(sample, Sample) and sample.extra:
         meta["row"] = sample.extra
+    if run.samples_per_prompt > 1:
+        meta["sample_index"] = sample.sample_index if isinstance(sample, Sample) else _index_of(sample.key)
+        meta["samples_per_prompt"] = run.samples_per_prompt
     return meta
 
 
+def _index_of(key: str) -> int:
+    tail = key.rpartition("#")[2]
+    return int(tail) if tail.isdigit() else 0
+
+
+@dataclass(frozen=True, slots=True)
+class Grading:
+    """A sample's judgement for its line: ``reward`` None when it could not be judged."""
+
+    reward: float | None
+    breakdown: Mapping[str, float]
+    reason: str
+    error: str | None
+    env: str
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "reward": self.reward,
+            "reward_breakdown": dict(self.breakdown),
+            "reward_reason": self.reason,
+            "reward_error": self.error,
+            "graded_by": self.env,
+        }
+
+
 def _summary(
-    outcome: Outcome, result: AgentResult | None, run: SampleFacts, tool_error_counts: dict[str, int]
+    outcome: Outcome,
+    result: AgentResult | None,
+    run: SampleFacts,
+    tool_error_counts: dict[str, int],
+    grading: Grading | None = None,
 ) -> SampleSummary:
     coverage = reasoning_coverage(result.messages) if result else ReasoningCoverage()
     usage = result.usage.model_dump() if result else {}
@@ -191,4 +234,15 @@ def _summary(
         tool_s=round(result.tool_time_s, 4) if result else 0.0,
         started_at=run.started_at,
         finished_at=run.finished_at,
+        reward=grading.reward if grading is not None else None,
+        reward_error=grading is not None and grading.error is not None,
     )
+
+
+def not_judged(cfg: Any, outcome: Outcome) -> Grading | None:
+    """The grading of a sample that never ran (bad row, sandbox failure): a null reward, so no
+    trainer mistakes "not judged" for "scored 0"; None when the run does not grade."""
+    env = getattr(cfg, "env", None)
+    if env is None:
+        return None
+    return Grading(None, {}, f"not judged: {outcome.reason}", None, env)

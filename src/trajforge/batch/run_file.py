@@ -18,11 +18,14 @@ from trajforge.batch.prepare import Prepared
 from trajforge.batch.writer import write_atomic
 
 RUN_FILE = "run.json"
-_SAMPLE_DEFINING = ("distribution", "toolsets", "seed")
+# What a line is: which toolsets it draws, which samples exist, and how it is graded (a resume
+# with another --env would leave one file graded two ways).
+_SAMPLE_DEFINING = ("distribution", "toolsets", "seed", "samples_per_prompt", "env")
 
 
 def check_same_run(cfg: BatchConfig, run_dir: Path) -> None:
-    """Refuse to resume with settings that change which toolsets a sample draws."""
+    """Refuse to resume with settings that change which toolsets a sample draws, which samples
+    there are, or how lines are graded."""
     path = run_dir / RUN_FILE
     if not path.exists():
         return
@@ -47,6 +50,7 @@ def write_run_file(cfg: BatchConfig, prep: Prepared, run_dir: Path) -> None:
         "config": cfg.public_dict(),
         "run_tools": prep.run_tools,
         "tools": prep.tool_schemas,
-        "total_rows": prep.dataset.total_rows,
+        "total_rows": prep.rows.total_rows,
+        "total_samples": prep.dataset.total_rows,
     }
     write_atomic(run_dir / RUN_FILE, orjson.dumps(info, option=orjson.OPT_INDENT_2))

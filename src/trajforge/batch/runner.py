@@ -42,7 +42,7 @@ from trajforge.batch.writer import (
     repair_shards,
     writing,
 )
-from trajforge.endpoint import embedded_endpoint
+from trajforge.endpoint import embedded_endpoint, embedded_weights
 from trajforge.extras import missing_ml
 from trajforge.protocols import ChatModel, SandboxFactory
 from trajforge.tools.builtin import build_registry
@@ -125,7 +125,10 @@ async def _run_batch(
         if problem:
             raise RunError(problem)
         async with embedded_endpoint(announce=announce) as (base_url, name):
-            served = cfg.model_copy(update={"base_url": base_url, "model": name})
+            update: dict[str, object] = {"base_url": base_url, "model": name}
+            if cfg.tokenizer == "auto":  # token level on the embedded policy: its own tokenizer
+                update["tokenizer"] = str(embedded_weights())
+            served = cfg.model_copy(update=update)
             return await _start(served, prep, registry, progress, model, sandbox_factory)
     return await _start(cfg, prep, registry, progress, model, sandbox_factory)
 
@@ -223,7 +226,7 @@ def _save_index(prep: Prepared, run_dir: Path) -> None:
     """Save the dataset index: the next start parses only rows added since."""
     prep.dataset.forget_parsed()
     try:
-        save_index(prep.dataset, run_dir / INDEX_FILE)
+        save_index(prep.rows, run_dir / INDEX_FILE)
     except OSError as exc:  # only costs the next start a full parse
         log.warning("could not save the dataset index in %s: %s", run_dir, exc)
 

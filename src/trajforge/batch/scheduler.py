@@ -21,13 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from trajforge.agent import AgentConfig, AgentResult, Termination, run_session
+from trajforge.agent.session import Inspector
 from trajforge.batch.backends import Backends
 from trajforge.batch.config import BatchConfig
 from trajforge.batch.dataset import Sample
-from trajforge.batch.records import Outcome, SampleFacts, build_line, classify
+from trajforge.batch.records import Grading, Outcome, SampleFacts, build_line, classify, not_judged
 from trajforge.batch.writer import SHARDS_DIR, Finished, ShardWriter, find_output_error, open_ledger
 from trajforge.distributions import derive_seed, get_distribution, sample_toolsets
-from trajforge.protocols import ChatModel, SandboxFactory
+from trajforge.envs.catalog import load_grader
+from trajforge.envs.judge import Judgement, judge, registry_tools
+from trajforge.envs.protocol import AgentEnv
+from trajforge.llm.token_trace import TraceError
+from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
 from trajforge.sandbox import SandboxUnavailableError, factory_counts
 from trajforge.tools.base import Tool
 from trajforge.tools.registry import ToolRegistry
@@ -58,6 +63,7 @@ class AttemptResult:
     result: AgentResult | None
     outcome: Outcome
     transient: bool
+    judged: Judgement | None = None
 
 
 def build_agent_config(cfg: BatchConfig, prefill: list[dict[str, Any]]) -> AgentConfig:
@@ -88,6 +94,9 @@ class Worker:
         self.agent_config = build_agent_config(self.cfg, spec.prefill)
         self._dist = get_distribution(self.cfg.distribution_name) if self.cfg.distribution_name else None
         self._queue: deque[Sample] = deque(spec.samples)
+        # --env: each sample is judged in its sandbox before the sandbox is closed or reset.
+        self.grader: AgentEnv | None = load_grader(self.cfg.env) if self.cfg.env else None
+        self._verifier_tools = registry_tools(registry) if self.grader else {}
         self._teardowns: asyncio.TaskGroup | None = None
         self._closing = 0  # sandbox teardowns in flight
         self._closed = asyncio.Condition()
@@ -143,7 +152,10 @@ class Worker:
         started = time.time()
         self.writer.started(sample.key)
         attempt, attempts = await self._attempts(sample, tools)
-        run = SampleFacts(toolsets, attempts, started, time.time(), self.spec.worker_id, seed)
+        run = SampleFacts(
+            toolsets, attempts, started, time.time(), self.spec.worker_id, seed, self.cfg.samples_per_prompt
+        )
+        schemas = self.registry.schemas(tools)
         line, summary = build_line(
             sample,
             attempt.outcome,
@@ -151,8 +163,10 @@ class Worker:
             run,
             model=self.cfg.model,
             run_tools=self.spec.run_tools,
-            tools=self.registry.schemas(tools),
+            tools=schemas,
             system_prompt=self.cfg.system_prompt,
+            grading=self._grading(attempt),
+            trace=self._trace(attempt.result, schemas),
         )
         self.writer.submit(
             Finished(sample.key, attempt.outcome.status, attempt.outcome.reason, line, summary)
@@ -176,6 +190,17 @@ class Worker:
 
     async def _attempt(self, sample: Sample, tools: list[Tool], n: int) -> AttemptResult:
         deadline = asyncio.timeout(self.cfg.sample_timeout + _HARD_DEADLINE_GRACE_S)
+        grader = self.grader
+        judged = Judgement() if grader is not None else None
+        setup_files: dict[str, str | bytes] | None = dict(sample.setup_files or {}) or None
+        inspect: Inspector | None = None
+        if grader is not None:
+            item = sample_item(sample)
+            setup_files = {**grader.setup_files(item), **(setup_files or {})}
+
+            async def inspect(result: AgentResult, sandbox: Sandbox) -> None:
+                await judge(grader, item, result, sandbox, tools=self._verifier_tools, into=judged)
+
         try:
             async with deadline:
                 result = await run_session(
@@ -187,14 +212,43 @@ class Worker:
                     task_id=f"{sample.key}-{n}",
                     image=sample.image,
                     cwd=sample.cwd,
-                    setup_files=sample.setup_files,
+                    setup_files=setup_files,
                     closer=self._close_later,
+                    inspect=inspect,
                 )
         except Exception as exc:
             return _failed_attempt(exc, hard_deadline=deadline.expired())
         outcome = classify(result, [t.name for t in tools], self.cfg.require_reasoning)
         transient = result.termination is Termination.MODEL_ERROR and result.error_kind == "transient"
-        return AttemptResult(result, outcome, transient)
+        return AttemptResult(result, outcome, transient, judged)
+
+    def _grading(self, attempt: AttemptResult) -> Grading | None:
+        if self.grader is None or self.cfg.env is None:
+            return None
+        judged = attempt.judged
+        if attempt.result is None or judged is None or judged.breakdown is None:
+            return not_judged(self.cfg, attempt.outcome)
+        bd = judged.breakdown
+        return Grading(bd.reward, bd.components, bd.reason, judged.error, self.cfg.env)
+
+    def _trace(self, result: AgentResult | None, schemas: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """The exact tokens of a token-level run (``--tokenizer``); why not, when they broke."""
+        if result is None or not result.token_traces:
+            return None
+        try:
+            et = result.episode_trace(getattr(self.model, "template", None), tools=schemas)
+        except TraceError as exc:
+            return {"error": str(exc)}
+        return {"tokens": et.tokens, "masks": et.masks, "logprobs": et.logprobs}
+
+
+def sample_item(sample: Sample) -> dict[str, Any]:
+    """The env item a dataset row stands for: the row itself (prompt, setup files and every
+    other field), what ``compute_reward`` reads."""
+    item: dict[str, Any] = {**(sample.extra or {}), "prompt": sample.prompt}
+    if sample.setup_files:
+        item["setup_files"] = dict(sample.setup_files)
+    return item
 
 
 def _failed_attempt(exc: Exception, *, hard_deadline: bool) -> AttemptResult:

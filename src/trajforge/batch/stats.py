@@ -50,6 +50,8 @@ class SampleSummary:
     tool_s: float
     started_at: float
     finished_at: float
+    reward: float | None = None  # None: not graded (no --env)
+    reward_error: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,11 @@ class Aggregate:
     # The worker's sandbox factory counters ("created", "reused", "discarded: <why>"): cumulative
     # per writer, so they are set (not added) at each commit and summed across writers.
     sandboxes: Counter[str] = field(default_factory=Counter)
+    # Grading (--env): samples graded, their reward sum, how many scored 1.0, reward code failures.
+    graded: int = 0
+    reward_sum: float = 0.0
+    solved: int = 0
+    reward_errors: int = 0
 
     def add(self, summary: SampleSummary) -> None:
         """Add one committed sample."""
@@ -104,6 +111,11 @@ class Aggregate:
         self.model_time += summary.model_s
         self.tool_time += summary.tool_s
         self._add_span(summary.started_at, summary.finished_at)
+        if summary.reward is not None:
+            self.graded += 1
+            self.reward_sum += summary.reward
+            self.solved += summary.reward >= 1.0
+            self.reward_errors += summary.reward_error
 
     def merge(self, other: Aggregate) -> None:
         self.status.update(other.status)
@@ -123,6 +135,10 @@ class Aggregate:
         self.tool_time += other.tool_time
         self.sandboxes.update(other.sandboxes)
         self._add_span(other.first_start, other.last_finish)
+        self.graded += other.graded
+        self.reward_sum += other.reward_sum
+        self.solved += other.solved
+        self.reward_errors += other.reward_errors
 
     def _add_tools(self, tools: Mapping[str, Sequence[int]]) -> None:
         for name, (count, ok, bad) in tools.items():
@@ -189,6 +205,8 @@ class Aggregate:
             "last_finish",
         ):
             setattr(agg, name, data[name])
+        for name in ("graded", "reward_sum", "solved", "reward_errors"):  # absent before grading
+            setattr(agg, name, data.get(name, 0))
         return agg
 
 
@@ -237,6 +255,20 @@ def build_statistics(
         "model_time_s": round(agg.model_time, 3),
         "tool_time_s": round(agg.tool_time, 3),
         "session": _session(session, session_elapsed_s, remaining),
+        "rewards": _rewards(agg),
+    }
+
+
+def _rewards(agg: Aggregate) -> dict[str, Any] | None:
+    """Grading results (``--env``): None when no sample was graded."""
+    if not agg.graded:
+        return None
+    return {
+        "graded": agg.graded,
+        "mean": round(agg.reward_sum / agg.graded, 4),
+        "solved": agg.solved,
+        "solved_rate": _rate(agg.solved, agg.graded),
+        "reward_errors": agg.reward_errors,
     }
 
 

@@ -94,7 +94,11 @@ def _option(name: str, field: FieldInfo) -> inspect.Parameter:
     default), text for a list (comma-separated) or a JSON object, else the field's own type."""
     kind = _value_type(field)
     flag = "--" + name.replace("_", "-")
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    aliases = [str(a) for a in extra.get("flag_aliases") or ()]  # type: ignore[union-attr]
     decls = (f"{flag}/--no-{flag[2:]}" if field.default is True else flag,) if kind is bool else ()
+    if aliases:
+        decls = (decls or (flag,)) + tuple(aliases)
     text = (field.description or "") + (", comma-separated" if kind is list else "")
     cli_type = kind if kind in (bool, int, float, Path) else str
     switch = {"metavar": ""} if kind is bool else {}  # a switch takes no value: show none
@@ -190,6 +194,16 @@ def _summary_rows(run_dir: Path, stats: dict[str, Any]) -> list[tuple[str, str]]
         (status, _status_text(stats, counts, status))
         for status in ("completed", "partial", "failed", "filtered")
     ]
+    rewards = stats.get("rewards")
+    if rewards:  # --env: how many tasks the model actually solved, not only "ended with an answer"
+        errors = f", {rewards['reward_errors']} reward errors" if rewards["reward_errors"] else ""
+        rows.append(
+            (
+                "solved",
+                f"{rewards['solved']}/{rewards['graded']} ({rewards['solved_rate']:.0%}), "
+                f"mean reward {rewards['mean']:.3f}{errors}",
+            )
+        )
     rows.append(
         ("tokens", f"{tokens.get('total_tokens', 0):,} total, {stats.get('api_calls', 0):,} model calls")
     )

@@ -38,7 +38,7 @@ class RewardBreakdown(BaseModel):
 class TokenRecord(BaseModel):
     """The episode's exact tokens, in the Atropos convention: ``masks`` is -100 where the model
     did not sample (prompt, tool results: not trained) and the token id where it did;
-    ``logprobs`` are the sampler's (0.0 where masked). All of equal length."""
+    ``logprobs`` are the sampler's (1.0 where masked, as Atropos writes it). All of equal length."""
 
     tokens: list[int]
     masks: list[int]
