@@ -4,6 +4,7 @@ backend that cannot start -- using the very model and factory the run goes on wi
 from __future__ import annotations
 
 from trajforge.batch.backends import Backends
+from trajforge.batch.config import BatchConfig
 from trajforge.batch.errors import RunError
 from trajforge.protocols import ChatModel, SandboxFactory, SupportsPreflight
 
@@ -30,6 +31,26 @@ async def check_sandbox(factory: SandboxFactory, sandbox_kind: str) -> None:
         sandbox = await factory.create(PREFLIGHT_TASK_ID)
         await sandbox.close()
     except Exception as exc:
-        raise RunError(
-            f"sandbox backend {sandbox_kind!r} cannot start: {exc}; choose another with --sandbox"
-        ) from None
+        raise RunError(sandbox_problem(sandbox_kind, exc)) from None
+
+
+def sandbox_problem(sandbox_kind: str, exc: BaseException) -> str:
+    """One sentence: which backend, why, what to do (said once, even when the backend's own
+    message already names the --sandbox choice)."""
+    text = str(exc) or type(exc).__name__
+    hint = "" if "--sandbox" in text else "; choose another with --sandbox"
+    return f"sandbox backend {sandbox_kind!r} cannot start: {text}{hint}"
+
+
+async def check_backend(cfg: BatchConfig) -> None:
+    """Ask the configured sandbox backend whether it can run here, before a model server starts."""
+    from trajforge.sandbox import create_sandbox_factory
+
+    factory = create_sandbox_factory(cfg.sandbox_config())
+    check = getattr(factory, "check", None)
+    if check is None:
+        return
+    try:
+        await check()
+    except Exception as exc:
+        raise RunError(sandbox_problem(cfg.sandbox, exc)) from None

@@ -26,10 +26,11 @@ from trajforge.batch.ledger import LEDGER_FILE
 from trajforge.batch.lock import run_lock
 from trajforge.batch.monitor import Monitor
 from trajforge.batch.plan import plan_run
-from trajforge.batch.preflight import preflight
+from trajforge.batch.preflight import check_backend, preflight
 from trajforge.batch.prepare import Prepared, prepare, unimplemented_tools
 from trajforge.batch.processes import partition, run_processes
 from trajforge.batch.progress import NullProgress, ProgressSink
+from trajforge.batch.ray_backend import run_on_ray
 from trajforge.batch.run_file import check_same_run, write_run_file
 from trajforge.batch.scheduler import WorkerSpec, run_worker
 from trajforge.batch.writer import (
@@ -111,8 +112,8 @@ async def _run_batch(
     announce: Callable[[str], None],
 ) -> RunSummary:
     registry = registry or build_registry(cfg.tools)
-    if model is not None and cfg.workers > 1:
-        raise RunError("an injected model only works with workers=1")
+    if model is not None and (cfg.workers > 1 or cfg.backend == "ray"):
+        raise RunError("an injected model only works with workers=1 and the local backend")
     prep = prepare(cfg, registry)  # bad rows, names and directories fail before anything starts
     check_run_dir(cfg)
     check_output_dir(cfg)
@@ -120,6 +121,8 @@ async def _run_batch(
     if cfg.resume and await asyncio.to_thread(_nothing_left, cfg, prep):
         announce(f"every sample of {cfg.run_dir} is done: nothing to do (no model server started)")
         return await _run_locked(cfg, prep, registry, progress, None)
+    if sandbox_factory is None:  # a backend that cannot run here says so before a server starts
+        await check_backend(cfg)
     if cfg.embedded and model is None:
         problem = missing_ml("the embedded default policy (no --model/--base-url)")
         if problem:
@@ -171,7 +174,7 @@ async def _start(
     own (neither an HTTP client nor live sandboxes cross into a process)."""
     async with open_backends(cfg, model=model, sandbox_factory=sandbox_factory) as backends:
         await preflight(backends, cfg.sandbox)
-        if cfg.workers == 1:
+        if cfg.workers == 1 and cfg.backend == "local":
             return await _run_locked(cfg, prep, registry, progress, backends)
     return await _run_locked(cfg, prep, registry, progress, None)
 
@@ -248,6 +251,8 @@ async def _run_workers(
             try:
                 if backends is not None and specs:
                     await run_worker(specs[0], backends, registry)
+                elif specs and specs[0].config.backend == "ray":
+                    await run_on_ray(specs)
                 elif specs:
                     await run_processes(specs)
             finally:

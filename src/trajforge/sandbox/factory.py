@@ -103,6 +103,11 @@ class ProcessSandboxFactory:
         if self._checked:
             raise SandboxUnavailableError(self._checked)
 
+    async def check(self) -> None:
+        """Whether this backend can run here, without starting a sandbox (cheap: commands ask it
+        before anything slow starts, such as a model server). Raises ``SandboxUnavailableError``."""
+        await self._check()
+
     async def _probe(self) -> str:
         """'' when the backend can run on this machine, else what the user should do."""
         return ""
