@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from trajforge.envs import RolloutBackends, Rollouts, load_env
+from trajforge.envs.agents import nothing_model_for, oracle_model_for
 from trajforge.envs.library.swe import SweConfig, SweEnv, shipped_dir
-from trajforge.envs.oracle import nothing_model_for, oracle_model_for
 from trajforge.sandbox import SandboxConfig, close_factory, create_sandbox_factory
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
 from trajforge.tools.registry import default_registry

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from trajforge.envs import RolloutBackends, Rollouts, load_env
+from trajforge.envs import BaseEnv, RolloutBackends, Rollouts, load_env
+from trajforge.envs.agents import NothingModel, OracleModel, nothing_model_for, oracle_model_for
 from trajforge.envs.library.dockerfile import parse_dockerfile, rewrite_paths
 from trajforge.envs.library.terminal_bench import TerminalBenchConfig, TerminalBenchEnv, shipped_dir
-from trajforge.envs.oracle import NothingModel, OracleModel, nothing_model_for, oracle_model_for
 from trajforge.sandbox import SandboxConfig, close_factory, create_sandbox_factory
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
 from trajforge.tools.registry import default_registry
@@ -194,12 +194,16 @@ def test_dockerfile_parsing_and_path_rewrites():
     )
 
 
+class _NoOracleEnv(BaseEnv):
+    name = "no_oracle"
+
+
 async def test_oracle_model_without_terminal_answers():
-    model = OracleModel("true")
+    model = OracleModel([("terminal", {"command": "true"})])
     turn = await model.complete([{"role": "user", "content": "x"}], tools=[])
-    assert not turn.tool_calls and "no terminal" in (turn.content or "")
-    with pytest.raises(ValueError, match="no oracle"):
-        oracle_model_for(load_env("terminal_test"))
+    assert not turn.tool_calls and "terminal tool is not offered" in (turn.content or "")
+    with pytest.raises(ValueError, match="no reference solutions"):
+        oracle_model_for(_NoOracleEnv())
 
 
 @pytest.mark.parametrize("env_name", ["terminal_bench", "swe"])

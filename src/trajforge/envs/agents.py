@@ -11,8 +11,10 @@ final answer, built from what the tools printed), or ``oracle_model_for`` for an
 
 from __future__ import annotations
 
+import base64
 import itertools
-from collections.abc import Callable, Sequence
+import shlex
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -51,6 +53,9 @@ class OracleModel:
         turn = sum(m.get("role") == "assistant" for m in messages)
         if turn < len(self._calls):
             tool, args = self._calls[turn]
+            offered = {(t.get("function") or {}).get("name") for t in tools or []}
+            if tool not in offered:  # the env's toolsets leave the solution's tool out: say so
+                return AssistantTurn(content=f"oracle: the {tool} tool is not offered", finish_reason="stop")
             call = ToolCall(id=f"oracle_{next(_ids)}", name=tool, arguments=orjson.dumps(args).decode())
             return AssistantTurn(tool_calls=[call], finish_reason="tool_calls", model=self._name)
         content = self._answer(messages) if self._answer is not None else "done"
@@ -60,7 +65,7 @@ class OracleModel:
         return None
 
 
-class NoAgent(OracleModel):
+class NoAgent(OracleModel):  # (also known as the do-nothing agent)
     """Answers at once and touches nothing: the floor every verifier must score 0."""
 
     def __init__(self) -> None:
@@ -94,3 +99,26 @@ def agent_model_for(env: AgentEnv, agent: str) -> ModelFor:
         return OracleModel(calls(item), answer=answer)
 
     return model_for
+
+
+def oracle_model_for(env: AgentEnv) -> ModelFor:
+    return agent_model_for(env, "oracle")
+
+
+def nothing_model_for(env: AgentEnv) -> ModelFor:
+    return agent_model_for(env, "none")
+
+
+def write_files_command(files: Mapping[str, bytes], base: str = ".") -> str:
+    """A shell command that writes ``files`` (paths relative to ``base``) byte-exact, with
+    ``mkdir -p`` for their directories (base64 in the command: no quoting or heredoc hazards).
+    What an oracle runs to put a reference solution in place."""
+    steps = []
+    for rel, data in files.items():
+        path = shlex.quote(f"{base.rstrip('/')}/{rel}")
+        encoded = base64.b64encode(data).decode()
+        steps.append(f'mkdir -p "$(dirname {path})" && printf %s {encoded} | base64 -d > {path}')
+    return " && ".join(steps) or "true"
+
+
+NothingModel = NoAgent

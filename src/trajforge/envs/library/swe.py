@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
+from trajforge.envs.agents import write_files_command
 from trajforge.envs.base import BaseEnv, EnvDataError
 from trajforge.envs.config import EnvConfig
 from trajforge.envs.library import swe_runner
-from trajforge.envs.oracle import write_files_command
 from trajforge.envs.types import Item, RewardBreakdown
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ class SweEnv(BaseEnv):
         return [("terminal", {"command": self.oracle_command(item)})]
 
     def oracle_command(self, item: Item) -> str:
-        """What the oracle agent runs (see :mod:`trajforge.envs.oracle`): write the solution."""
+        """What the oracle agent runs (see :mod:`trajforge.envs.agents`): write the solution."""
         return write_files_command(self.solution_files(item))
 
     async def compute_reward(self, item: Item, result: AgentResult, ctx: VerifierContext) -> RewardBreakdown:

@@ -46,10 +46,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
+from trajforge.envs.agents import write_files_command
 from trajforge.envs.base import BaseEnv, EnvDataError
 from trajforge.envs.config import EnvConfig
 from trajforge.envs.library.dockerfile import NEEDS_MORE, DockerPlan, parse_dockerfile, rewrite_paths
-from trajforge.envs.oracle import write_files_command
 from trajforge.envs.types import Item, RewardBreakdown
 
 if TYPE_CHECKING:
