@@ -166,7 +166,9 @@ async def _eval(env: Any, endpoint: Any, run_dir: Path, n: int, group_size: int,
     factory = create_sandbox_factory(
         SandboxConfig(kind=env.config.sandbox, command_timeout_s=env.config.command_timeout_s)
     )
-    registry = default_registry()
+    # An env that needs configured tools (web_research: a search provider) builds its own registry.
+    make_registry = getattr(env, "tool_registry", None)
+    registry = make_registry() if callable(make_registry) else default_registry()
 
     def progress(ep: Any, done: int, total: int) -> None:
         if done == total or done % max(1, total // 20) == 0:
@@ -190,6 +192,7 @@ async def _eval(env: Any, endpoint: Any, run_dir: Path, n: int, group_size: int,
             ).summary
     finally:
         await close_factory(factory)
+        await registry.aclose()
 
 
 def _print_summary(summary: Any, run_dir: Path) -> None:

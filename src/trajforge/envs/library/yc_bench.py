@@ -20,7 +20,7 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from trajforge.envs.base import BaseEnv
 from trajforge.envs.config import EnvConfig
@@ -55,6 +55,19 @@ then reply with a one-line summary."""
 
 
 class YcBenchConfig(EnvConfig):
+    # the env's defaults as field defaults too: a YAML config (`env eval --config`) starts from them
+    enabled_toolsets: list[str] | None = Field(["terminal"], description="toolsets offered to every rollout")
+    max_agent_turns: int = Field(60, ge=1, description="model calls per rollout (a game is >= 13)")
+    command_timeout_s: float = Field(30.0, gt=0, description="default timeout of one command")
+    group_size: int = Field(2, ge=1, description="rollouts per item (GRPO group)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _distribution_replaces_default_toolsets(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("distribution") is not None and "enabled_toolsets" not in data:
+            return {**data, "enabled_toolsets": None}
+        return data
+
     difficulties: list[str] = Field(
         default_factory=lambda: ["easy", "normal", "hard"], description="cycled over the items"
     )
@@ -70,9 +83,7 @@ class YcBenchEnv(BaseEnv):
 
     @classmethod
     def default_config(cls) -> EnvConfig:
-        return YcBenchConfig(
-            enabled_toolsets=["terminal"], max_agent_turns=60, command_timeout_s=30.0, group_size=2
-        )
+        return YcBenchConfig()
 
     def _settings(self) -> tuple[list[str], int]:
         cfg = self.config
