@@ -245,7 +245,7 @@ async def test_a_process_dying_before_it_is_ready_fails_the_start(
     state = await manager.start(_spec(standin, server_args=("--fail-start",)))
     assert state.status == "failed"
     assert state.reason is not None
-    assert "server exited with code 2 before it was ready" in state.reason
+    assert state.reason.startswith("process server exited with code 2 before it was ready")
     assert "weights missing" in state.reason
     assert state.process("trainer").status == "pending"  # never started
     assert _group_empty(state)

@@ -115,6 +115,13 @@ class RunSpec(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict, description="written to config.yaml")
     processes: list[ProcessSpec] = Field(min_length=1, description="started in order, each once ready")
     run_id: str | None = None
+    files: dict[str, str] = Field(
+        default_factory=dict, description="files written into the run directory before start (name -> text)"
+    )
+    metrics_file: str = Field(METRICS_FILE, description="the metrics file, relative to the run directory")
+    checkpoints_dir: str = Field(
+        CHECKPOINTS_DIR, description="where checkpoints go, relative to the run directory"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> RunSpec:
@@ -123,6 +130,9 @@ class RunSpec(BaseModel):
             raise ValueError(f"process names must be unique, got {names}")
         if sum(p.main for p in self.processes) > 1:
             raise ValueError("at most one process is main")
+        for name in [*self.files, self.metrics_file, self.checkpoints_dir]:
+            if name.startswith("/") or ".." in Path(name).parts or name in {STATE_FILE, CONFIG_FILE}:
+                raise ValueError(f"{name!r}: run files are relative paths inside the run directory")
         if self.run_id is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", self.run_id):
             raise ValueError(f"run id {self.run_id!r}: letters, digits, '.', '_' and '-' only")
         return self
@@ -161,6 +171,7 @@ class RunState(BaseModel):
     created_at: float = Field(default_factory=time.time)
     ended_at: float | None = None
     stop_requested: bool = False
+    metrics_file: str = METRICS_FILE
     processes: list[ProcessState] = Field(default_factory=list)
 
     def process(self, name: str) -> ProcessState:
@@ -289,7 +300,7 @@ class Manager:
             run_dir.mkdir()
         except FileExistsError:
             raise RunError(f"run {run_id} already exists in {self.runs_dir}; pick another id") from None
-        (run_dir / CHECKPOINTS_DIR).mkdir()
+        (run_dir / spec.checkpoints_dir).mkdir(parents=True)
         main = next((p.name for p in spec.processes if p.main), spec.processes[-1].name)
         config = {
             "kind": spec.kind,
@@ -300,9 +311,13 @@ class Manager:
             ],
         }
         (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
+        for name, text in spec.files.items():
+            (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
+            (run_dir / name).write_text(text)
         state = RunState(
             id=run_id,
             kind=spec.kind,
+            metrics_file=spec.metrics_file,
             dir=str(run_dir.resolve()),
             processes=[
                 ProcessState(
@@ -384,7 +399,8 @@ class Manager:
             p = s.process(name)
             if not p.ended:
                 p.status, p.reason = "failed", reason
-            s.status, s.reason = "failed", f"{name}: {reason}"
+            s.status = "failed"
+            s.reason = f"process {reason}" if reason.startswith(name) else f"process {name}: {reason}"
 
         return self._update(run_id, change)
 
@@ -593,7 +609,7 @@ class Manager:
         line, checkpoint directories, and each process's log path."""
         state = self.read_state(run_id)
         run_dir = Path(state.dir)
-        rows = read_metrics(run_dir / METRICS_FILE)
+        rows = read_metrics(run_dir / state.metrics_file)
         series: dict[str, list[float]] = {}
         for row in rows:
             for key, value in row.items():

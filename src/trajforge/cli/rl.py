@@ -1,0 +1,294 @@
+"""``trajforge rl``: train (:mod:`trajforge.cli.rl_train`), manage runs, and the RL agent.
+
+``rl start`` launches ``rl train`` as a managed run (``RUNS_DIR/ID/``) and returns once the
+trainer wrote its first metrics line; ``status``, ``stop``, ``results``, ``list`` and ``logs``
+work from any later process, because the run's state is on disk. ``rl agent "TASK"`` or
+``rl agent --interactive`` runs the RL agent (terminal, file, web and rl tools).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from trajforge.cli.errors import fail
+
+rl_app = typer.Typer(
+    help="Reinforcement learning: train, manage runs (start/status/stop/results/list/logs), the RL agent.",
+    no_args_is_help=True,
+)
+_err = Console(stderr=True)
+RunsDir = typer.Option(Path("runs"), "--runs-dir", help="Where runs live (one directory per run).")
+
+
+def _manager(runs_dir: Path) -> Any:
+    from trajforge.rl.manager import Manager
+
+    return Manager(runs_dir)
+
+
+@rl_app.command("start")
+def start_cmd(
+    env: str = typer.Argument(..., help="Env name or path/to/file.py:ClassName."),
+    model: Path | None = typer.Option(
+        None, "--model", help="Local model directory (default: the embedded policy)."
+    ),
+    trainer: str | None = typer.Option(None, "--trainer", help="builtin or trl."),
+    steps: int | None = typer.Option(None, "--steps", min=1, help="Optimizer steps."),
+    group_size: int | None = typer.Option(None, "--group-size", min=2, help="Rollouts per item."),
+    lr: float | None = typer.Option(None, "--lr", help="Learning rate."),
+    config: Path | None = typer.Option(None, "--config", help="YAML/JSON of trainer config fields."),
+    runs_dir: Path = RunsDir,
+    run_id: str | None = typer.Option(
+        None, "--run-id", help="Run directory name (default: time-train-random)."
+    ),
+    ready_timeout: float = typer.Option(900.0, "--ready-timeout", help="Seconds for the first metrics line."),
+) -> None:
+    """Start a managed training run; returns once the trainer wrote its first metrics."""
+    from trajforge.rl.config import TrainConfigError, load_config_file
+    from trajforge.rl.manager import RunError
+    from trajforge.rl.run_config import train_run_spec
+
+    try:
+        fields: dict[str, Any] = load_config_file(config) if config else {}
+        fields.pop("output_dir", None)
+        flags = {"env": env, "model": str(model) if model else None, "trainer": trainer}
+        flags |= {"steps": steps, "group_size": group_size, "lr": lr}
+        fields.update({k: v for k, v in flags.items() if v is not None})
+        if "model" not in fields:
+            from trajforge.endpoint import embedded_weights
+
+            fields["model"] = str(embedded_weights())
+        spec = train_run_spec(fields, ready_timeout_s=ready_timeout)
+        if run_id:
+            spec.run_id = run_id
+        state = asyncio.run(_manager(runs_dir).start(spec))
+    except (TrainConfigError, RunError, FileNotFoundError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    _print_state(state)
+    if state.status == "failed":
+        raise typer.Exit(1)
+
+
+@rl_app.command("status")
+def status_cmd(
+    run_id: str = typer.Argument(..., help="Run id (`trajforge rl list`)."),
+    runs_dir: Path = RunsDir,
+    json_out: bool = typer.Option(False, "--json", help="Print JSON.", metavar=""),
+) -> None:
+    """A run's status: each process, how it ended and why."""
+    from trajforge.rl.manager import RunError
+
+    try:
+        state = asyncio.run(_manager(runs_dir).status(run_id))
+    except RunError as exc:
+        raise fail(str(exc)) from None
+    if json_out:
+        typer.echo(state.model_dump_json(indent=2))
+    else:
+        _print_state(state)
+
+
+@rl_app.command("stop")
+def stop_cmd(
+    run_id: str = typer.Argument(...),
+    runs_dir: Path = RunsDir,
+    grace: float = typer.Option(10.0, "--grace", help="Seconds between SIGTERM and SIGKILL."),
+) -> None:
+    """Stop a run: SIGTERM to each process group, then SIGKILL after --grace seconds."""
+    from trajforge.rl.manager import RunError
+
+    try:
+        state = asyncio.run(_manager(runs_dir).stop(run_id, grace_s=grace))
+    except RunError as exc:
+        raise fail(str(exc)) from None
+    _print_state(state)
+
+
+@rl_app.command("results")
+def results_cmd(
+    run_id: str = typer.Argument(...),
+    runs_dir: Path = RunsDir,
+    json_out: bool = typer.Option(False, "--json", help="Print JSON.", metavar=""),
+) -> None:
+    """Metrics summary, the last metrics line and checkpoint paths of a run."""
+    from trajforge.rl.manager import RunError
+
+    manager = _manager(runs_dir)
+    try:
+        asyncio.run(manager.status(run_id))
+        results = manager.results(run_id)
+    except RunError as exc:
+        raise fail(str(exc)) from None
+    if json_out:
+        typer.echo(results.model_dump_json(indent=2))
+        return
+    console = Console()
+    console.print(
+        f"run {results.run_id}: {results.status}" + (f" ({results.reason})" if results.reason else "")
+    )
+    table = Table(
+        "metric", "first", "last", "min", "max", "mean", title=f"{results.metric_lines} metric lines"
+    )
+    for name, m in results.metrics.items():
+        table.add_row(name, *(f"{v:.4g}" for v in (m.first, m.last, m.min, m.max, m.mean)))
+    console.print(table)
+    for path in results.checkpoints:
+        console.print(f"checkpoint: {path}")
+
+
+@rl_app.command("list")
+def list_cmd(runs_dir: Path = RunsDir) -> None:
+    """Every run with its status."""
+    states = asyncio.run(_manager(runs_dir).list_runs())
+    print_runs(states)
+
+
+@rl_app.command("logs")
+def logs_cmd(
+    run_id: str = typer.Argument(...),
+    runs_dir: Path = RunsDir,
+    process: str | None = typer.Option(None, "--process", help="One process (default: all)."),
+    lines: int = typer.Option(50, "--lines", min=1, help="Last lines of each log."),
+) -> None:
+    """The last lines of a run's process logs."""
+    from trajforge.rl.manager import RunError
+
+    try:
+        logs = _manager(runs_dir).logs(run_id, process, lines)
+    except RunError as exc:
+        raise fail(str(exc)) from None
+    for name, text in logs.items():
+        typer.echo(f"==> {name} <==\n{text}")
+
+
+def print_runs(states: list[Any], console: Console | None = None) -> None:
+    table = Table(title=f"{len(states)} runs")
+    table.add_column("run", no_wrap=True)
+    for name in ("kind", "status", "started", "reason"):
+        table.add_column(name)
+    for s in states:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.created_at))
+        reason = (s.reason or "").splitlines()[0][:80] if s.reason else ""
+        table.add_row(s.id, s.kind, s.status, started, reason)
+    (console or Console()).print(table)
+
+
+def _print_state(state: Any) -> None:
+    console = Console()
+    console.print(f"run {state.id} ({state.kind}): [bold]{state.status}[/]  {state.dir}")
+    for p in state.processes:
+        end = f" exit {p.exit_code}" if p.exit_code is not None else (f" {p.signal}" if p.signal else "")
+        console.print(f"  {p.name}: {p.status} pid {p.pid}{end}" + (f" url {p.url}" if p.url else ""))
+    if state.reason and state.status in {"failed", "stopped"}:
+        console.print(f"reason: {state.reason}")
+
+
+@rl_app.command("agent")
+def agent_cmd(
+    task: str | None = typer.Argument(None, help='The task, e.g. "Train a model on tiny_tasks".'),
+    interactive: bool = typer.Option(
+        False, "--interactive", "-i", help="A REPL; 'status' lists runs.", metavar=""
+    ),
+    model: str | None = typer.Option(None, "--model", help="Model name at the endpoint."),
+    base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint root."),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help="Env var holding the API key."),
+    max_iterations: int = typer.Option(200, "--max-iterations", min=1, help="Model calls per task."),
+    toolsets: str = typer.Option("terminal,file,web,rl", "--toolsets", help="Toolsets offered."),
+    sandbox: str = typer.Option(
+        "bwrap", "--sandbox", help="Where terminal/file tools run: bwrap, local, docker."
+    ),
+    runs_dir: Path = RunsDir,
+    envs_dir: Path = typer.Option(
+        Path("envs"), "--envs-dir", help="User env files listed next to the library."
+    ),
+) -> None:
+    """The RL agent: discovers, configures, tests, trains and evaluates through the rl tools."""
+    from trajforge.endpoint import EndpointConfig, pairing_problem
+    from trajforge.llm.types import ModelError
+    from trajforge.rl.agent import RLAgentConfig
+    from trajforge.rl.tools import RLToolSettings
+
+    problem = pairing_problem(model, base_url)
+    if problem:
+        raise fail(problem)
+    if not interactive and not task:
+        raise fail('give a TASK ("Train a model on tiny_tasks") or --interactive')
+    try:
+        config = RLAgentConfig(
+            max_iterations=max_iterations,
+            toolsets=[t.strip() for t in toolsets.split(",") if t.strip()],
+            sandbox=sandbox,  # type: ignore[arg-type]  # validated by pydantic
+        )
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    settings = RLToolSettings(envs_dir=envs_dir, inference_dir=runs_dir / "_inference")
+    endpoint = EndpointConfig(model=model, base_url=base_url, api_key_env=api_key_env)
+    try:
+        code = asyncio.run(_agent(endpoint, runs_dir, settings, config, task, interactive))
+    except (ModelError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    raise typer.Exit(code)
+
+
+async def _agent(
+    endpoint: Any, runs_dir: Path, settings: Any, config: Any, task: str | None, interactive: bool
+) -> int:
+    from trajforge.endpoint import open_chat_model
+    from trajforge.rl.agent import RLAgent
+    from trajforge.rl.manager import Manager
+
+    async with (
+        open_chat_model(endpoint, announce=lambda m: _err.print(f"[dim]{m}[/]")) as chat_model,
+        RLAgent(chat_model, Manager(runs_dir), settings, config) as agent,
+    ):
+        code = 0
+        if task:
+            code = _show(await agent.ask(task))
+        if not interactive:
+            return code
+        _err.print("[dim]RL agent: type a message, 'status' to list runs, 'exit' to quit.[/]")
+        while True:
+            try:
+                line = await asyncio.to_thread(input, "rl> ")
+            except EOFError:
+                return code
+            text = line.strip()
+            if text in {"exit", "quit"}:
+                return code
+            if text == "status":
+                print_runs(await agent.runs())
+            elif text:
+                code = _show(await agent.ask(text))
+
+
+def _show(result: Any) -> int:
+    for m in result.messages[-2 * result.turns_used :] if result.turns_used else []:
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function", {})
+            _err.print(f"[dim]-> {fn.get('name')}({fn.get('arguments', '')[:200]})[/]")
+    if result.final_answer is not None:
+        print(result.final_answer)
+        sys.stdout.flush()
+    _err.print(f"[dim]{result.termination.value} after {result.turns_used} model calls[/]")
+    if result.error:
+        _err.print(f"[yellow]{result.error}[/]")
+    return 0 if result.finished_naturally else 1
+
+
+def register(app: typer.Typer) -> None:
+    try:
+        from trajforge.cli import rl_train
+    except ModuleNotFoundError as exc:  # the trainer command is being written
+        if exc.name != "trajforge.cli.rl_train":
+            raise
+    else:
+        rl_train.register(rl_app)
+    app.add_typer(rl_app, name="rl")

@@ -1,0 +1,129 @@
+"""The RL command-line agent: one model, the terminal/file/web tools in a sandbox, and the real
+``rl`` toolset over a run manager, following the workflow of :mod:`trajforge.rl.prompt`.
+
+A session is one :class:`RLAgent`: its sandbox (the agent's workspace, where it may write env
+files), its tools, and one :class:`~trajforge.tools.base.ToolContext` whose ``state`` keeps the
+rl session (selected env, config being edited, runs started) across the turns of a REPL. The
+conversation goes on from one :meth:`RLAgent.ask` to the next; each ask may use up to
+``max_iterations`` model calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from trajforge.agent import AgentConfig, AgentResult
+from trajforge.agent.loop import AgentLoop
+from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
+from trajforge.rl.manager import Manager, RunState
+from trajforge.rl.prompt import SYSTEM_PROMPT
+from trajforge.rl.tools import RLToolSettings, rl_tools
+from trajforge.sandbox.types import SandboxKind
+from trajforge.tools.base import Tool, ToolContext
+from trajforge.tools.limits import ToolLimits
+from trajforge.tools.registry import ToolRegistry
+from trajforge.tools.toolsets import check_toolsets
+
+DEFAULT_TOOLSETS = ("terminal", "file", "web", "rl")
+
+
+class RLAgentConfig(BaseModel):
+    max_iterations: int = Field(200, ge=1, description="model calls per task (per REPL message)")
+    toolsets: list[str] = Field(default_factory=lambda: list(DEFAULT_TOOLSETS))
+    sandbox: SandboxKind = Field("bwrap", description="where the terminal and file tools run")
+    network: bool = Field(False, description="network inside the sandbox")
+    system_prompt: str = SYSTEM_PROMPT
+    session_timeout_s: float | None = Field(None, gt=0, description="deadline for one task")
+    max_command_timeout_s: float = Field(600.0, gt=0)
+
+
+class RLAgent:
+    """``async with RLAgent(model, manager, settings) as agent: await agent.ask("...")``."""
+
+    def __init__(
+        self,
+        model: ChatModel,
+        manager: Manager,
+        settings: RLToolSettings | None = None,
+        config: RLAgentConfig | None = None,
+        *,
+        registry: ToolRegistry | None = None,
+        sandbox_factory: SandboxFactory | None = None,
+    ) -> None:
+        self.model = model
+        self.manager = manager
+        self.settings = settings or RLToolSettings()
+        self.config = config or RLAgentConfig()
+        check_toolsets(self.config.toolsets)
+        self._registry = registry
+        self._own_registry = registry is None
+        self._factory = sandbox_factory
+        self._own_factory = sandbox_factory is None
+        self.history: list[dict[str, Any]] = []
+        self.ctx: ToolContext | None = None
+        self.tools: list[Tool] = []
+
+    async def __aenter__(self) -> RLAgent:
+        from trajforge.sandbox import create_sandbox_factory
+        from trajforge.sandbox.types import SandboxConfig
+        from trajforge.tools.builtin import build_registry
+
+        if self._registry is None:
+            self._registry = build_registry(None)
+        if self._factory is None:
+            self._factory = create_sandbox_factory(
+                SandboxConfig(kind=self.config.sandbox, network=self.config.network)
+            )
+        others = [t for t in self.config.toolsets if t != "rl"]
+        # The registry's rl entries are the declared placeholders; the agent offers the real ones.
+        self.tools = [t for t in self._registry.for_toolsets(others) if t.toolset != "rl"]
+        if "rl" in self.config.toolsets:
+            self.tools += rl_tools(self.manager, self.settings)
+        starting = asyncio.create_task(self._factory.create("rl-agent"), name="rl-agent-sandbox")
+        self.ctx = ToolContext(
+            task_id="rl-agent",
+            starting=starting,
+            limits=ToolLimits(max_command_timeout_s=self.config.max_command_timeout_s),
+        )
+        return self
+
+    async def ask(self, text: str) -> AgentResult:
+        """One task (or REPL message): the loop runs until a final answer or the iteration budget;
+        the conversation is kept for the next ask."""
+        assert self.ctx is not None, "use RLAgent as an async context manager"
+        cfg = AgentConfig(
+            max_turns=self.config.max_iterations,
+            system_prompt=self.config.system_prompt,
+            session_timeout_s=self.config.session_timeout_s,
+            tool_limits=ToolLimits(max_command_timeout_s=self.config.max_command_timeout_s),
+        )
+        messages = [*self.history, {"role": "user", "content": text}]
+        result = await AgentLoop(self.model, self.tools, self.ctx, cfg).run(messages)
+        self.history = [m for m in result.messages if m.get("role") != "system"]
+        return result
+
+    async def runs(self) -> list[RunState]:
+        """Every run the manager knows (the REPL's ``status`` shortcut)."""
+        return await self.manager.list_runs()
+
+    async def __aexit__(self, *exc: object) -> None:
+        from trajforge.sandbox import close_factory
+
+        ctx, self.ctx = self.ctx, None
+        if ctx is not None:
+            await ctx.aclose()
+            sandbox: Sandbox | None = None
+            if ctx.starting is not None and not ctx.starting.done():
+                ctx.starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                sandbox = ctx.sandbox or (await ctx.starting if ctx.starting is not None else None)
+            if sandbox is not None:
+                await sandbox.close()
+        if self._own_factory and self._factory is not None:
+            await close_factory(self._factory)
+        if self._own_registry and self._registry is not None:
+            await self._registry.aclose()
