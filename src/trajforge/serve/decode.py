@@ -66,7 +66,7 @@ class BatchRun:
         ids, mask = self._prompts()
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
-        logits = self._forward(ids, mask, positions, cache)
+        logits = self._forward(ids, mask, positions, cache, prompt=True)
         rows = len(self.seqs)
         while True:
             next_ids = self._step(logits)
@@ -88,17 +88,43 @@ class BatchRun:
         return ids.to(self.device), mask.to(self.device)
 
     def _forward(
-        self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: DynamicCache
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        cache: DynamicCache,
+        *,
+        prompt: bool = False,
     ) -> torch.Tensor:
+        # Prompt logprobs (a row asked for them) need the logits of every prompt position.
+        score_prompt = prompt and any(s.spec.prompt_logprobs for s in self.seqs)
+        kwargs = dict(self.forward_kwargs)
+        if score_prompt:
+            kwargs.pop("logits_to_keep", None)
         out = self.model(
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
             **{self.cache_name: cache},
-            **self.forward_kwargs,
+            **kwargs,
         )
+        if score_prompt:
+            self._score_prompts(ids, out.logits)
         logits: torch.Tensor = out.logits[:, -1, :].float()
         return logits
+
+    def _score_prompts(self, ids: torch.Tensor, all_logits: torch.Tensor) -> None:
+        """log p(prompt[i] | prompt[:i]) under the raw logits, for the rows that asked (left-padded)."""
+        width = ids.shape[1]
+        for i, seq in enumerate(self.seqs):
+            n = len(seq.prompt_ids)
+            if not seq.spec.prompt_logprobs or n < 2:
+                seq.prompt_logprobs = [None] * n if seq.spec.prompt_logprobs else None
+                continue
+            start = width - n
+            lp = torch.log_softmax(all_logits[i, start : width - 1].float(), dim=-1)
+            picked = lp.gather(1, ids[i, start + 1 : width, None]).squeeze(1)
+            seq.prompt_logprobs = [None, *map(float, picked.tolist())]
 
     def _step(self, logits: torch.Tensor) -> list[int]:
         """Sample every live row, post its event, and return the ids fed back next step."""

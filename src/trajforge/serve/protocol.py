@@ -220,6 +220,10 @@ class SglangGenerateRequest(BaseModel):
     input_ids: list[int] | list[list[int]] | None = None
     sampling_params: SglangSamplingParams = Field(default_factory=SglangSamplingParams)
     return_logprob: bool = False
+    logprob_start_len: int = Field(
+        default=-1,
+        description="with return_logprob: also input_token_logprobs from this prompt index (-1: none)",
+    )
     top_logprobs_num: int = Field(default=0, ge=0, le=20)
     return_text_in_logprobs: bool = False
     stream: Literal[False] = False

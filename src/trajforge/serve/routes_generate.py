@@ -17,6 +17,7 @@ engines' defaults; every answer also says which weights version produced it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from typing import Any, cast
 
@@ -142,7 +143,12 @@ def _submit_sglang(
             max_tokens = ctx.max_tokens(len(ids), sp.max_new_tokens)
             defaults = ctx.engine.sampling_defaults
             specs = [
-                sp.spec(max_tokens=max_tokens, defaults=defaults, top_logprobs=req.top_logprobs_num, index=j)
+                dataclasses.replace(
+                    sp.spec(
+                        max_tokens=max_tokens, defaults=defaults, top_logprobs=req.top_logprobs_num, index=j
+                    ),
+                    prompt_logprobs=req.return_logprob and req.logprob_start_len >= 0,
+                )
                 for j in range(sp.n)
             ]
             handles += ctx.submit_all(ids, specs)
@@ -174,6 +180,12 @@ def _sglang_item(ctx: ServerContext, req: SglangGenerateRequest, result: Sequenc
         meta["output_token_logprobs"] = [
             [lp, t, text_of(t)] for t, lp in zip(result.token_ids, result.logprobs, strict=True)
         ]
+        if result.prompt_logprobs is not None:  # SGLang: [logprob | None, id, text] per prompt token
+            start = max(0, req.logprob_start_len)
+            meta["input_token_logprobs"] = [
+                [lp, t, text_of(t)]
+                for lp, t in zip(result.prompt_logprobs[start:], result.prompt_ids[start:], strict=True)
+            ]
         if req.top_logprobs_num:
             meta["output_top_logprobs"] = [
                 [[v, i, text_of(i)] for i, v in top] for top in result.top_logprobs

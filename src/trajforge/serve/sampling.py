@@ -38,6 +38,7 @@ class SamplingSpec:
     top_logprobs: int = 0
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    prompt_logprobs: bool = False  # also score the prompt (SGLang's logprob_start_len; teacher scoring)
 
     @property
     def greedy(self) -> bool:

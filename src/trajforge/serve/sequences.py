@@ -41,6 +41,7 @@ class SequenceResult:
     finish_reason: str
     stop_reason: str | int | None
     model_version: int
+    prompt_logprobs: list[float | None] | None = None  # log p(prompt[i] | prompt[:i]); None at 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,7 @@ class SequenceState:
     tops: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
     finish_reason: str = "abort"
     stop_reason: str | int | None = None
+    prompt_logprobs: list[float | None] | None = None
 
     def post(self, item: Event) -> None:
         """Hand an event to the event loop that owns this sequence (safe from any thread)."""
@@ -91,6 +93,7 @@ class SequenceState:
             finish_reason=self.finish_reason,
             stop_reason=self.stop_reason,
             model_version=version,
+            prompt_logprobs=self.prompt_logprobs,
         )
 
 
