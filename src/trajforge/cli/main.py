@@ -48,6 +48,7 @@ _COMMAND_MODULES = (
     "trajforge.cli.model",
     "trajforge.cli.tools",
     "trajforge.cli.env",
+    "trajforge.cli.rl",
 )
 
 for _name in _COMMAND_MODULES:

@@ -1,0 +1,141 @@
+"""``trajforge rl train`` and ``trajforge rl demo``.
+
+``train`` turns its flags and ``--config FILE`` into one :class:`~trajforge.rl.config.TrainConfig`
+(flags win) and runs the chosen trainer; the output directory is resumable (run the same
+command again after a crash). ``demo`` is the closed loop of issue 12: evaluate the embedded
+policy on held-out ``tiny_tasks`` items through ``trajforge serve``, train it with GRPO, serve
+the new checkpoint, evaluate again, write the figures.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from trajforge.cli.errors import fail
+
+
+def register(rl_app: typer.Typer) -> None:
+    rl_app.command("train")(train_cmd)
+    rl_app.command("demo")(demo_cmd)
+
+
+def train_cmd(
+    env: str = typer.Argument(..., help="Env name or path/to/file.py:ClassName."),
+    model: Path | None = typer.Option(
+        None, "--model", help="Local model directory to start from (default: the embedded policy)."
+    ),
+    trainer: str | None = typer.Option(None, "--trainer", help="builtin (default) or trl."),
+    steps: int | None = typer.Option(None, "--steps", min=1, help="Optimizer steps."),
+    group_size: int | None = typer.Option(None, "--group-size", min=2, help="Rollouts per item."),
+    groups_per_step: int | None = typer.Option(None, "--groups", min=1, help="Items per step."),
+    lr: float | None = typer.Option(None, "--lr", help="Learning rate."),
+    kl_coef: float | None = typer.Option(None, "--kl", help="KL-to-reference weight (0 = none)."),
+    max_staleness: int | None = typer.Option(
+        None, "--max-staleness", min=0, help="Steps rollouts may lag the trained weights."
+    ),
+    temperature: float | None = typer.Option(None, "--temperature", help="Rollout temperature."),
+    device: str | None = typer.Option(None, "--device", help="auto (default), cpu, cuda, cuda:N."),
+    config: Path | None = typer.Option(None, "--config", help="YAML/JSON file of TrainConfig fields."),
+    output_dir: Path | None = typer.Option(None, "--output-dir", help="Run directory (resumable)."),
+    seed: int | None = typer.Option(None, "--seed", help="Seeds items, rollouts and torch."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON.", metavar=""),
+) -> None:
+    """Train a policy with GRPO on ENV's rollouts (checkpoints + metrics.jsonl; resumable)."""
+    from trajforge.endpoint import embedded_weights
+    from trajforge.extras import missing_ml
+    from trajforge.rl.config import TrainConfigError, build_config, load_config_file
+
+    problem = missing_ml("trajforge rl train")
+    if problem:
+        raise fail(problem)
+    try:
+        file_data = load_config_file(config) if config else {}
+        if model is None and "model" not in file_data:
+            model = embedded_weights()
+        cfg = build_config(
+            file_data,
+            {
+                "env": env,
+                "model": model,
+                "trainer": trainer,
+                "steps": steps,
+                "group_size": group_size,
+                "groups_per_step": groups_per_step,
+                "lr": lr,
+                "kl_coef": kl_coef,
+                "max_staleness": max_staleness,
+                "temperature": temperature,
+                "device": device,
+                "output_dir": output_dir,
+                "seed": seed,
+            },
+        )
+        result = _train(cfg)
+    except (TrainConfigError, FileNotFoundError) as exc:
+        raise fail(str(exc)) from None
+    summary = {
+        "trainer": cfg.trainer,
+        "output_dir": str(cfg.output_dir),
+        "steps_done": result.steps_done,
+        "resumed_from": result.resumed_from,
+        "final_checkpoint": str(result.final_checkpoint),
+        "last": result.metrics[-1] if result.metrics else None,
+    }
+    if json_out:
+        typer.echo(json.dumps(summary, indent=2, default=str))
+        return
+    for m in result.metrics:
+        typer.echo(
+            f"step {m['step']}: reward {m.get('reward_mean', 0.0):.3f} pass {m.get('pass_rate', 0.0):.3f} "
+            f"kl {m.get('kl_sampler', m.get('kl', 0.0)):.4f} clip {m.get('clip_fraction', 0.0):.3f}"
+        )
+    typer.echo(f"final checkpoint: {result.final_checkpoint}")
+    typer.echo(f"metrics: {cfg.output_dir / 'metrics.jsonl'}")
+
+
+def _train(cfg: object) -> object:
+    from trajforge.rl.config import TrainConfig
+
+    assert isinstance(cfg, TrainConfig)
+    if cfg.trainer == "trl":
+        from trajforge.rl.trl_trainer import train_trl
+
+        return train_trl(cfg)
+    from trajforge.rl.builtin import train_builtin
+
+    return train_builtin(cfg)
+
+
+def demo_cmd(
+    output_dir: Path = typer.Option(Path("runs/rl-demo"), "--output-dir", help="Where the demo writes."),
+    eval_n: int = typer.Option(200, "--eval-n", min=1, help="Held-out items evaluated before and after."),
+    steps: int = typer.Option(30, "--steps", min=1, help="GRPO steps."),
+    config: Path | None = typer.Option(None, "--config", help="YAML/JSON TrainConfig fields to override."),
+    time_budget_min: float = typer.Option(
+        20.0, "--time-budget-min", help="Stop training when the whole demo would pass this."
+    ),
+    eval_every: int = typer.Option(
+        0, "--eval-every", min=0, help="Also evaluate the held-out set every N steps (0: only before/after)."
+    ),
+) -> None:
+    """The closed loop: evaluate the embedded policy, train it with GRPO, serve the result, evaluate."""
+    from trajforge.rl.config import TrainConfigError, load_config_file
+    from trajforge.rl.demo import DemoError, run_demo
+
+    try:
+        overrides = load_config_file(config) if config else {}
+        report = run_demo(
+            output_dir,
+            eval_n=eval_n,
+            steps=steps,
+            overrides=overrides,
+            time_budget_s=time_budget_min * 60,
+            eval_every=eval_every,
+            echo=typer.echo,
+        )
+    except (TrainConfigError, DemoError, FileNotFoundError) as exc:
+        raise fail(str(exc)) from None
+    typer.echo(json.dumps(report["headline"], indent=2))

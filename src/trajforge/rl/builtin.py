@@ -1,0 +1,395 @@
+"""The ``builtin`` trainer: GRPO in torch on token-exact episodes sampled by ``trajforge serve``.
+
+One step::
+
+    rollouts (server, weights of step w)  ->  groups -> advantages -> samples
+    train (a worker thread: forward/backward on sampled tokens, AdamW)
+    save checkpoints/step-k  ->  POST /v1/load_weights  ->  the server samples step k's weights
+
+Bounded staleness: the rollouts of step k may start as soon as the server holds the weights of
+step ``k - 1 - max_staleness``, so with ``max_staleness = 1`` step k+1's rollouts are sampled
+while step k trains (the CPU works on both). The loss's ratio is taken against the logprobs the
+server reported when it sampled, so a rollout of older weights is importance-corrected, not
+treated as on-policy. Each metric line records the staleness it trained on.
+
+Resumable: ``state.json`` names the last checkpoint with optimizer state; a restarted run loads
+it, serves it, skips the items already used and continues at the next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trajforge.distributions import derive_seed
+from trajforge.envs.catalog import load_env
+from trajforge.envs.episode import RolloutBackends, Rollouts
+from trajforge.envs.protocol import AgentEnv
+from trajforge.envs.types import Episode, Item
+from trajforge.rl.checkpoint import OPTIMIZER_FILE, RunDir, RunState
+from trajforge.rl.config import TrainConfig, TrainConfigError
+from trajforge.rl.grpo import LossParts, Sample, collate, grpo_loss, token_logprobs
+from trajforge.rl.policy_server import PolicyServer
+from trajforge.rl.samples import StepRollouts, build_samples, chunks, rollout_metrics
+from trajforge.sandbox import close_factory, create_sandbox_factory
+from trajforge.sandbox.types import SandboxConfig
+from trajforge.tools.registry import default_registry
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_TOKENS = 256
+"""Max new tokens per model call when neither the run nor the env says."""
+
+StepHook = Callable[[dict[str, Any]], Awaitable[None] | None]
+"""Called with each step's metric line after its checkpoint is safe (progress, demos, tests)."""
+
+
+@dataclass
+class TrainResult:
+    steps_done: int
+    last_step: int
+    final_checkpoint: Path
+    resumed_from: int | None
+    metrics: list[dict[str, Any]]
+
+
+def resolve_device(name: str) -> str:
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise TrainConfigError(f"device {name!r} asked for, but torch sees no CUDA device; use --device cpu")
+    return name
+
+
+def training_env(config: TrainConfig) -> AgentEnv:
+    """The env rollouts come from, with the run's sampling settings applied."""
+    overrides: dict[str, Any] = dict(config.env_overrides)
+    overrides.update({"max_concurrent_rollouts": config.concurrency, "seed": config.seed})
+    if config.max_tokens is not None:
+        overrides["max_tokens"] = config.max_tokens
+    if config.temperature is not None:
+        overrides["agent_temperature"] = config.temperature
+    if config.max_turns is not None:
+        overrides["max_agent_turns"] = config.max_turns
+    if config.sandbox is not None:
+        overrides["sandbox"] = config.sandbox
+    env = load_env(config.env, overrides)
+    if env.config.max_tokens is None:
+        env.config = env.config.model_copy(update={"max_tokens": DEFAULT_MAX_TOKENS})
+    if env.config.agent_temperature <= 0:
+        raise TrainConfigError(
+            "GRPO needs sampled rollouts: the rollout temperature is 0 (greedy); set --temperature > 0"
+        )
+    return env
+
+
+class BuiltinTrainer:
+    """``await BuiltinTrainer(config).run()``; see the module doc."""
+
+    def __init__(self, config: TrainConfig, *, on_step: StepHook | None = None) -> None:
+        self.config = config
+        self.on_step = on_step
+        self.run_dir = RunDir(config.output_dir)
+        self.device = resolve_device(config.device)
+        self._loaded_step = 0
+        self._loaded = asyncio.Condition()
+        self.temperature = 1.0
+        self.server: PolicyServer | None = None
+        """The rollout server while :meth:`run` runs (a step hook may evaluate through it)."""
+
+    # ------------------------------------------------------------------ setup
+
+    def _load(self, state: RunState | None) -> tuple[Any, Any, Any, Any]:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        cfg = self.config
+        torch.manual_seed(cfg.seed)
+        tokenizer = AutoTokenizer.from_pretrained(str(cfg.model))
+        source = self.run_dir.root / state.checkpoint if state else cfg.model
+        model: Any = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32)
+        model = model.to(self.device)
+        model.train()
+        optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
+        )
+        if state is not None:
+            opt_path = self.run_dir.root / state.checkpoint / OPTIMIZER_FILE
+            if opt_path.exists():
+                optimizer.load_state_dict(torch.load(opt_path, map_location=self.device, weights_only=True))
+                for group in optimizer.param_groups:
+                    group["lr"] = cfg.lr
+        ref: Any = None
+        if cfg.kl_coef > 0:
+            ref = AutoModelForCausalLM.from_pretrained(str(cfg.model), dtype=torch.float32)
+            ref = ref.to(self.device)
+            ref.eval().requires_grad_(False)
+        return model, tokenizer, optimizer, ref
+
+    # ------------------------------------------------------------------ the run
+
+    async def run(self) -> TrainResult:
+        cfg = self.config
+        state = await asyncio.to_thread(self.run_dir.open, cfg)
+        if state is not None and state.step >= cfg.steps:
+            raise TrainConfigError(
+                f"{cfg.output_dir} already finished step {state.step} of {cfg.steps}; raise --steps to "
+                "train further or pick another --output-dir"
+            )
+        model, tokenizer, optimizer, ref = await asyncio.to_thread(self._load, state)
+        start = state.step + 1 if state else 1
+        self._loaded_step = start - 1
+        env = training_env(cfg)
+        self.temperature = float(env.config.agent_temperature)
+        await env.setup()
+        for _ in range((start - 1) * cfg.groups_per_step):  # items the earlier run already used
+            await env.get_next_item()
+        serve_from = self.run_dir.root / state.checkpoint if state else cfg.model
+        factory = create_sandbox_factory(
+            SandboxConfig(kind=env.config.sandbox, command_timeout_s=env.config.command_timeout_s)
+        )
+        metrics: list[dict[str, Any]] = []
+        last = serve_from
+        try:
+            async with PolicyServer(
+                serve_from,
+                cfg.model,
+                parser=env.config.tool_call_parser,
+                max_batch=cfg.max_batch,
+                device=cfg.serve_device,
+                max_tokens=env.config.max_tokens or DEFAULT_MAX_TOKENS,
+                log_path=self.run_dir.root / "serve.log",
+            ) as server:
+                self.server = server
+                rollouts = Rollouts(env, RolloutBackends(server.chat_model, factory, default_registry()))
+                queue: asyncio.Queue[StepRollouts] = asyncio.Queue()
+                producer = asyncio.create_task(self._produce(env, rollouts, server, start, queue))
+                try:
+                    for step in range(start, cfg.steps + 1):
+                        batch = await _next(queue, producer)
+                        line, last = await self._train_step(
+                            step, batch, model, tokenizer, optimizer, ref, server, state
+                        )
+                        metrics.append(line)
+                        if self.on_step is not None:
+                            res = self.on_step(line)
+                            if asyncio.iscoroutine(res):
+                                await res
+                finally:
+                    producer.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await producer
+                    self.server = None
+        finally:
+            await close_factory(factory)
+        return TrainResult(
+            steps_done=len(metrics),
+            last_step=cfg.steps,
+            final_checkpoint=last,
+            resumed_from=state.step if state else None,
+            metrics=metrics,
+        )
+
+    async def _produce(
+        self,
+        env: AgentEnv,
+        rollouts: Rollouts,
+        server: PolicyServer,
+        start: int,
+        queue: asyncio.Queue[StepRollouts],
+    ) -> None:
+        cfg = self.config
+        for step in range(start, cfg.steps + 1):
+            need = step - 1 - cfg.max_staleness
+            async with self._loaded:
+                await self._loaded.wait_for(lambda need=need: self._loaded_step >= need)  # type: ignore[misc]
+                weights_step, version = self._loaded_step, server.version
+            items = [await env.get_next_item() for _ in range(cfg.groups_per_step)]
+            began = time.monotonic()
+            groups = await asyncio.gather(*(self._group(env, rollouts, step, item) for item in items))
+            await queue.put(
+                StepRollouts(
+                    groups=list(groups),
+                    version=version,
+                    weights_step=weights_step,
+                    seconds=time.monotonic() - began,
+                )
+            )
+
+    async def _group(self, env: AgentEnv, rollouts: Rollouts, step: int, item: Item) -> list[Episode]:
+        cfg = self.config
+        item_id = env.item_id(item)
+        seeds = [
+            derive_seed(cfg.seed, f"rl#{step}#{item_id}#{r}") & ((1 << 63) - 1) for r in range(cfg.group_size)
+        ]
+        return list(
+            await asyncio.gather(
+                *(
+                    rollouts.episode(item, rollout=r, group_size=cfg.group_size, seed=s)
+                    for r, s in enumerate(seeds)
+                )
+            )
+        )
+
+    async def _train_step(
+        self,
+        step: int,
+        batch: StepRollouts,
+        model: Any,
+        tokenizer: Any,
+        optimizer: Any,
+        ref: Any,
+        server: PolicyServer,
+        resumed: RunState | None,
+    ) -> tuple[dict[str, Any], Path]:
+        cfg = self.config
+        began = time.monotonic()
+        build_samples(batch, scale=cfg.scale_rewards, skip_uniform=cfg.skip_uniform_groups)
+        temperature = self.temperature
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        stats = await asyncio.to_thread(
+            self._update, model, optimizer, ref, batch.samples, temperature, pad_id, step
+        )
+        train_s = time.monotonic() - began
+        resumable = step % cfg.checkpoint_every == 0 or step == cfg.steps
+        path = await asyncio.to_thread(
+            self.run_dir.save,
+            step,
+            model,
+            tokenizer,
+            optimizer if resumable else None,
+            {"weights_of_step": step},
+        )
+        version = await server.reload(path)
+        async with self._loaded:
+            self._loaded_step = step
+            self._loaded.notify_all()
+        if resumable:
+            await asyncio.to_thread(
+                self.run_dir.write_state,
+                RunState(
+                    step=step,
+                    checkpoint=self.run_dir.relative(path),
+                    server_version=version,
+                    final=step == cfg.steps,
+                )
+            )
+        state = await asyncio.to_thread(self.run_dir.read_state)
+        protect = {self.run_dir.root / state.checkpoint} if state else set()
+        await asyncio.to_thread(self.run_dir.prune, cfg.keep_checkpoints, protect | {path})
+        line: dict[str, Any] = {
+            "step": step,
+            **rollout_metrics(batch),
+            **stats,
+            "staleness": (step - 1) - batch.weights_step,
+            "sampled_with_version": batch.version,
+            "server_version": version,
+            "train_s": round(train_s, 3),
+            "step_s": round(time.monotonic() - began + (batch.seconds if cfg.max_staleness == 0 else 0.0), 3),
+            "checkpoint": self.run_dir.relative(path),
+            "resumable": resumable,
+            "device": self.device,
+            "time": time.time(),
+        }
+        if resumed is not None:
+            line["resumed_from"] = resumed.step
+        await asyncio.to_thread(self.run_dir.append_metrics, line)
+        log.info(
+            "step %d: reward %.3f pass %.3f kl %.4f clip %.3f staleness %d",
+            step,
+            line["reward_mean"],
+            line["pass_rate"],
+            line["kl_sampler"],
+            line["clip_fraction"],
+            line["staleness"],
+        )
+        return line, path
+
+    def _update(
+        self,
+        model: Any,
+        optimizer: Any,
+        ref: Any,
+        samples: list[Sample],
+        temperature: float,
+        pad_id: int,
+        step: int,
+    ) -> dict[str, Any]:
+        """The optimizer updates of one step (runs in a worker thread)."""
+        import torch
+
+        cfg = self.config
+        total = LossParts()
+        grad_norms: list[float] = []
+        began = time.monotonic()
+        seen_tokens = 0
+        if not samples:
+            return {**total.means(), "updates": 0, "grad_norm": 0.0, "train_tokens_per_s": 0.0}
+        order = list(samples)
+        random.Random(derive_seed(cfg.seed, f"shuffle#{step}")).shuffle(order)
+        model.train()
+        updates = 0
+        for minibatch in chunks(order, cfg.minibatches):
+            denominator = float(sum(s.num_sampled for s in minibatch)) or 1.0
+            optimizer.zero_grad(set_to_none=True)
+            for micro in chunks(minibatch, -(-len(minibatch) // cfg.micro_batch)):
+                batch = collate(micro, pad_id, self.device)
+                seen_tokens += int(batch.attention_mask.sum())
+                lp, entropy = token_logprobs(model, batch, temperature=temperature, with_entropy=True)
+                ref_lp = None
+                if ref is not None:
+                    with torch.no_grad():
+                        ref_lp, _ = token_logprobs(ref, batch, temperature=temperature)
+                loss, parts = grpo_loss(
+                    lp,
+                    batch,
+                    clip_low=cfg.clip_low,
+                    clip_high=cfg.clip_high,
+                    denominator=denominator,
+                    ref_logprobs=ref_lp,
+                    kl_coef=cfg.kl_coef,
+                    entropy=entropy,
+                )
+                loss.backward()  # type: ignore[no-untyped-call]
+                total.add(parts)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            grad_norms.append(float(norm))
+            optimizer.step()
+            updates += 1
+        optimizer.zero_grad(set_to_none=True)
+        seconds = time.monotonic() - began
+        return {
+            **total.means(),
+            "updates": updates,
+            "grad_norm": max(grad_norms) if grad_norms else 0.0,
+            "train_tokens_per_s": round(seen_tokens / seconds, 2) if seconds > 0 else 0.0,
+        }
+
+
+async def _next(queue: asyncio.Queue[StepRollouts], producer: asyncio.Task[None]) -> StepRollouts:
+    """The next step's rollouts, or the producer's failure if it died first."""
+    if not queue.empty():
+        return queue.get_nowait()
+    getter = asyncio.ensure_future(queue.get())
+    await asyncio.wait({getter, producer}, return_when=asyncio.FIRST_COMPLETED)
+    if not getter.done():
+        await asyncio.sleep(0)  # a put that raced the producer's end
+    if getter.done():
+        return getter.result()
+    getter.cancel()
+    exc = producer.exception() if not producer.cancelled() else None
+    raise RuntimeError(f"rollouts stopped before the step's batch was ready: {exc!r}") from exc
+
+
+def train_builtin(config: TrainConfig, *, on_step: StepHook | None = None) -> TrainResult:
+    """Blocking entry point (the CLI's)."""
+    return asyncio.run(BuiltinTrainer(config, on_step=on_step).run())

@@ -1,0 +1,126 @@
+"""``TrainConfig``: every setting of ``trajforge rl train``, typed and validated before any model loads.
+
+The CLI flags are fields of this model and ``--config FILE`` (YAML or JSON) gives the rest, so a
+run directory's ``config.json`` is the whole recipe, and a resumed run can check it is the same
+recipe it started with (:data:`RESUME_KEYS`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Trainer = Literal["builtin", "trl"]
+
+
+class TrainConfigError(ValueError):
+    """A training config that cannot be used; the message says what to change."""
+
+
+class TrainConfig(BaseModel):
+    """GRPO on an env's rollouts. Step = ``groups_per_step`` items x ``group_size`` rollouts."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    env: str = Field(description="env name or path/to/file.py:ClassName")
+    model: Path = Field(description="local transformers model directory (weights + tokenizer)")
+    trainer: Trainer = Field("builtin", description="builtin (torch GRPO against trajforge serve) or trl")
+    output_dir: Path = Field(Path("runs/rl"), description="checkpoints, metrics.jsonl, state.json")
+    steps: int = Field(20, ge=1, description="optimizer steps (each on one fresh batch of groups)")
+    group_size: int = Field(8, ge=2, description="rollouts per item; advantages are normalised within it")
+    groups_per_step: int = Field(8, ge=1, description="items per step")
+    lr: float = Field(3e-4, gt=0, description="AdamW learning rate")
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping")
+    clip_low: float = Field(0.2, gt=0, lt=1, description="ratio clipped below at 1 - clip_low")
+    clip_high: float = Field(0.28, gt=0, description="ratio clipped above at 1 + clip_high")
+    kl_coef: float = Field(
+        0.0, ge=0, description="weight of the KL to the initial (reference) policy; 0 = none"
+    )
+    minibatches: int = Field(1, ge=1, description="optimizer updates per step (the batch split in this many)")
+    max_staleness: int = Field(
+        1,
+        ge=0,
+        description="rollouts for step k+1 may be sampled while step k trains, from weights at most "
+        "this many steps old (0 = strictly on-policy); the clipped ratio corrects the difference",
+    )
+    scale_rewards: bool = Field(True, description="divide group advantages by the group's std")
+    skip_uniform_groups: bool = Field(
+        True, description="drop groups whose rewards are all equal (zero advantage: no signal)"
+    )
+    temperature: float | None = Field(
+        None, ge=0, description="rollout sampling temperature (default: the env's agent_temperature)"
+    )
+    max_tokens: int | None = Field(
+        None, ge=1, description="max new tokens per model call (default: the env's, else 256)"
+    )
+    max_turns: int | None = Field(None, ge=1, description="model calls per rollout (default: the env's)")
+    concurrency: int = Field(32, ge=1, description="rollouts at once")
+    max_batch: int = Field(32, ge=1, description="sequences the server decodes together")
+    micro_batch: int = Field(16, ge=1, description="sequences per forward/backward pass")
+    device: str = Field("auto", description="training device: auto (cuda when present), cpu, cuda, cuda:N")
+    serve_device: str = Field("cpu", description="device of the rollout server (trajforge serve --device)")
+    checkpoint_every: int = Field(1, ge=1, description="keep a resumable checkpoint every N steps")
+    keep_checkpoints: int = Field(2, ge=1, description="newest resumable checkpoints kept on disk")
+    seed: int = Field(0, description="seeds training items, rollouts and torch")
+    env_overrides: dict[str, Any] = Field(
+        default_factory=dict, description="EnvConfig fields for the training env (e.g. families: [...])"
+    )
+    sandbox: str | None = Field(None, description="sandbox backend (default: the env's)")
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        if not (self.model / "config.json").is_file():
+            raise ValueError(
+                f"model {str(self.model)!r} is not a local transformers model directory (no config.json); "
+                "pass a directory written by save_pretrained (with its tokenizer)"
+            )
+        if self.minibatches > self.groups_per_step:
+            raise ValueError(
+                f"minibatches={self.minibatches} > groups_per_step={self.groups_per_step}: each update "
+                "needs at least one group; lower minibatches or raise groups_per_step"
+            )
+        if self.trainer == "trl" and self.max_staleness:
+            object.__setattr__(self, "max_staleness", 0)  # TRL samples between its own steps
+        return self
+
+    @property
+    def episodes_per_step(self) -> int:
+        return self.group_size * self.groups_per_step
+
+
+RESUME_KEYS = ("env", "trainer", "group_size", "groups_per_step", "seed", "env_overrides")
+"""Fields a resumed run must share with the run it continues (the rest may change, e.g. steps)."""
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    """A YAML or JSON mapping of :class:`TrainConfig` fields."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise TrainConfigError(f"cannot read --config {path}: {exc}") from None
+    data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise TrainConfigError(
+            f"--config {path} must hold a mapping of TrainConfig fields, not {type(data).__name__}"
+        )
+    return data
+
+
+def build_config(file_data: dict[str, Any], flags: dict[str, Any]) -> TrainConfig:
+    """File values, then the flags that were given (None = not given); errors name the field."""
+    data = dict(file_data)
+    data.update({k: v for k, v in flags.items() if v is not None})
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors()
+        )
+        raise TrainConfigError(f"invalid training config: {problems}") from None

@@ -1,0 +1,110 @@
+"""Judged episodes -> GRPO samples, and what a step's rollouts say (rewards, pass rate, families).
+
+A group is the rollouts of one item; its advantages are normalised within it. A group whose
+rewards are all equal carries no signal (every advantage is 0) and is dropped when asked. An
+episode without an exact token trace (the rollout failed before the model sampled, or the
+backend broke token-exactness) keeps its place in its group's baseline but trains no token.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trajforge.envs.types import Episode
+from trajforge.llm.token_trace import MASKED
+from trajforge.rl.grpo import Sample, group_advantages
+
+PASS_THRESHOLD = 1.0 - 1e-9
+"""An episode passes when its reward is (numerically) 1.0: the env's own notion of solved."""
+
+
+@dataclass
+class StepRollouts:
+    """The groups of one step: each a list of episodes of one item."""
+
+    groups: list[list[Episode]]
+    version: int
+    """Server weight version when the step's rollouts began."""
+    weights_step: int
+    """The training step whose weights the server held then (0 = the initial model)."""
+    seconds: float = 0.0
+    samples: list[Sample] = field(default_factory=list)
+    uniform_groups: int = 0
+    untraced: int = 0
+
+    @property
+    def episodes(self) -> list[Episode]:
+        return [ep for g in self.groups for ep in g]
+
+
+def build_samples(rollouts: StepRollouts, *, scale: bool = True, skip_uniform: bool = True) -> StepRollouts:
+    samples: list[Sample] = []
+    uniform = untraced = 0
+    for group in rollouts.groups:
+        rewards = [float(ep.reward) for ep in group]
+        if max(rewards) - min(rewards) < 1e-9:
+            uniform += 1
+            if skip_uniform:
+                continue
+        for ep, adv in zip(group, group_advantages(rewards, scale=scale), strict=True):
+            trace = ep.trace
+            if trace is None:
+                untraced += 1
+                continue
+            sampled = [m != MASKED for m in trace.masks]
+            if not any(sampled):
+                untraced += 1
+                continue
+            samples.append(
+                Sample(
+                    tokens=list(trace.tokens),
+                    sampled=sampled,
+                    old_logprobs=list(trace.logprobs),
+                    advantage=adv,
+                    version=rollouts.version,
+                )
+            )
+    rollouts.samples, rollouts.uniform_groups, rollouts.untraced = samples, uniform, untraced
+    return rollouts
+
+
+def rollout_metrics(rollouts: StepRollouts) -> dict[str, Any]:
+    eps = rollouts.episodes
+    rewards = [float(e.reward) for e in eps]
+    sampled = sum(s.num_sampled for s in rollouts.samples)
+    generated = sum(sum(m != MASKED for m in e.trace.masks) for e in eps if e.trace is not None)
+    by_family: dict[str, list[float]] = defaultdict(list)
+    for e in eps:
+        by_family[e.category or "all"].append(float(e.reward))
+    return {
+        "episodes": len(eps),
+        "reward_mean": statistics.fmean(rewards) if rewards else 0.0,
+        "reward_std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
+        "pass_rate": sum(r >= PASS_THRESHOLD for r in rewards) / max(1, len(rewards)),
+        "reward_by_category": {k: statistics.fmean(v) for k, v in sorted(by_family.items())},
+        "failed": sum(e.status == "failed" for e in eps),
+        "reward_errors": sum(e.reward_error is not None for e in eps),
+        "groups": len(rollouts.groups),
+        "groups_uniform": rollouts.uniform_groups,
+        "untraced": rollouts.untraced,
+        "trained_episodes": len(rollouts.samples),
+        "sampled_tokens": sampled,
+        "rollout_s": round(rollouts.seconds, 3),
+        "rollout_tokens_per_s": round(generated / rollouts.seconds, 2) if rollouts.seconds > 0 else 0.0,
+    }
+
+
+def chunks(seq: Sequence[Any], n: int) -> list[list[Any]]:
+    """``seq`` in ``n`` nearly equal consecutive parts (no empty part unless ``seq`` is short)."""
+    n = max(1, min(n, len(seq))) if seq else 1
+    size, extra = divmod(len(seq), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + size + (1 if i < extra else 0)
+        out.append(list(seq[start:end]))
+        start = end
+    return [c for c in out if c]

@@ -1,0 +1,159 @@
+"""The ``trl`` trainer: TRL's ``GRPOTrainer`` on env rollouts, behind ``trajforge rl train``.
+
+Rollouts come from :class:`~trajforge.envs.trl.EnvGRPO` (``rollout_func``: our agent loop,
+sandboxes, ``compute_reward``, exact token traces with ``env_mask``), sampled by the live
+module TRL trains (so there is no staleness: TRL samples between its own steps). This module
+only maps :class:`~trajforge.rl.config.TrainConfig` onto ``GRPOConfig`` and gives the run the
+same directory contract as the builtin trainer:
+
+- TRL's own checkpoints (``trl/checkpoint-N``: weights, tokenizer, optimizer, scheduler, RNG)
+  are servable model directories; after each save ``state.json`` names the newest, and a
+  restarted run passes it to ``train(resume_from_checkpoint=...)``;
+- ``metrics.jsonl`` gets one line per logged step with the shared names (``reward_mean``,
+  ``reward_std``, ``pass_rate``, ``kl``, ``entropy``, ``clip_fraction``, ``tokens_per_s``,
+  ``staleness`` = 0);
+- the final weights are also saved as ``checkpoints/step-N``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, cast
+
+from trajforge.rl.builtin import TrainResult, resolve_device, training_env
+from trajforge.rl.checkpoint import RunDir, RunState
+from trajforge.rl.config import TrainConfig, TrainConfigError
+from trajforge.rl.samples import PASS_THRESHOLD
+
+TRL_DIR = "trl"
+
+_NAMES = {
+    "reward": "reward_mean",
+    "reward_std": "reward_std",
+    "kl": "kl",
+    "entropy": "entropy",
+    "clip_ratio/region_mean": "clip_fraction",
+    "loss": "loss",
+    "grad_norm": "grad_norm",
+    "learning_rate": "lr",
+    "num_tokens": "num_tokens",
+}
+
+
+def _latest_trl_checkpoint(root: Path) -> Path | None:
+    base = root / TRL_DIR
+    if not base.is_dir():
+        return None
+    found = [p for p in base.iterdir() if p.is_dir() and p.name.startswith("checkpoint-")]
+    found = [p for p in found if (p / "config.json").is_file() and (p / "trainer_state.json").is_file()]
+    return max(found, key=lambda p: int(p.name.split("-")[1]), default=None)
+
+
+def train_trl(config: TrainConfig) -> TrainResult:
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer  # type: ignore[attr-defined]
+
+    from trajforge.envs.trl import EnvGRPO
+    from trajforge.sandbox.types import SandboxConfig
+
+    cfg = config
+    run_dir = RunDir(cfg.output_dir)
+    state = run_dir.open(cfg)
+    resume = _latest_trl_checkpoint(cfg.output_dir)
+    if state is not None and state.step >= cfg.steps:
+        raise TrainConfigError(
+            f"{cfg.output_dir} already finished step {state.step} of {cfg.steps}; raise --steps or pick another --output-dir"
+        )
+    device = resolve_device(cfg.device)
+    env = training_env(cfg)
+    tokenizer = AutoTokenizer.from_pretrained(str(cfg.model))
+    model = AutoModelForCausalLM.from_pretrained(str(cfg.model))
+    metrics: list[dict[str, Any]] = []
+
+    class _Record(TrainerCallback):
+        """metrics.jsonl lines from TRL's logs; state.json after each checkpoint."""
+
+        def __init__(self) -> None:
+            self.last = time.monotonic()
+            self.tokens = 0
+
+        def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            logs: dict[str, Any] | None = kwargs.get("logs")
+            st = state
+            if not logs or "reward" not in logs:
+                return
+            now = time.monotonic()
+            line: dict[str, Any] = {"step": int(st.global_step), "staleness": 0, "device": device}
+            for key, name in _NAMES.items():
+                if key in logs:
+                    line[name] = logs[key]
+            line.setdefault("kl", None)  # TRL computes it only with a reference (kl_coef > 0)
+            rewards = list(adapter.stats.last_rewards)
+            line["pass_rate"] = sum(r >= PASS_THRESHOLD for r in rewards) / max(1, len(rewards))
+            line["episodes"] = len(rewards)
+            line["step_s"] = round(now - self.last, 3)
+            sampled = adapter.stats.sampled_tokens - self.tokens
+            self.tokens = adapter.stats.sampled_tokens
+            line["sampled_tokens"] = sampled
+            line["tokens_per_s"] = round(sampled / max(now - self.last, 1e-9), 2)
+            self.last = now
+            if resume is not None:
+                line["resumed_from"] = state.step if state else None
+            line["time"] = time.time()
+            run_dir.append_metrics(line)
+            metrics.append(line)
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            st = state
+            ckpt = cfg.output_dir / TRL_DIR / f"checkpoint-{st.global_step}"
+            if (ckpt / "config.json").is_file():
+                run_dir.write_state(RunState(step=int(st.global_step), checkpoint=run_dir.relative(ckpt)))
+
+    sandbox = SandboxConfig(kind=env.config.sandbox, command_timeout_s=env.config.command_timeout_s)
+    with EnvGRPO(env, sandbox=sandbox, max_batch=cfg.max_batch) as adapter:
+        dataset = adapter.dataset(cfg.steps * cfg.groups_per_step)
+        args = GRPOConfig(
+            output_dir=str(cfg.output_dir / TRL_DIR),
+            per_device_train_batch_size=cfg.episodes_per_step,
+            num_generations=cfg.group_size,
+            max_steps=cfg.steps,
+            learning_rate=cfg.lr,
+            weight_decay=cfg.weight_decay,
+            max_grad_norm=cfg.max_grad_norm,
+            lr_scheduler_type="constant",
+            beta=cfg.kl_coef,
+            epsilon=cfg.clip_low,
+            epsilon_high=cfg.clip_high,
+            scale_rewards="group" if cfg.scale_rewards else "none",
+            temperature=env.config.agent_temperature,
+            logging_steps=1,
+            save_strategy="steps",
+            save_steps=cfg.checkpoint_every,
+            save_total_limit=cfg.keep_checkpoints,
+            report_to=[],
+            use_cpu=device == "cpu",
+            bf16=False,
+            activation_checkpointing=False,
+            seed=cfg.seed,
+            dataloader_num_workers=0,
+        )
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=cast(Any, adapter.reward_funcs),
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            rollout_func=adapter.rollout_func,
+            callbacks=[_Record()],
+        )
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    final = run_dir.save(cfg.steps, trainer.model, tokenizer, None, {"trainer": "trl"})
+    run_dir.write_state(RunState(step=cfg.steps, checkpoint=run_dir.relative(final), final=True))
+    return TrainResult(
+        steps_done=len(metrics),
+        last_step=cfg.steps,
+        final_checkpoint=final,
+        resumed_from=state.step if state else None,
+        metrics=metrics,
+    )
