@@ -56,7 +56,19 @@ class BatchConfig(BaseModel):
     distribution: str | None = Field(None, description="toolset distribution (default: 'default')")
     toolsets: list[str] | None = Field(None, description="fixed toolsets for every sample")
     concurrency: int = Field(64, ge=1, le=4096, description="rollouts at once per worker")
-    workers: int = Field(default_factory=default_workers, ge=1, le=256, description="worker processes")
+    workers: int = Field(
+        default_factory=default_workers, ge=1, le=256, description="worker processes (ray: actors per node)"
+    )
+    backend: Literal["local", "ray"] = Field(
+        "local",
+        description="where rollouts run: local (worker processes here) | ray (rollout actors on every "
+        "node of a Ray cluster; this process keeps the ledger and the output)",
+    )
+    ray_address: str | None = Field(
+        None,
+        description="with --backend ray: the cluster's address, HOST:PORT (default: a cluster running on "
+        "this machine, else a new local one)",
+    )
     max_turns: int = Field(30, ge=1, description="assistant turns per sample")
     max_samples: int | None = Field(None, ge=1, description="only the first N rows")
     resume: bool = Field(False, description="continue an existing run")
@@ -156,6 +168,8 @@ class BatchConfig(BaseModel):
                 f"command_timeout {self.command_timeout:g}s is above --max-command-timeout "
                 f"{self.max_command_timeout:g}s; lower the first or raise the second"
             )
+        if self.ray_address is not None and self.backend != "ray":
+            raise ValueError("--ray-address needs --backend ray")
         if self.no_reasoning and self.reasoning_effort:
             raise ValueError("--no-reasoning and --reasoning-effort contradict each other; drop one")
         if not self.run_name or "/" in self.run_name or self.run_name in {".", ".."}:

@@ -92,6 +92,8 @@ class Aggregate:
     reward_sum: float = 0.0
     solved: int = 0
     reward_errors: int = 0
+    # Samples put back to pending mid-run, by why ("node lost": their Ray actor died with them).
+    requeued: Counter[str] = field(default_factory=Counter)
 
     def add(self, summary: SampleSummary) -> None:
         """Add one committed sample."""
@@ -139,6 +141,7 @@ class Aggregate:
         self.reward_sum += other.reward_sum
         self.solved += other.solved
         self.reward_errors += other.reward_errors
+        self.requeued.update(other.requeued)
 
     def _add_tools(self, tools: Mapping[str, Sequence[int]]) -> None:
         for name, (count, ok, bad) in tools.items():
@@ -193,6 +196,7 @@ class Aggregate:
         agg.tokens = Counter(data["tokens"])
         agg.latency = Counter({int(k): v for k, v in data["latency"].items()})
         agg.sandboxes = Counter(data.get("sandboxes", {}))  # absent in runs made before reuse
+        agg.requeued = Counter(data.get("requeued", {}))  # absent before the Ray backend
         for name in (
             "turns_with_reasoning",
             "turns_without_reasoning",
@@ -252,6 +256,7 @@ def build_statistics(
         "attempts": agg.attempts,
         "latency_s": _latency(agg),
         "sandboxes": _sandboxes(agg),
+        "requeued": dict(agg.requeued),
         "model_time_s": round(agg.model_time, 3),
         "tool_time_s": round(agg.tool_time, 3),
         "session": _session(session, session_elapsed_s, remaining),
