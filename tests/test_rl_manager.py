@@ -338,3 +338,67 @@ def test_a_reused_pid_is_not_mistaken_for_the_run_process(tmp_path: Path) -> Non
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+@pytest.mark.timeout(900)
+def test_cli_runs_the_real_trainer_and_stops_its_whole_process_group(tmp_path: Path) -> None:
+    """`trajforge rl start` on a tiny random model returns once `trajforge rl train` wrote its
+    first metrics line; `status`, `results`, `logs` and `stop` each run as a new process; stop
+    ends the trainer and the `trajforge serve` it started (same process group)."""
+    from trajforge.testing.tiny import build_tiny_model, build_tiny_tokenizer
+
+    model_dir = tmp_path / "tiny-model"
+    build_tiny_model(model_dir, build_tiny_tokenizer(model_dir))
+    (tmp_path / "train.yaml").write_text(
+        "groups_per_step: 1\ngroup_size: 2\nmax_tokens: 24\nmax_turns: 1\nconcurrency: 2\n"
+        "max_batch: 4\nmicro_batch: 4\nenv_overrides:\n  families: [arithmetic]\n"
+    )
+    runs = tmp_path / "runs"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from trajforge.cli.main import main; main()",
+                "rl",
+                *args,
+                "--runs-dir",
+                str(runs),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=tmp_path,
+        )
+
+    started = cli(
+        "start",
+        "tiny_tasks",
+        "--model",
+        str(model_dir),
+        "--steps",
+        "500",
+        "--config",
+        "train.yaml",
+        "--run-id",
+        "tiny",
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert "running" in started.stdout
+    status = json.loads(cli("status", "tiny", "--json").stdout)
+    assert status["status"] == "running"
+    trainer = status["processes"][0]
+    # supervisor, trainer and the trainer's own inference server share the group
+    assert len(procs.group_members(trainer["pgid"])) >= 3
+    results = json.loads(cli("results", "tiny", "--json").stdout)
+    assert results["metric_lines"] >= 1 and "reward_mean" in results["last"]
+    assert "==> trainer <==" in cli("logs", "tiny", "--lines", "5").stdout
+    stopped = cli("stop", "tiny", "--grace", "60")
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    final = json.loads(cli("status", "tiny", "--json").stdout)
+    assert final["status"] == "stopped"
+    assert final["processes"][0]["stop_signal"] == "SIGTERM"
+    assert not procs.group_members(trainer["pgid"])
+    train_yaml = (runs / "tiny" / "train.yaml").read_text()
+    assert "steps: 500" in train_yaml and "families:\n  - arithmetic" in train_yaml
