@@ -402,3 +402,49 @@ def test_cli_runs_the_real_trainer_and_stops_its_whole_process_group(tmp_path: P
     assert not procs.group_members(trainer["pgid"])
     train_yaml = (runs / "tiny" / "train.yaml").read_text()
     assert "steps: 500" in train_yaml and "families:\n  - arithmetic" in train_yaml
+
+
+@pytest.mark.parametrize(
+    ("sig", "reason"),
+    [
+        (signal.SIGINT, "the start was interrupted before every process was ready"),
+        (signal.SIGKILL, "ended before every process was ready"),
+    ],
+)
+def test_a_start_that_dies_before_the_run_is_ready_leaves_nothing_running(
+    tmp_path: Path, sig: signal.Signals, reason: str
+) -> None:
+    """Ctrl-C on `rl start` stops what it started; a starter killed outright is noticed by the
+    next manager (its pid and start time are in the state), which fails the run and stops it."""
+    runs = tmp_path / "runs"
+    spec = RunSpec(
+        run_id="r",
+        processes=[
+            ProcessSpec(
+                name="trainer",
+                argv=[sys.executable, "-c", "import time; print('loading', flush=True); time.sleep(600)"],
+                ready=ReadyCheck(kind="file_line", path="never.jsonl", timeout_s=600),
+            )
+        ],
+    )
+    (tmp_path / "spec.json").write_text(spec.model_dump_json())
+    starter = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import asyncio; from trajforge.rl.manager import Manager, RunSpec; "
+            f"asyncio.run(Manager({str(runs)!r}).start(RunSpec.model_validate_json(open({str(tmp_path / 'spec.json')!r}).read())))",
+        ]
+    )
+    log = runs / "r" / "trainer.log"
+    deadline = time.monotonic() + 120
+    while not (log.is_file() and b"loading" in log.read_bytes()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert asyncio.run(Manager(runs).status("r")).status == "starting"
+    starter.send_signal(sig)
+    starter.wait(timeout=120)
+    state = asyncio.run(Manager(runs).status("r"))
+    assert state.status == "failed"
+    assert state.reason is not None and reason in state.reason
+    assert state.process("trainer").status == "stopped"
+    assert _group_empty(state)

@@ -171,6 +171,8 @@ class RunState(BaseModel):
     created_at: float = Field(default_factory=time.time)
     ended_at: float | None = None
     stop_requested: bool = False
+    starter_pid: int = Field(default_factory=os.getpid, description="the manager process that started it")
+    starter_ticks: int | None = Field(default_factory=lambda: procs.start_ticks(os.getpid()))
     metrics_file: str = METRICS_FILE
     processes: list[ProcessState] = Field(default_factory=list)
 
@@ -284,13 +286,25 @@ class Manager:
         it are ready. Returns the state: ``running`` when every process is ready, else ``failed``
         with the reason (which process, how it ended, its log tail) and nothing left running."""
         state = self._create(spec)
-        for proc_spec in spec.processes:
-            state = await self._start_process(state, proc_spec)
-            if state.status == "failed":
-                await self._terminate(state.id, grace_s=10.0)
-                return await self.status(state.id)
+        try:
+            for proc_spec in spec.processes:
+                state = await self._start_process(state, proc_spec)
+                if state.status == "failed":
+                    await self._terminate(state.id, grace_s=10.0)
+                    return await self.status(state.id)
+        except BaseException:  # interrupted (Ctrl-C, cancelled): leave nothing half-started
+            self._fail_run(state.id, "the start was interrupted before every process was ready")
+            await asyncio.shield(self._terminate(state.id, grace_s=10.0))
+            raise
         state = self._update(state.id, lambda s: setattr(s, "status", "running"))
         return await self.status(state.id)
+
+    def _fail_run(self, run_id: str, reason: str) -> None:
+        def change(s: RunState) -> None:
+            if not s.ended:
+                s.status, s.reason = "failed", reason
+
+        self._update(run_id, change)
 
     def _create(self, spec: RunSpec) -> RunState:
         run_id = spec.run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{spec.kind}-{secrets.token_hex(3)}"
@@ -527,6 +541,12 @@ class Manager:
     @staticmethod
     def _conclude(s: RunState) -> None:
         if s.ended:
+            return
+        if s.status == "starting" and not procs.alive(s.starter_pid, s.starter_ticks):
+            s.status = "failed"
+            s.reason = (
+                f"the manager that started the run (pid {s.starter_pid}) ended before every process was ready"
+            )
             return
         if all(p.ended or p.pid is None for p in s.processes) and s.stop_requested:
             s.status, s.ended_at = "stopped", time.time()
