@@ -201,7 +201,11 @@ def agent_cmd(
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint root."),
     api_key_env: str | None = typer.Option(None, "--api-key-env", help="Env var holding the API key."),
     max_iterations: int = typer.Option(200, "--max-iterations", min=1, help="Model calls per task."),
-    toolsets: str = typer.Option("terminal,file,web,rl", "--toolsets", help="Toolsets offered."),
+    toolsets: str | None = typer.Option(
+        None,
+        "--toolsets",
+        help="Toolsets offered (default terminal,file,web,rl; rl only for the embedded model).",
+    ),
     sandbox: str = typer.Option(
         "bwrap", "--sandbox", help="Where terminal/file tools run: bwrap, local, docker."
     ),
@@ -221,16 +225,24 @@ def agent_cmd(
         raise fail(problem)
     if not interactive and not task:
         raise fail('give a TASK ("Train a model on tiny_tasks") or --interactive')
+    from trajforge.rl.prompt import COMPACT_PROMPT, SYSTEM_PROMPT
+
+    endpoint = EndpointConfig(model=model, base_url=base_url, api_key_env=api_key_env)
+    # The embedded policy's 1024-token context holds the rl tools and a compact prompt, not more.
+    compact = endpoint.embedded and toolsets is None
+    if compact:
+        _err.print("[dim]embedded model: offering the rl toolset only, with a compact prompt[/]")
+    chosen = "rl" if compact else (toolsets or "terminal,file,web,rl")
     try:
         config = RLAgentConfig(
             max_iterations=max_iterations,
-            toolsets=[t.strip() for t in toolsets.split(",") if t.strip()],
+            toolsets=[t.strip() for t in chosen.split(",") if t.strip()],
             sandbox=sandbox,  # type: ignore[arg-type]  # validated by pydantic
+            system_prompt=COMPACT_PROMPT if compact else SYSTEM_PROMPT,
         )
     except ValueError as exc:
         raise fail(str(exc)) from None
     settings = RLToolSettings(envs_dir=envs_dir, inference_dir=runs_dir / "_inference")
-    endpoint = EndpointConfig(model=model, base_url=base_url, api_key_env=api_key_env)
     try:
         code = asyncio.run(_agent(endpoint, runs_dir, settings, config, task, interactive))
     except (ModelError, ValueError) as exc:

@@ -33,3 +33,12 @@ checkpoint with the start on held-out items. Report the accuracy table and wheth
 Be concrete: report numbers, run ids and paths. Never invent results: only what the tools \
 returned. rl_list_runs lists every run. API keys are never written in configs or commands.
 """
+
+# The embedded policy's context is 1024 tokens: the same workflow in a few lines, offered with
+# the rl tools only (see ``trajforge rl agent`` without --model/--base-url).
+COMPACT_PROMPT = (
+    "You train models with RL using the rl_* tools. Workflow: DISCOVER (rl_list_environments) -> "
+    "INSPECT (rl_select_environment) -> INSPECT DATA -> CREATE -> CONFIGURE (rl_edit_config) -> "
+    "TEST (rl_test_inference) -> TRAIN (rl_start_training, rl_check_status) -> EVALUATE "
+    "(rl_get_results). Report only what the tools return."
+)
