@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup system-deps test test-fast demo lint bench clean
+.PHONY: setup system-deps test test-fast demo rl-demo lint bench clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -18,7 +18,7 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e '.[ml,dev,tools,atropos,verifiers,ray]'
+	$(PY) -m pip install -q -e '.[ml,dev,tools,atropos,verifiers,ray,rl]'
 	# trainer data converters tested by tests/test_trainer_formats.py: their pins clash with TRL/datasets, so no deps
 	$(PY) -m pip install -q --no-deps llamafactory==0.9.5 axolotl==0.19.0
 	touch $(STAMP)
@@ -44,6 +44,11 @@ test-fast: setup
 demo: setup
 	$(VENV)/bin/trajforge batch examples/tasks.jsonl --run-name demo-$$(date +%Y%m%d-%H%M%S) --output-dir data \
 		--toolsets terminal,file --env tiny_tasks --progress plain
+
+# The closed loop (issue 12): held-out eval of the embedded policy, GRPO on CPU, the new checkpoint
+# served by `trajforge serve` and evaluated again; report.json + closed_loop.png in the run directory.
+rl-demo: setup
+	$(VENV)/bin/trajforge rl demo --output-dir data/rl-demo-$$(date +%Y%m%d-%H%M%S)
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

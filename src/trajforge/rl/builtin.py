@@ -166,6 +166,7 @@ class BuiltinTrainer:
                 parser=env.config.tool_call_parser,
                 max_batch=cfg.max_batch,
                 device=cfg.serve_device,
+                dtype=cfg.serve_dtype,
                 max_tokens=env.config.max_tokens or DEFAULT_MAX_TOKENS,
                 log_path=self.run_dir.root / "serve.log",
             ) as server:
@@ -281,7 +282,7 @@ class BuiltinTrainer:
                     checkpoint=self.run_dir.relative(path),
                     server_version=version,
                     final=step == cfg.steps,
-                )
+                ),
             )
         state = await asyncio.to_thread(self.run_dir.read_state)
         protect = {self.run_dir.root / state.checkpoint} if state else set()

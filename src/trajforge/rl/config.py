@@ -64,6 +64,10 @@ class TrainConfig(BaseModel):
     micro_batch: int = Field(16, ge=1, description="sequences per forward/backward pass")
     device: str = Field("auto", description="training device: auto (cuda when present), cpu, cuda, cuda:N")
     serve_device: str = Field("cpu", description="device of the rollout server (trajforge serve --device)")
+    serve_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "float32",
+        description="rollout server dtype; float32 keeps its logprobs equal to the trainer's (ratio 1 on-policy)",
+    )
     checkpoint_every: int = Field(1, ge=1, description="keep a resumable checkpoint every N steps")
     keep_checkpoints: int = Field(2, ge=1, description="newest resumable checkpoints kept on disk")
     seed: int = Field(0, description="seeds training items, rollouts and torch")

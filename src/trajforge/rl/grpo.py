@@ -189,8 +189,8 @@ def grpo_loss(
         parts.pg = float((pg * mask).sum())
         if kl_ref_t is not None:
             parts.kl_ref = float((kl_ref_t * mask).sum())
-        d_old = -log_ratio  # old - new on sampled positions
-        parts.kl_sampler = float(((torch.exp(d_old) - d_old - 1.0) * mask).sum())
+        # KL(sampler || policy) on the sampler's own samples (k3: ratio - 1 - log ratio >= 0)
+        parts.kl_sampler = float(((ratio - 1.0 - log_ratio) * mask).sum())
         if entropy is not None:
             parts.entropy = float((entropy * mask).sum())
         clipped = ((ratio < 1.0 - clip_low) & (adv < 0)) | ((ratio > 1.0 + clip_high) & (adv > 0))

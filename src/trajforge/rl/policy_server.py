@@ -38,6 +38,7 @@ class PolicyServer:
         parser: str = "hermes",
         max_batch: int = 32,
         device: str = "cpu",
+        dtype: str = "float32",
         max_tokens: int = 256,
         log_path: Path | None = None,
         name: str = "policy",
@@ -51,7 +52,16 @@ class PolicyServer:
             parser=parser,
             max_batch=max_batch,
             device=device,
-            extra_args=("--served-model-name", name, "--logprobs-mode", "processed", "--batch-wait-ms", "20"),
+            extra_args=(
+                "--served-model-name",
+                name,
+                "--logprobs-mode",
+                "processed",
+                "--batch-wait-ms",
+                "20",
+                "--dtype",
+                dtype,
+            ),
             log_path=log_path,
         )
         self._chat: CompletionChatModel | None = None
