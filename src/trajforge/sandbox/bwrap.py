@@ -29,11 +29,11 @@ from trajforge.sandbox.disk import remove_tree
 from trajforge.sandbox.errors import SandboxUnavailableError
 from trajforge.sandbox.factory import ProcessSandboxFactory
 from trajforge.sandbox.launch import Launch, command_env, limit_env
-from trajforge.sandbox.layout import Layout, chown_tree, make_layout
+from trajforge.sandbox.layout import Layout, chown_tree, compile_agent, make_layout
 
 INSIDE_WORKDIR = "/workspace"
 INSIDE_SCRATCH = "/tmp"
-INSIDE_AGENT = "/run/trajforge/agent.py"
+INSIDE_AGENT = "/run/trajforge/agent.py"  # agent.pyc when the factory compiled it
 INSIDE_SESSION = "/run/trajforge/session"  # the agent's command files: out of the commands' reach
 # What the agent (uid 0 when we are root) keeps: start commands as their uid, kill them, and remove
 # or restore whatever they left, whatever its mode. Nothing else (no sys_admin, net, ptrace, ...).
@@ -64,7 +64,7 @@ def _system_binds() -> list[str]:
     return args
 
 
-def _mounts(fds: dict[str, int]) -> list[str]:
+def _mounts(fds: dict[str, int], agent: str) -> list[str]:
     """The sandbox's file system: system dirs read-only, fresh /proc, /dev and mqueue, the
     workdir and scratch dir bound from the fds we opened, and the agent read-only under /run."""
     return [
@@ -90,10 +90,10 @@ def _mounts(fds: dict[str, int]) -> list[str]:
         "--perms",
         "0755",
         "--dir",
-        os.path.dirname(INSIDE_AGENT),
+        os.path.dirname(agent),
         "--ro-bind-fd",
         str(fds["agent"]),
-        INSIDE_AGENT,
+        agent,
         "--chdir",
         INSIDE_WORKDIR,
     ]
@@ -135,7 +135,7 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
         return [
             "bwrap",
             *self._namespaces(uid),
-            *_mounts(fds),
+            *_mounts(fds, self._inside_agent),
             *self._agent_privileges(uid),
             python,
             "-I",
@@ -165,9 +165,14 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             "--",
         ]
 
+    @property
+    def _inside_agent(self) -> str:
+        compiled = self.agent_file is not None and self.agent_file.name.endswith(".pyc")
+        return INSIDE_AGENT + ("c" if compiled else "")
+
     def _agent_args(self, uid: int | None) -> list[str]:
         return [
-            INSIDE_AGENT,
+            self._inside_agent,
             INSIDE_WORKDIR,
             INSIDE_SCRATCH,
             "--state-dir",
@@ -214,6 +219,8 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             return f"bubblewrap cannot start a sandbox here ({exc}). {INSTALL_HINT}"
         finally:
             await asyncio.to_thread(remove_tree, layout.root)
+        # Every sandbox runs the agent compiled once here by the python that will run it.
+        self.agent_file = await asyncio.to_thread(compile_agent, first_existing(_PYTHONS) or "python3")
         return ""
 
     @staticmethod

@@ -166,7 +166,7 @@ class ExecAgent:
             async with asyncio.timeout(timeout_s), self._lock:
                 answer = await self._call({"op": "reset"})
         except (TimeoutError, AgentError, OSError) as exc:
-            return f"reset failed: {exc or type(exc).__name__}"
+            return f"reset failed: {str(exc) or type(exc).__name__}"  # a timeout has no text
         if answer.get("reset") is True:
             return None
         return str(answer.get("reason") or "reset refused")

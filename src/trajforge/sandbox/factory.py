@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import uuid
 import weakref
 from dataclasses import dataclass, field
@@ -23,7 +24,15 @@ from trajforge.sandbox.disk import remove_tree
 from trajforge.sandbox.errors import SandboxUnavailableError
 from trajforge.sandbox.exec_client import ExecAgent
 from trajforge.sandbox.launch import Launch
-from trajforge.sandbox.layout import Layout, SandboxIO, chown_tree, copy_in, make_layout, shared_root
+from trajforge.sandbox.layout import (
+    AgentFile,
+    Layout,
+    SandboxIO,
+    chown_tree,
+    copy_in,
+    make_layout,
+    shared_root,
+)
 from trajforge.sandbox.process import ProcessSandbox, Resident
 from trajforge.sandbox.sweep import sweep_stale, write_owner
 from trajforge.sandbox.types import SandboxConfig
@@ -64,7 +73,12 @@ class ProcessSandboxFactory:
 
     kind = "base"
     supports_reuse = False
-    max_idle = 64  # idle sandboxes kept; beyond that a closed sandbox is destroyed
+    # Idle sandboxes kept; None: as many as were ever in use at once (see _release).
+    max_idle: int | None = None
+    # Fresh builds at once: each costs ~40 ms of CPU, and a thousand started together on a few cores
+    # only slow each other (and every reset with them, until resets time out and sandboxes are
+    # rebuilt). Queued builds start in order; a rollout's first model call hides the wait.
+    max_building = 2 * (os.cpu_count() or 1)
     max_uses = 500  # rollouts per sandbox before it is rebuilt anyway (bounds any slow drift)
 
     def __init__(self, config: SandboxConfig) -> None:
@@ -78,6 +92,10 @@ class ProcessSandboxFactory:
         self._checked: str | None = None  # None: not yet; "": fine; else why the backend cannot run
         self._check_lock = asyncio.Lock()
         self._finalizer = weakref.finalize(self, _destroy_all_now, self._idle)
+        self._building = asyncio.Semaphore(self.max_building)
+        self.agent_file: AgentFile | None = None  # set by a backend that compiles the agent
+        self._live = 0  # sandboxes asked for and not yet closed
+        self._peak_live = 0
 
     @property
     def reuse(self) -> bool:
@@ -126,12 +144,14 @@ class ProcessSandboxFactory:
         if self._closed:
             raise RuntimeError("this sandbox factory is closed")
         await self._check()
-        resident = await self._take_idle(cwd) if self.reuse else None
-        if resident is None:
-            resident = await self._build(task_id, cwd, image)
-            self.stats.created += 1
-        else:
-            self.stats.reused += 1
+        # Counted from the request on: builds queue, so what was asked for at once is the peak.
+        self._live += 1
+        self._peak_live = max(self._peak_live, self._live)
+        try:
+            resident = await self._obtain(task_id, cwd, image)
+        except BaseException:
+            self._live -= 1
+            raise
         return ProcessSandbox(
             task_id=task_id,
             config=self.config,
@@ -139,6 +159,19 @@ class ProcessSandboxFactory:
             io=self.io,
             release=self._release,
         )
+
+    async def _obtain(self, task_id: str, cwd: str | None, image: str | None) -> Resident:
+        resident = await self._take_idle(cwd) if self.reuse else None
+        if resident is None:
+            async with self._building:
+                # One may have come back while this create waited for its turn to build.
+                resident = await self._take_idle(cwd) if self.reuse else None
+                if resident is None:
+                    resident = await self._build(task_id, cwd, image)
+                    self.stats.created += 1
+                    return resident
+        self.stats.reused += 1
+        return resident
 
     async def _take_idle(self, cwd: str | None) -> Resident | None:
         while self._idle:
@@ -164,17 +197,25 @@ class ProcessSandboxFactory:
             chown_tree(resident.layout.work, resident.owner)
 
     async def _release(self, resident: Resident) -> None:
-        """A rollout closed its sandbox: keep it for the next one if it resets cleanly."""
+        """A rollout closed its sandbox: keep it for the next one if it resets cleanly.
+
+        The idle pool holds up to as many sandboxes as were ever in use at once (unless
+        ``max_idle`` caps it): a thousand rollouts that end together hand theirs to the next
+        thousand, instead of destroying all but a few and building the rest again."""
+        self._live -= 1
         if not self.reuse:
             await resident.destroy(self.io, self.config.keep)
             return
         problem = await self._reset(resident)
-        if problem is None and self.reuse and len(self._idle) < self.max_idle:
+        if problem is None and self.reuse and len(self._idle) < self._idle_cap():
             self._idle.append(resident)
             return
         if problem is not None:
             self.stats.discard(problem)
         await resident.destroy(self.io, False)
+
+    def _idle_cap(self) -> int:
+        return self._peak_live if self.max_idle is None else self.max_idle
 
     async def _reset(self, resident: Resident) -> str | None:
         if resident.uses >= self.max_uses:
@@ -269,7 +310,7 @@ class ProcessSandboxFactory:
     ) -> tuple[Layout, SandboxCgroup]:
         """Directory layout, copy-in, ownership and cgroup (blocking)."""
         disk = self._disk()
-        layout = make_layout(self._root_dir(), task_id, disk)
+        layout = make_layout(self._root_dir(), task_id, disk, self.agent_file)
         if disk is not None and not layout.disk_capped:
             self._disk_not_enforced("mounting a tmpfs was refused (no CAP_SYS_ADMIN?)")
         try:
