@@ -10,7 +10,9 @@ and the PSS of this process and every process under it (sandboxes: bwrap and the
 peaks divided by ``--concurrency`` are the memory per live rollout (every slot is busy at the peak).
 
 Printed: trajectories/s over the samples' span, the bound ``concurrency / (calls x latency)`` and
-the ratio, machine CPU per trajectory (/proc/stat, minus the endpoint process), the memory figures,
+the ratio, CPU per trajectory of this process and its reaped children (sandboxes, their commands)
+and of the whole machine (/proc/stat, minus the endpoint process; it also counts other jobs on a
+shared machine), the memory figures,
 the PSS by process name at the peak, and the sandbox counters.
 
     .venv/bin/python benchmarks/scale_latency.py --concurrency 1024 --samples 2048
@@ -33,7 +35,7 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).parent))
-from batch_throughput import CALLS, _machine_cpu, _process_cpu, _start_server  # noqa: E402
+from batch_throughput import CALLS, _cpu, _machine_cpu, _process_cpu, _start_server  # noqa: E402
 
 from trajforge.batch.config import load_config  # noqa: E402
 from trajforge.batch.runner import run_batch  # noqa: E402
@@ -122,9 +124,9 @@ def run(args: argparse.Namespace, tmp: Path, port: int, server: int) -> dict[str
     )
     sampler = MemorySampler(args.every)
     sampler.start()
-    machine0, server0, t0 = _machine_cpu(), _process_cpu(server), time.perf_counter()
+    cpu0, machine0, server0, t0 = _cpu(), _machine_cpu(), _process_cpu(server), time.perf_counter()
     summary = asyncio.run(run_batch(cfg))
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
     machine, endpoint = _machine_cpu() - machine0, _process_cpu(server) - server0
     sampler.stop.set()
     sampler.join()
@@ -143,6 +145,7 @@ def run(args: argparse.Namespace, tmp: Path, port: int, server: int) -> dict[str
         "trajectories_per_s": round(rate, 1),
         "bound_per_s": round(bound, 1),
         "ratio_to_bound": round(rate / bound, 3),
+        "our_cpu_ms_per_traj": round(cpu / n * 1000, 1),
         "machine_cpu_ms_per_traj_minus_endpoint": round((machine - endpoint) / n * 1000, 1),
         "machine_busy_fraction": round(machine / (wall * (os.cpu_count() or 1)), 3),
         "latency_p50_s": stats["latency_s"]["p50"],
