@@ -335,11 +335,14 @@ class BuiltinTrainer:
         seen_tokens = 0
         if not samples:
             return {**total.means(), "updates": 0, "grad_norm": 0.0, "train_tokens_per_s": 0.0}
-        order = list(samples)
-        random.Random(derive_seed(cfg.seed, f"shuffle#{step}")).shuffle(order)
         model.train()
         updates = 0
-        for minibatch in chunks(order, cfg.minibatches):
+        passes = []
+        for epoch in range(cfg.epochs):
+            order = list(samples)
+            random.Random(derive_seed(cfg.seed, f"shuffle#{step}#{epoch}")).shuffle(order)
+            passes.extend(chunks(order, cfg.minibatches))
+        for minibatch in passes:
             denominator = float(sum(s.num_sampled for s in minibatch)) or 1.0
             optimizer.zero_grad(set_to_none=True)
             for micro in chunks(minibatch, -(-len(minibatch) // cfg.micro_batch)):

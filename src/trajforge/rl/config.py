@@ -41,7 +41,14 @@ class TrainConfig(BaseModel):
     kl_coef: float = Field(
         0.0, ge=0, description="weight of the KL to the initial (reference) policy; 0 = none"
     )
-    minibatches: int = Field(1, ge=1, description="optimizer updates per step (the batch split in this many)")
+    minibatches: int = Field(
+        1, ge=1, description="optimizer updates per epoch (the batch split in this many)"
+    )
+    epochs: int = Field(
+        1,
+        ge=1,
+        description="passes over a step's batch (>1 reuses samples; the clipped ratio bounds the drift)",
+    )
     max_staleness: int = Field(
         1,
         ge=0,

@@ -123,6 +123,7 @@ def train_trl(config: TrainConfig) -> TrainResult:
             max_grad_norm=cfg.max_grad_norm,
             lr_scheduler_type="constant",
             beta=cfg.kl_coef,
+            num_iterations=cfg.epochs,
             epsilon=cfg.clip_low,
             epsilon_high=cfg.clip_high,
             scale_rewards="group" if cfg.scale_rewards else "none",
