@@ -88,13 +88,14 @@ def main() -> int:
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--groups", type=int, default=8)
     ap.add_argument("--devices", default="cuda,cpu")
+    ap.add_argument("--sandbox", default="auto", help="auto (bwrap when installed, else local), bwrap, local")
     args = ap.parse_args()
     if args.missing:
         print(" ".join(missing()))
         return 0
     import torch
 
-    sandbox = "bwrap" if shutil.which("bwrap") else "local"
+    sandbox = args.sandbox if args.sandbox != "auto" else ("bwrap" if shutil.which("bwrap") else "local")
     print(
         f"torch {torch.__version__}, cuda available: {torch.cuda.is_available()}, sandbox: {sandbox}",
         flush=True,

@@ -2,11 +2,12 @@
 # The builtin GRPO trainer on CUDA vs CPU (issue 12, item 5). Needs only this repo + torch on the
 # machine; anything else missing is installed OFFLINE from tmp/rl_wheels (prepare it here with
 # `bash benchmarks/rl_gpu_wheels.sh` and carry tmp/rl_wheels along). Usage:
-#   bash benchmarks/rl_gpu_check.sh [STEPS]          (default 3 steps per device)
+#   bash benchmarks/rl_gpu_check.sh [STEPS] [extra args of rl_gpu_check.py]   (default 3 steps per device)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 STEPS=${1:-3}
+shift || true
 $PY -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.cuda.is_available())"
 MISSING=$($PY benchmarks/rl_gpu_check.py --missing)
 if [ -n "$MISSING" ]; then
@@ -23,4 +24,4 @@ fi
 $PY -m pip install -q -e . --no-deps --no-build-isolation 2>/dev/null || echo "(editable install skipped; using PYTHONPATH=src)"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export TOKENIZERS_PARALLELISM=false
-$PY benchmarks/rl_gpu_check.py --steps "$STEPS"
+$PY benchmarks/rl_gpu_check.py --steps "$STEPS" "$@"

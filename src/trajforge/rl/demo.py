@@ -49,8 +49,9 @@ DEMO_DEFAULTS: dict[str, Any] = {
     "env": "tiny_tasks",
     "group_size": 12,
     "groups_per_step": 6,
-    "lr": 3e-4,
-    "kl_coef": 0.05,
+    "lr": 1e-4,
+    "kl_coef": 0.1,
+    "scale_rewards": False,
     "max_staleness": 1,
     "temperature": 1.0,
     "max_tokens": 96,
@@ -62,7 +63,7 @@ DEMO_DEFAULTS: dict[str, Any] = {
     # the weak families weighted up; count_lines/count_words (solved at T=1 too: uniform groups,
     # no signal) left out; arithmetic kept for the signal its occasional misses give
     "env_overrides": {
-        "families": ["find_value", "find_value", "find_value", "write_file", "write_file", "arithmetic"]
+        "families": ["find_value", "find_value", "write_file", "arithmetic", "arithmetic", "find_value"]
     },
 }
 
