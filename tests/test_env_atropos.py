@@ -336,7 +336,7 @@ def test_evaluate_mode_writes_atropos_metrics(served: str, model_dir: Path, tmp_
     assert len(samples) == 2 and all(s["trace"] and s["env"] == "tiny_tasks" for s in samples)
 
 
-def test_cli_refuses_a_key_in_the_server_config(model_dir: Path) -> None:
+def test_cli_refuses_a_key_in_the_server_config(model_dir: Path, tmp_path: Path) -> None:
     res = subprocess.run(
         _adapter_cmd(
             "process",
@@ -344,13 +344,15 @@ def test_cli_refuses_a_key_in_the_server_config(model_dir: Path) -> None:
             "--env.tokenizer_name", str(model_dir),
             "--openai.base_url", "http://127.0.0.1:9/v1",
             "--openai.api_key", "sk-secret-value",
-            "--env.data_path_to_save_groups", "/nonexistent/never.jsonl",
+            "--env.data_path_to_save_groups", str(tmp_path / "out" / "never.jsonl"),
         ),
         capture_output=True,
         text=True,
         timeout=120,
     )  # fmt: skip
     assert res.returncode == 2 and "api_key_env" in res.stderr
+    assert "sk-secret-value" not in res.stdout + res.stderr  # refused before atroposlib prints its config
+    assert not (tmp_path / "out").exists()  # and before it opens its output
 
 
 def test_cli_needs_a_local_tokenizer(tmp_path: Path) -> None:

@@ -37,7 +37,23 @@ def atropos_argv(mode: str, args: list[str]) -> list[str]:
     return argv
 
 
+_KEY_FLAGS = ("--openai.api_key", "--api_key")
+
+
+def key_in_argv(args: list[str]) -> bool:
+    """Whether the flags carry an API key (``--openai.api_key X`` / ``=X``, or per server)."""
+    return any(a.split("=", 1)[0].endswith(_KEY_FLAGS) for a in args)
+
+
 def run_mode(mode: str, env: str, args: list[str]) -> None:
+    # Refused before atroposlib sees it: it prints (and saves) its whole config, key included,
+    # before any of our code runs. A key in argv is also visible in /proc/*/cmdline.
+    if key_in_argv(args):
+        raise fail(
+            "an API key on the command line would be printed, saved with the config and visible in the "
+            "process list: put it in an environment variable and pass --env.api_key_env NAME instead of "
+            "--openai.api_key"
+        )
     problem = missing_ml(f"trajforge env {mode}")
     if problem:
         raise fail(problem)
