@@ -163,3 +163,33 @@ def test_env_eval_tiny_tasks_on_the_embedded_policy_agrees_with_model_eval(tmp_p
     by_item = {e["item_id"]: e["reward"] for e in episodes}
     same = sum(by_item[o.task_id] == o.reward for o in report.outcomes)
     assert same >= n - 1, (by_item, [(o.task_id, o.reward) for o in report.outcomes])
+
+
+def test_env_eval_config_file_keeps_the_env_defaults(tmp_path: Path) -> None:
+    conf = tmp_path / "c.yaml"
+    conf.write_text("env:\n  max_agent_turns: 3\n")
+    out = runner.invoke(
+        app,
+        [
+            "env",
+            "eval",
+            "terminal_test",
+            "--agent",
+            "oracle",
+            "--n",
+            "2",
+            "--group-size",
+            "1",
+            "--config",
+            str(conf),
+            "--output-dir",
+            str(tmp_path),
+            "--run-name",
+            "c",
+            "--json",
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    run = orjson.loads((tmp_path / "c" / "run.json").read_bytes())
+    assert run["config"]["max_agent_turns"] == 3
+    assert run["config"]["enabled_toolsets"] == ["terminal", "file"]  # the env's default, kept

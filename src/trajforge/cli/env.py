@@ -112,7 +112,7 @@ def eval_cmd(
 ) -> None:
     """Evaluate ENV: held-out items x group size, judged in their own sandboxes."""
     from trajforge.endpoint import EndpointConfig, pairing_problem
-    from trajforge.envs import EnvConfigError, UnknownEnvError, load_env, load_env_config
+    from trajforge.envs import EnvConfig, EnvConfigError, UnknownEnvError, load_env, load_env_config
 
     problem = pairing_problem(model, base_url)
     if problem:
@@ -134,8 +134,8 @@ def eval_cmd(
         if tasks is not None and "tasks_dir" not in cls.config_class.model_fields:
             raise fail(f"env {env!r} does not read a task directory (--tasks is for envs that do)")
         if config is not None:
-            base = cls.default_config() if hasattr(cls, "default_config") else None
-            conf = load_env_config(config, type(base) if base is not None else cls.config_class)
+            defaults = cls.default_config() if hasattr(cls, "default_config") else EnvConfig()
+            conf = load_env_config(config, defaults)
             instance = load_env(env, flags, config=conf)
         else:
             instance = load_env(env, flags)

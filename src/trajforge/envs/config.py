@@ -94,9 +94,13 @@ def parse_env_config(data: dict[str, Any], base: type[EnvConfig] = EnvConfig) ->
 
 
 def load_env_config(
-    path: Path, base: type[EnvConfig] = EnvConfig, overrides: dict[str, Any] | None = None
+    path: Path,
+    base: type[EnvConfig] | EnvConfig = EnvConfig,
+    overrides: dict[str, Any] | None = None,
 ) -> EnvConfig:
-    """Read a YAML config (an ``env:`` section or the fields at top level), then apply flags."""
+    """Read a YAML config (an ``env:`` section or the fields at top level), then apply flags.
+    With an env's default config as ``base``, the file changes only the fields it names (the
+    env's own defaults -- toolsets, turns -- stay), as flags do."""
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
@@ -105,4 +109,6 @@ def load_env_config(
         raise EnvConfigError(f"env config {path} must be a mapping of fields")
     data = raw.get("env", raw)
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    if isinstance(base, EnvConfig):
+        return base.with_overrides(data)
     return parse_env_config(data, base)
