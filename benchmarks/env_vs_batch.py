@@ -11,8 +11,8 @@ trajforge.testing.scripted_server``), ``--latency`` per call (default 200 ms), p
 ``tool_then_answer``: 2 ``terminal`` calls (``echo hi``) then the answer, so 3 model calls per
 episode. Items: the ``terminal_test`` env's first N eval items; the batch dataset is the same
 items as rows (prompt, setup_files, expected_files), toolsets terminal+file as the env's. Same
-sandbox (bwrap, reuse on), same concurrency, one worker, fsync off in both... except env eval,
-which fsyncs its episode file every 32 episodes as it always does.
+sandbox (bwrap, reuse on), same concurrency, one worker; batch with fsync off, env eval as it
+always runs (it fsyncs its episode file every 32 episodes).
 
 Each round runs, in an order that rotates between rounds:
 
