@@ -37,6 +37,11 @@ def train_cmd(
         None, "--max-staleness", min=0, help="Steps rollouts may lag the trained weights."
     ),
     temperature: float | None = typer.Option(None, "--temperature", help="Rollout temperature."),
+    guide: str | None = typer.Option(
+        None,
+        "--guide",
+        help="none (default) or oracle: groups with no success get the env's reference solution.",
+    ),
     device: str | None = typer.Option(None, "--device", help="auto (default), cpu, cuda, cuda:N."),
     config: Path | None = typer.Option(None, "--config", help="YAML/JSON file of TrainConfig fields."),
     output_dir: Path | None = typer.Option(None, "--output-dir", help="Run directory (resumable)."),
@@ -68,6 +73,7 @@ def train_cmd(
                 "kl_coef": kl_coef,
                 "max_staleness": max_staleness,
                 "temperature": temperature,
+                "guide": guide,
                 "device": device,
                 "output_dir": output_dir,
                 "seed": seed,
@@ -120,6 +126,9 @@ def demo_cmd(
     eval_every: int = typer.Option(
         0, "--eval-every", min=0, help="Also evaluate the held-out set every N steps (0: only before/after)."
     ),
+    guide: str | None = typer.Option(
+        None, "--guide", help="none or oracle (TrainConfig.guide); overrides --config."
+    ),
 ) -> None:
     """The closed loop: evaluate the embedded policy, train it with GRPO, serve the result, evaluate."""
     from trajforge.rl.config import TrainConfigError, load_config_file
@@ -127,6 +136,8 @@ def demo_cmd(
 
     try:
         overrides = load_config_file(config) if config else {}
+        if guide is not None:
+            overrides["guide"] = guide
         report = run_demo(
             output_dir,
             eval_n=eval_n,

@@ -36,6 +36,7 @@ from trajforge.envs.types import Episode, Item
 from trajforge.rl.checkpoint import OPTIMIZER_FILE, RunDir, RunState
 from trajforge.rl.config import TrainConfig, TrainConfigError
 from trajforge.rl.grpo import LossParts, Sample, collate, grpo_loss, token_logprobs
+from trajforge.rl.guide import attach_guided_traces, guide_group
 from trajforge.rl.policy_server import PolicyServer
 from trajforge.rl.samples import StepRollouts, build_samples, chunks, rollout_metrics
 from trajforge.sandbox import close_factory, create_sandbox_factory
@@ -105,6 +106,8 @@ class BuiltinTrainer:
         self.temperature = 1.0
         self.server: PolicyServer | None = None
         """The rollout server while :meth:`run` runs (a step hook may evaluate through it)."""
+        self._oracle: Rollouts | None = None
+        """Rollouts of the env's oracle (``guide="oracle"``): reference episodes for guided groups."""
 
     # ------------------------------------------------------------------ setup
 
@@ -171,7 +174,19 @@ class BuiltinTrainer:
                 log_path=self.run_dir.root / "serve.log",
             ) as server:
                 self.server = server
-                rollouts = Rollouts(env, RolloutBackends(server.chat_model, factory, default_registry()))
+                registry = default_registry()
+                rollouts = Rollouts(env, RolloutBackends(server.chat_model, factory, registry))
+                self._oracle = None
+                if cfg.guide == "oracle":
+                    from trajforge.envs.agents import agent_model_for
+
+                    try:
+                        oracle_for = agent_model_for(env, "oracle")
+                    except ValueError as exc:
+                        raise TrainConfigError(f"--guide oracle: {exc}") from None
+                    self._oracle = Rollouts(
+                        env, RolloutBackends(server.chat_model, factory, registry, model_for=oracle_for)
+                    )
                 queue: asyncio.Queue[StepRollouts] = asyncio.Queue()
                 producer = asyncio.create_task(self._produce(env, rollouts, server, start, queue))
                 try:
@@ -216,23 +231,27 @@ class BuiltinTrainer:
                 weights_step, version = self._loaded_step, server.version
             items = [await env.get_next_item() for _ in range(cfg.groups_per_step)]
             began = time.monotonic()
-            groups = await asyncio.gather(*(self._group(env, rollouts, step, item) for item in items))
+            results = await asyncio.gather(*(self._group(env, rollouts, step, item) for item in items))
             await queue.put(
                 StepRollouts(
-                    groups=list(groups),
+                    groups=[g for g, _ in results],
                     version=version,
                     weights_step=weights_step,
                     seconds=time.monotonic() - began,
+                    guided=[ep for _, ep in results if ep is not None],
                 )
             )
 
-    async def _group(self, env: AgentEnv, rollouts: Rollouts, step: int, item: Item) -> list[Episode]:
+    async def _group(
+        self, env: AgentEnv, rollouts: Rollouts, step: int, item: Item
+    ) -> tuple[list[Episode], Episode | None]:
+        """One item's group and, with ``--guide oracle``, the oracle episode put into it (or None)."""
         cfg = self.config
         item_id = env.item_id(item)
         seeds = [
             derive_seed(cfg.seed, f"rl#{step}#{item_id}#{r}") & ((1 << 63) - 1) for r in range(cfg.group_size)
         ]
-        return list(
+        group = list(
             await asyncio.gather(
                 *(
                     rollouts.episode(item, rollout=r, group_size=cfg.group_size, seed=s)
@@ -240,6 +259,9 @@ class BuiltinTrainer:
                 )
             )
         )
+        if self._oracle is None:
+            return group, None
+        return await guide_group(group, self._oracle, item, seed=seeds[-1])
 
     async def _train_step(
         self,
@@ -254,6 +276,18 @@ class BuiltinTrainer:
     ) -> tuple[dict[str, Any], Path]:
         cfg = self.config
         began = time.monotonic()
+        if batch.guided:
+            registry = self._oracle.backends.registry if self._oracle is not None else default_registry()
+            schemas = [registry.schemas(registry.for_toolsets(ep.toolsets)) for ep in batch.guided]
+            await asyncio.to_thread(
+                attach_guided_traces,
+                batch.guided,
+                model,
+                server.chat_model.template,
+                schemas,
+                temperature=self.temperature,
+                device=self.device,
+            )
         build_samples(batch, scale=cfg.scale_rewards, skip_uniform=cfg.skip_uniform_groups)
         temperature = self.temperature
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0

@@ -59,6 +59,11 @@ class TrainConfig(BaseModel):
     skip_uniform_groups: bool = Field(
         True, description="drop groups whose rewards are all equal (zero advantage: no signal)"
     )
+    guide: Literal["none", "oracle"] = Field(
+        "none",
+        description="oracle: in a group with no success, replace one episode by the env's reference "
+        "solution (needs oracle_calls), trained off-policy with the current policy's logprobs",
+    )
     temperature: float | None = Field(
         None, ge=0, description="rollout sampling temperature (default: the env's agent_temperature)"
     )

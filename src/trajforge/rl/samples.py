@@ -35,6 +35,9 @@ class StepRollouts:
     samples: list[Sample] = field(default_factory=list)
     uniform_groups: int = 0
     untraced: int = 0
+    guided: list[Episode] = field(default_factory=list)
+    """Oracle episodes put into groups with no success (``--guide oracle``; rl/guide.py)."""
+    guided_samples: int = 0
 
     @property
     def episodes(self) -> list[Episode]:
@@ -43,7 +46,8 @@ class StepRollouts:
 
 def build_samples(rollouts: StepRollouts, *, scale: bool = True, skip_uniform: bool = True) -> StepRollouts:
     samples: list[Sample] = []
-    uniform = untraced = 0
+    uniform = untraced = guided = 0
+    guided_ids = {id(ep) for ep in rollouts.guided}
     for group in rollouts.groups:
         rewards = [float(ep.reward) for ep in group]
         if max(rewards) - min(rewards) < 1e-9:
@@ -68,12 +72,16 @@ def build_samples(rollouts: StepRollouts, *, scale: bool = True, skip_uniform: b
                     version=rollouts.version,
                 )
             )
+            guided += id(ep) in guided_ids
     rollouts.samples, rollouts.uniform_groups, rollouts.untraced = samples, uniform, untraced
+    rollouts.guided_samples = guided
     return rollouts
 
 
 def rollout_metrics(rollouts: StepRollouts) -> dict[str, Any]:
-    eps = rollouts.episodes
+    """Reward figures are the policy's own episodes' (guided oracle episodes are counted apart)."""
+    guided_ids = {id(ep) for ep in rollouts.guided}
+    eps = [e for e in rollouts.episodes if id(e) not in guided_ids]
     rewards = [float(e.reward) for e in eps]
     sampled = sum(s.num_sampled for s in rollouts.samples)
     generated = sum(sum(m != MASKED for m in e.trace.masks) for e in eps if e.trace is not None)
@@ -92,6 +100,8 @@ def rollout_metrics(rollouts: StepRollouts) -> dict[str, Any]:
         "groups_uniform": rollouts.uniform_groups,
         "untraced": rollouts.untraced,
         "trained_episodes": len(rollouts.samples),
+        "guided_groups": len(rollouts.guided),
+        "guided_samples": rollouts.guided_samples,
         "sampled_tokens": sampled,
         "rollout_s": round(rollouts.seconds, 3),
         "rollout_tokens_per_s": round(generated / rollouts.seconds, 2) if rollouts.seconds > 0 else 0.0,
