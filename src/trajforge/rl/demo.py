@@ -167,7 +167,8 @@ async def _run(
         cats = " ".join(f"{k}={v:.2f}" for k, v in line.get("reward_by_category", {}).items())
         echo(
             f"[demo] step {line['step']}: reward {line['reward_mean']:.3f} ({cats}) kl {line['kl_sampler']:.4f} "
-            f"clip {line['clip_fraction']:.3f} staleness {line['staleness']} [{elapsed:.0f}s]"
+            f"clip {line['clip_fraction']:.3f} staleness {line['staleness']} "
+            f"guided {line.get('guided_samples', 0)} [{elapsed:.0f}s]"
         )
         if (
             eval_every
