@@ -241,8 +241,10 @@ def test_serve_mode_feeds_the_atropos_api_and_a_trainer_pulls_exact_tokens(
         for group in batch:
             assert len(set(group["scores"])) > 1  # Atropos sends no group whose scores are all equal
             assert group["env_id"] == 0
+        # The env keeps producing while we look: it appends episodes, then writes the stats that
+        # count them, so stats read first never count more lines than the file holds afterwards.
         stats = json.loads(episodes_path.with_name(episodes_path.name + ".stats.json").read_text())
-        assert stats["groups_sent"] >= 1 and stats["episodes"] == len(episodes)
+        assert stats["groups_sent"] >= 1 and stats["episodes"] <= len(_episodes(episodes_path))
         assert stats["groups"] == stats["groups_sent"] + stats["groups_equal_scores"] + stats["groups_empty"]
         assert "use_wandb=False" in env_log.read_text()  # no wandb unless asked
     finally:
