@@ -109,9 +109,9 @@ class Rollouts:
         )
         toolsets = self.toolsets(seed)
         tools = self.backends.registry.for_toolsets(toolsets)
+        draw = _Draw(item, item_id, rollout, group_size, seed, toolsets, tools, time.monotonic())
         model = self.backends.model_for(env, item) if self.backends.model_for else self.backends.model
         judged = Judgement()
-        started = time.monotonic()
         async with self.slots:
             try:
                 result = await run_session(
@@ -125,31 +125,38 @@ class Rollouts:
                     inspect=lambda res, box: self._judge(item, res, box, judged),
                 )
             except (SandboxUnavailableError, OSError) as exc:
-                return self._infra_failure(
-                    item, item_id, rollout, group_size, seed, toolsets, tools, exc, started
+                return Episode(
+                    **self._fields(draw),
+                    messages=[],
+                    status="failed",
+                    reason=f"sandbox: {exc}",
+                    termination="not_run",
+                    reward=0.0,
+                    reward_reason="not judged: the sandbox failed",
+                    reward_error=str(exc),
                 )
-        return self._record(
-            item, item_id, rollout, group_size, seed, toolsets, tools, result, judged, started, model
-        )
+        return self._record(draw, result, judged, model)
 
     async def _judge(self, item: Item, result: AgentResult, sandbox: Sandbox, judged: Judgement) -> None:
         await judge(self.env, item, result, sandbox, tools=self._tools_by_name, into=judged)
 
-    def _record(
-        self,
-        item: Item,
-        item_id: str,
-        rollout: int,
-        group_size: int,
-        seed: int,
-        toolsets: list[str],
-        tools: list[Tool],
-        result: AgentResult,
-        judged: Judgement,
-        started: float,
-        model: ChatModel,
-    ) -> Episode:
-        schemas = self.backends.registry.schemas(tools)
+    def _fields(self, draw: _Draw) -> dict[str, Any]:
+        """What every episode record of this draw says, however it ended."""
+        return {
+            "env": self.env.name,
+            "item_id": draw.item_id,
+            "rollout": draw.rollout,
+            "group_size": draw.group_size,
+            "seed": draw.seed,
+            "category": self.env.category(draw.item),
+            "item": draw.item,
+            "toolsets": draw.toolsets,
+            "tools": [t.name for t in draw.tools],
+            "wall_s": round(time.monotonic() - draw.started, 4),
+        }
+
+    def _record(self, draw: _Draw, result: AgentResult, judged: Judgement, model: ChatModel) -> Episode:
+        schemas = self.backends.registry.schemas(draw.tools)
         trace, trace_error = None, None
         if result.token_traces:
             template = getattr(model, "template", None) or self.backends.template
@@ -166,15 +173,7 @@ class Rollouts:
         status, reason = _status(result)
         bd = judged.breakdown or RewardBreakdown(reward=0.0, reason="not judged")
         return Episode(
-            env=self.env.name,
-            item_id=item_id,
-            rollout=rollout,
-            group_size=group_size,
-            seed=seed,
-            category=self.env.category(item),
-            item=item,
-            toolsets=toolsets,
-            tools=[t.name for t in tools],
+            **self._fields(draw),
             messages=result.messages,
             status=status,
             reason=reason,
@@ -188,40 +187,7 @@ class Rollouts:
             trace_error=trace_error,
             kept=judged.kept,
             model=result.model or model.name,
-            wall_s=round(time.monotonic() - started, 4),
             reward_s=round(judged.seconds, 4),
-        )
-
-    def _infra_failure(
-        self,
-        item: Item,
-        item_id: str,
-        rollout: int,
-        group_size: int,
-        seed: int,
-        toolsets: list[str],
-        tools: list[Tool],
-        exc: BaseException,
-        started: float,
-    ) -> Episode:
-        return Episode(
-            env=self.env.name,
-            item_id=item_id,
-            rollout=rollout,
-            group_size=group_size,
-            seed=seed,
-            category=self.env.category(item),
-            item=item,
-            toolsets=toolsets,
-            tools=[t.name for t in tools],
-            messages=[],
-            status="failed",
-            reason=f"sandbox: {exc}",
-            termination="not_run",
-            reward=0.0,
-            reward_reason="not judged: the sandbox failed",
-            reward_error=str(exc),
-            wall_s=round(time.monotonic() - started, 4),
         )
 
     # ------------------------------------------------------------------ groups
@@ -271,6 +237,20 @@ class _PreparingFactory:
             await sandbox.close()
             raise
         return sandbox
+
+
+@dataclass(frozen=True)
+class _Draw:
+    """One rollout's identity: its item, place in the group, seed and the tools it drew."""
+
+    item: Item
+    item_id: str
+    rollout: int
+    group_size: int
+    seed: int
+    toolsets: list[str]
+    tools: list[Tool]
+    started: float
 
 
 _FAILED = {Termination.MODEL_ERROR, Termination.CANCELLED}
