@@ -56,7 +56,7 @@ class Rollouts:
 
     env: AgentEnv
     backends: RolloutBackends
-    slots: ResizableLimiter = field(default_factory=lambda: ResizableLimiter(16))
+    slots: ResizableLimiter = field(init=False)  # sized from the env config, resizable while running
 
     def __post_init__(self) -> None:
         self.slots = ResizableLimiter(self.env.config.max_concurrent_rollouts)
