@@ -7,24 +7,16 @@ the samples that were in flight on the lost node counted as requeued and run aga
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 import re
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 import pytest
 
+from ray_cluster import Cluster, local_ray_cluster
 from trajforge.batch.config import ConfigError, load_config
 from trajforge.batch.ledger import LEDGER_FILE, Ledger
 from trajforge.batch.runner import run_batch
@@ -33,94 +25,13 @@ from trajforge.testing.scripted_server import ScriptedServer
 
 pytest.importorskip("ray", reason="the ray extra: pip install 'trajforge[ray]'")
 
-RAY = str(Path(sys.executable).with_name("ray"))
-# Loopback, but not 127.0.0.1: `ray start` rewrites exactly that one to the machine's outward
-# address (so that other hosts could join); any other 127/8 address stays on loopback.
-LOOPBACK = "127.0.0.2"
-# Node death is noticed by the head's health checks; tight ones keep the test short.
-_FAST_HEALTH = {
-    "RAY_health_check_initial_delay_ms": "0",
-    "RAY_health_check_period_ms": "500",
-    "RAY_health_check_timeout_ms": "500",
-    "RAY_health_check_failure_threshold": "3",
-}
-_SMALL = ["--num-cpus", "1", "--object-store-memory", str(80 * 2**20), "--disable-usage-stats"]
-
-
-@dataclass
-class Node:
-    name: str
-    pgid: int  # every process of the node (raylet, its workers, the actor) is in this group
-
-
-@dataclass
-class Cluster:
-    address: str
-    head: Node
-    workers: list[Node]
-
-    def kill(self, node: Node) -> None:
-        os.killpg(node.pgid, signal.SIGKILL)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
-
-
-def _spawn(name: str, args: list[str], temp_dir: str) -> tuple[str, subprocess.Popen[str]]:
-    env = {**os.environ, **_FAST_HEALTH}
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen(
-        [RAY, "start", "--node-ip-address", LOOPBACK, "--node-name", name, *_SMALL, *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # leads its own process group, which the node's daemons keep
-        cwd=temp_dir,
-    )
-    return name, proc
-
-
-def _started(name: str, proc: subprocess.Popen[str]) -> Node:
-    """Wait for ``ray start`` to return (its daemons keep running in its process group)."""
-    out, _ = proc.communicate(timeout=120)
-    if proc.returncode != 0:
-        raise AssertionError(f"ray start of {name} failed: {out}")
-    return Node(name, proc.pid)
-
 
 @pytest.fixture
 def ray_cluster(scripted_batch_config) -> Iterator[Cluster]:  # noqa: ARG001 - key env set first
-    """A head and two worker nodes on loopback, started here (after the scripted key variable is
-    set: the nodes inherit it, as ``ray start`` would on a real host), all killed at teardown."""
-    temp_dir = tempfile.mkdtemp(prefix="tfray", dir="/tmp")  # short: Ray's socket paths
-    port = _free_port()
-    groups: list[int] = []  # every node's process group, killed at teardown whatever happened
-
-    def spawn(name: str, args: list[str]) -> tuple[str, subprocess.Popen[str]]:
-        started = _spawn(name, args, temp_dir)
-        groups.append(started[1].pid)
-        return started
-
-    try:
-        head = _started(
-            *spawn(
-                "head", ["--head", "--port", str(port), "--include-dashboard=false", "--temp-dir", temp_dir]
-            )
-        )
-        # One at a time: `ray start` finds its own raylet by address, the same for every node here.
-        workers = [
-            _started(*spawn(name, ["--address", f"{LOOPBACK}:{port}"])) for name in ("node-b", "node-c")
-        ]
-        yield Cluster(f"{LOOPBACK}:{port}", head, workers)
-    finally:
-        for pgid in reversed(groups):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGKILL)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    """A head and two worker nodes on loopback (after the scripted key variable is set: the nodes
+    inherit it, as ``ray start`` would on a real host), all killed at teardown."""
+    with local_ray_cluster() as cluster:
+        yield cluster
 
 
 def _lines(path: Path) -> list[dict[str, object]]:

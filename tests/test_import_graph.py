@@ -21,7 +21,7 @@ FLOORS: list[set[str]] = [
     {"llm"},
     {"protocols", "tools", "tasks", "serve", "distributions", "testing"},
     {"agent"},
-    {"endpoint"},
+    {"endpoint", "raycluster"},
     {"envs"},
     {"batch"},
     {"models"},

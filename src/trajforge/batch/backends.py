@@ -15,7 +15,10 @@ from trajforge.batch.config import BatchConfig
 from trajforge.batch.errors import RunError
 from trajforge.endpoint import EndpointConfig, build_chat_model, build_token_model
 from trajforge.protocols import ChatModel, SandboxFactory
+from trajforge.raycluster import share_count, share_rate
 from trajforge.sandbox import close_factory, create_sandbox_factory
+
+__all__ = ["Backends", "build_model", "open_backends", "share_count", "share_rate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,17 +63,3 @@ def build_model(cfg: BatchConfig) -> ChatModel:
         return build_token_model(endpoint) if cfg.tokenizer else build_chat_model(endpoint)
     except Exception as exc:
         raise RunError(str(exc)) from None
-
-
-def share_count(total: int | None, workers: int) -> int | None:
-    """This worker's part of a global count (requests in flight; ``None`` = unlimited), never 0.
-
-    Each of P workers gets 1/P of the requests in flight and of the requests/s (:func:`share_rate`):
-    the sum never exceeds the budget, no IPC is needed on the hot path, and work is split evenly
-    anyway."""
-    return None if total is None else max(1, total // workers)
-
-
-def share_rate(total: float | None, workers: int) -> float | None:
-    """This worker's part of a global rate (requests/s; ``None`` = unlimited)."""
-    return None if total is None else total / workers

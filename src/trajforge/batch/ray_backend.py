@@ -28,7 +28,6 @@ import itertools
 import logging
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from trajforge.batch.backends import open_backends
@@ -37,6 +36,16 @@ from trajforge.batch.errors import RunError
 from trajforge.batch.preflight import preflight
 from trajforge.batch.scheduler import Worker, WorkerSpec
 from trajforge.batch.writer import SHARDS_DIR, Finished, ShardWriter, find_output_error, open_ledger
+from trajforge.raycluster import (
+    ActorSlot,
+    ClusterError,
+    as_future,
+    connect,
+    import_ray,
+    lose,
+    start_actors,
+    stop_actors,
+)
 from trajforge.sandbox import factory_counts
 from trajforge.tools.builtin import build_registry
 
@@ -47,7 +56,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NODE_LOST = "node lost"  # the reason a sample is requeued (statistics.json "requeued")
-_INSTALL = "--backend ray needs Ray on the driver and every node: pip install 'trajforge[ray]'"
 
 
 def interleave(parts: list[list[Sample]]) -> list[Sample]:
@@ -60,40 +68,18 @@ async def run_on_ray(specs: list[WorkerSpec], *, announce: Callable[[str], None]
     ``--ray-address`` (none: a cluster found on this machine or a new local one); returns how many
     samples the driver committed. ``--workers`` is the number of rollout actors per node."""
     try:
-        import ray
-    except ImportError:
-        raise RunError(_INSTALL) from None
-    first = specs[0]
-    cfg = first.config
-    await asyncio.to_thread(_connect, ray, cfg.ray_address)
+        ray = import_ray("--backend ray")
+        first = specs[0]
+        await asyncio.to_thread(connect, ray, first.config.ray_address)
+    except ClusterError as exc:
+        raise RunError(str(exc)) from None
     try:
         driver = _Driver(ray, first, interleave([s.samples for s in specs]), announce)
         return await driver.run()
+    except ClusterError as exc:
+        raise RunError(str(exc)) from None
     finally:
         await asyncio.to_thread(ray.shutdown)  # disconnects the driver (stops a cluster it started)
-
-
-def _connect(ray: Any, address: str | None) -> None:
-    kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
-    if address is None:
-        kwargs["include_dashboard"] = False
-    try:
-        ray.init(address=address, **kwargs)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        where = address or "this machine"
-        raise RunError(f"cannot connect to the Ray cluster at {where}: {exc}; check --ray-address") from None
-
-
-@dataclass
-class _Actor:
-    """The driver's view of one rollout actor: its handle, where it runs, its calls in flight."""
-
-    worker_id: int
-    handle: Any
-    node: str
-    in_flight: int = 0
-    alive: bool = True
-    counts: dict[str, int] = field(default_factory=dict)
 
 
 class _Driver:
@@ -108,8 +94,8 @@ class _Driver:
         self.cfg = spec.config
         self.pending: deque[Sample] = deque(samples)
         self.announce = announce
-        self.actors: list[_Actor] = []
-        self.calls: dict[asyncio.Future[Any], tuple[_Actor, Sample]] = {}
+        self.actors: list[ActorSlot] = []
+        self.calls: dict[asyncio.Future[Any], tuple[ActorSlot, Sample]] = {}
         self.requeued: Counter[str] = Counter()
         self.owner = f"s{spec.session:04d}-ray"
 
@@ -151,37 +137,14 @@ class _Driver:
 
     # -- actors -----------------------------------------------------------------------------
     async def _start_actors(self) -> None:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        nodes = [n for n in await asyncio.to_thread(self.ray.nodes) if n.get("Alive")]
-        remote = self.ray.remote(RolloutActor)
-        per_node = self.cfg.workers
-        total = len(nodes) * per_node
-        placed = [(node, k) for node in nodes for k in range(per_node)]
-        for worker_id, (node, _) in enumerate(placed):
-            strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-            handle = remote.options(
-                scheduling_strategy=strategy,
-                num_cpus=0,
-                max_restarts=0,
-                max_task_retries=0,
-                max_concurrency=self.cfg.concurrency + 8,
-            ).remote()
-            name = node.get("NodeName") or node.get("NodeManagerAddress") or "?"
-            self.actors.append(_Actor(worker_id, handle, f"{name} ({node['NodeID'][:12]})"))
-        starts = [_await(a.handle.start.remote(self._actor_spec(a.worker_id), total)) for a in self.actors]
-        results = await asyncio.gather(*starts, return_exceptions=True)
-        for actor, result in zip(self.actors, results, strict=True):
-            if isinstance(result, self.ray.exceptions.RayActorError):
-                self._lose(actor, None)  # its node went away while starting
-            elif isinstance(result, BaseException):
-                raise RunError(f"rollout actor on node {actor.node} cannot start: {_cause(result)}")
-        alive = [a for a in self.actors if a.alive]
-        if not alive:
-            raise RunError("no rollout actor could start on the Ray cluster; check `ray status`")
-        self.announce(
-            f"ray: {len(alive)} rollout actor(s) x {self.cfg.concurrency} rollouts on {len(nodes)} node(s): "
-            + ", ".join(f"w{a.worker_id} on {a.node}" for a in alive)
+        self.actors = await start_actors(
+            self.ray,
+            RolloutActor,
+            per_node=self.cfg.workers,
+            max_concurrency=self.cfg.concurrency + 8,
+            start=lambda a, total: a.handle.start.remote(self._actor_spec(a.worker_id), total),
+            describe=f"x {self.cfg.concurrency} rollouts",
+            announce=self.announce,
         )
 
     def _actor_spec(self, worker_id: int) -> WorkerSpec:
@@ -192,19 +155,10 @@ class _Driver:
     async def _stop_actors(self) -> None:
         for call in self.calls:
             call.cancel()
-        stops = [_await(a.handle.stop.remote()) for a in self.actors if a.alive]
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.gather(*stops, return_exceptions=True), 60)
-        for actor in self.actors:
-            with contextlib.suppress(Exception):
-                self.ray.kill(actor.handle, no_restart=True)
+        await stop_actors(self.ray, self.actors)
 
-    def _lose(self, actor: _Actor, sample: Sample | None) -> None:
-        if actor.alive:
-            actor.alive = False
-            self.announce(f"ray: rollout actor w{actor.worker_id} on {actor.node} lost")
-            with contextlib.suppress(Exception):
-                self.ray.kill(actor.handle, no_restart=True)
+    def _lose(self, actor: ActorSlot, sample: Sample | None) -> None:
+        lose(self.ray, actor, self.announce)
         if sample is not None:
             self.pending.appendleft(sample)
             self.requeued[NODE_LOST] += 1
@@ -242,24 +196,13 @@ class _Driver:
             actor = min(alive, key=lambda a: a.in_flight)
             sample = self.pending.popleft()
             writer.started(sample.key)  # the ledger counts the attempt (again, after a requeue)
-            call = _await(actor.handle.rollout.remote(sample))
+            call = as_future(actor.handle.rollout.remote(sample))
             self.calls[call] = (actor, sample)
             actor.in_flight += 1
 
     def _note_requeued(self, writer: ShardWriter) -> None:
         # Stored with the writer's next transaction (there is always a closing one).
         writer.aggregate.requeued = Counter(self.requeued)
-
-
-def _await(ref: Any) -> asyncio.Future[Any]:
-    """An asyncio future for a Ray object ref (resolved on this loop)."""
-    return asyncio.wrap_future(ref.future())
-
-
-def _cause(exc: BaseException) -> str:
-    """The message of the error an actor raised (Ray wraps it with a remote traceback)."""
-    inner = getattr(exc, "cause", None)
-    return str(inner) if inner is not None else str(exc).strip().splitlines()[-1]
 
 
 class _Handoff:

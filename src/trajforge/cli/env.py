@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,13 @@ def show_cmd(
     typer.echo(f"\nexample prompt:\n{data['example_prompt']}")
 
 
+class Backend(StrEnum):
+    """Where ``env eval`` runs its rollouts."""
+
+    local = "local"
+    ray = "ray"
+
+
 def _overrides(**flags: Any) -> dict[str, Any]:
     return {k: v for k, v in flags.items() if v is not None}
 
@@ -108,17 +116,36 @@ def eval_cmd(
     run_name: str | None = typer.Option(
         None, "--run-name", help="Run directory name (default: ENV-n-g-time)."
     ),
+    backend: Backend = typer.Option(
+        Backend.local,
+        "--backend",
+        help="Where rollouts run: local (this process) or ray (a rollout actor on every node of a Ray "
+        "cluster; this process keeps the run directory).",
+    ),
+    ray_address: str | None = typer.Option(
+        None,
+        "--ray-address",
+        help="With --backend ray: the cluster's HOST:PORT (default: a cluster running on this machine, "
+        "else a new local one).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
 ) -> None:
     """Evaluate ENV: held-out items x group size, judged in their own sandboxes."""
     from trajforge.endpoint import EndpointConfig, pairing_problem
     from trajforge.envs import EnvConfig, EnvConfigError, UnknownEnvError, load_env, load_env_config
+    from trajforge.raycluster import missing_ray
 
     problem = pairing_problem(model, base_url)
     if problem:
         raise fail(problem)
     if agent not in {"model", "oracle", "none"}:
         raise fail(f"--agent must be model, oracle or none, not {agent!r}")
+    if ray_address is not None and backend is not Backend.ray:
+        raise fail("--ray-address needs --backend ray")
+    if ray_address is not None and not ray_address.strip():
+        raise fail("--ray-address is empty: give the cluster's HOST:PORT, or leave it out")
+    if backend is Backend.ray and (missing := missing_ray("--backend ray")):
+        raise fail(missing)
     flags = _overrides(
         agent_temperature=temperature,
         max_agent_turns=max_turns,
@@ -146,57 +173,69 @@ def eval_cmd(
     name = run_name or f"{instance.name}-n{n}-g{size}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = output_dir / name
     try:
-        summary = asyncio.run(_eval(instance, endpoint, run_dir, n, size, agent))
-    except ValueError as exc:
+        run = asyncio.run(
+            _eval(
+                instance,
+                endpoint,
+                run_dir,
+                n,
+                size,
+                agent,
+                ray=(env, ray_address) if backend is Backend.ray else None,
+            )
+        )
+    except (ValueError, RuntimeError) as exc:  # RuntimeError: ClusterError (what to do with the cluster)
         raise fail(str(exc)) from None
     if json_out:
-        typer.echo(json.dumps(summary.model_dump(mode="json"), indent=2))
+        typer.echo(json.dumps(run.summary.model_dump(mode="json"), indent=2))
     else:
-        _print_summary(summary, run_dir)
+        _print_summary(run.summary, run_dir)
+        if run.requeued:
+            Console().print(
+                f"requeued after a lost rollout actor: {run.requeued} episode(s), each written once"
+            )
 
 
-async def _eval(env: Any, endpoint: Any, run_dir: Path, n: int, group_size: int, agent: str) -> Any:
-    from trajforge.endpoint import open_chat_model
-    from trajforge.envs import RolloutBackends, run_eval
-    from trajforge.envs.agents import agent_model_for
-    from trajforge.sandbox import close_factory, create_sandbox_factory
-    from trajforge.sandbox.types import SandboxConfig
-    from trajforge.tools.registry import default_registry
+async def _eval(
+    env: Any,
+    endpoint: Any,
+    run_dir: Path,
+    n: int,
+    group_size: int,
+    agent: str,
+    *,
+    ray: tuple[str, str | None] | None = None,
+) -> Any:
+    """Run the evaluation here, or with ``ray`` = (the env's reference, ``--ray-address``) on
+    rollout actors of a Ray cluster; the ``EvalRun``."""
+    from trajforge.envs import run_eval
+    from trajforge.envs.rollout_backends import open_rollout_backends
 
-    factory = create_sandbox_factory(
-        SandboxConfig(
-            kind=env.config.sandbox,
-            command_timeout_s=env.config.command_timeout_s,
-            reuse=env.config.sandbox == "bwrap",  # reset and verified between rollouts: ~1.6x episodes/s
-        )
-    )
-    # An env that needs configured tools (web_research: a search provider) builds its own registry.
-    make_registry = getattr(env, "tool_registry", None)
-    registry = make_registry() if callable(make_registry) else default_registry()
+    def announce(message: str) -> None:
+        _err.print(f"[dim]{message}[/]", soft_wrap=True)  # one line each, as logged
 
     def progress(ep: Any, done: int, total: int) -> None:
         if done == total or done % max(1, total // 20) == 0:
             _err.print(f"[dim]{done}/{total} episodes[/]")
 
-    try:
-        if agent != "model":
-            model_for = agent_model_for(env, agent)
-            backends = RolloutBackends(model_for(env, {}), factory, registry, model_for=model_for)
-            return (
-                await run_eval(
-                    env, backends, run_dir, n=n, group_size=group_size, agent=agent, on_episode=progress
-                )
-            ).summary
-        async with open_chat_model(endpoint, announce=lambda m: _err.print(f"[dim]{m}[/]")) as model:
-            backends = RolloutBackends(model, factory, registry)
-            return (
-                await run_eval(
-                    env, backends, run_dir, n=n, group_size=group_size, agent=agent, on_episode=progress
-                )
-            ).summary
-    finally:
-        await close_factory(factory)
-        await registry.aclose()
+    if ray is not None:
+        from trajforge.envs.ray_backend import EnvSpec, run_eval_on_ray
+
+        env_ref, address = ray
+        return await run_eval_on_ray(
+            env,
+            EnvSpec.of(env_ref, env, endpoint, agent),
+            run_dir,
+            n=n,
+            group_size=group_size,
+            ray_address=address,
+            on_episode=progress,
+            announce=announce,
+        )
+    async with open_rollout_backends(env, endpoint, agent, announce=announce) as backends:
+        return await run_eval(
+            env, backends, run_dir, n=n, group_size=group_size, agent=agent, on_episode=progress
+        )
 
 
 def _print_summary(summary: Any, run_dir: Path) -> None:

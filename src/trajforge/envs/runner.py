@@ -8,6 +8,10 @@ its episode rerun), so every (item, rollout) ends in the file exactly once.
 
 Concurrency changes while running: write ``control.json`` (``{"max_concurrent_rollouts": 90,
 "max_parallel_tools": 4}``, or use ``trajforge env resize``); it is read every second.
+
+The books are kept here whatever runs the rollouts: :func:`run_eval` runs them in this process
+(:class:`~.episode.Rollouts`), ``--backend ray`` (:mod:`~.ray_backend`) on rollout actors that
+hand each finished episode back to this same loop, the only writer of the run directory.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -45,6 +49,19 @@ class EvalRun:
     run_dir: Path
     ran: int
     """episodes run by this invocation (the rest were already in the file)"""
+    requeued: int = 0
+    """episodes started again elsewhere after their rollout actor was lost (``--backend ray``)"""
+
+
+class EpisodeSource(Protocol):
+    """What runs an evaluation's rollouts: :class:`~.episode.Rollouts` here, or the driver's
+    side of the rollout actors (``--backend ray``). ``report()`` goes into ``status.json``."""
+
+    async def episode(self, item: Item, *, rollout: int = 0, group_size: int = 1) -> Episode: ...
+
+    async def resize(self, *, rollouts: int | None = None, tools_per_rollout: int | None = None) -> None: ...
+
+    def report(self) -> dict[str, Any]: ...
 
 
 def read_episodes(path: Path, *, repair: bool = False) -> list[Episode]:
@@ -126,8 +143,35 @@ async def run_eval(
     agent: str = "model",
     on_episode: Callable[[Episode, int, int], None] | None = None,
 ) -> EvalRun:
-    """Evaluate ``n`` held-out items x ``group_size`` rollouts; resumable (see module doc)."""
-    identity = _run_identity(env, n, group_size, backends.model.name, agent)
+    """Evaluate ``n`` held-out items x ``group_size`` rollouts in this process; resumable (see
+    module doc)."""
+    return await run_episodes(
+        env,
+        Rollouts(env, backends),
+        run_dir,
+        n=n,
+        group_size=group_size,
+        model=backends.model.name,
+        agent=agent,
+        on_episode=on_episode,
+    )
+
+
+async def run_episodes(
+    env: AgentEnv,
+    rollouts: EpisodeSource,
+    run_dir: Path,
+    *,
+    n: int,
+    group_size: int,
+    model: str,
+    agent: str = "model",
+    on_episode: Callable[[Episode, int, int], None] | None = None,
+) -> EvalRun:
+    """The books of an evaluation (run directory, resume, status, summary) around ``rollouts``:
+    each (item, rollout) not yet in ``episodes.jsonl`` is asked of it once and appended when it
+    comes back. ``model`` is the name ``run.json`` records (a resume must name the same)."""
+    identity = _run_identity(env, n, group_size, model, agent)
     episodes_path = run_dir / EPISODES_FILE
     done = await asyncio.to_thread(_open_run, run_dir, identity)  # noqa: ASYNC240
     await env.setup()
@@ -136,7 +180,6 @@ async def run_eval(
         (item, r) for item in items for r in range(group_size) if f"{env.item_id(item)}#{r}" not in done
     ]
     total = len(items) * group_size
-    rollouts = Rollouts(env, backends)
     log = _EpisodeLog(episodes_path)
     finished = total - len(todo)
     started = time.monotonic()
@@ -180,7 +223,7 @@ def write_summary(run_dir: Path, env: str) -> EvalSummary:
     return summary
 
 
-def _write_status(run_dir: Path, rollouts: Rollouts, finished: int, total: int, started: float) -> None:
+def _write_status(run_dir: Path, rollouts: EpisodeSource, finished: int, total: int, started: float) -> None:
     status = {
         "finished": finished,
         "total": total,
@@ -192,7 +235,9 @@ def _write_status(run_dir: Path, rollouts: Rollouts, finished: int, total: int, 
     tmp.replace(run_dir / STATUS_FILE)
 
 
-async def _watch(run_dir: Path, rollouts: Rollouts, progress: Callable[[], tuple[int, int, float]]) -> None:
+async def _watch(
+    run_dir: Path, rollouts: EpisodeSource, progress: Callable[[], tuple[int, int, float]]
+) -> None:
     """Apply ``control.json`` and rewrite ``status.json`` once a second."""
     seen: bytes | None = None
     while True:

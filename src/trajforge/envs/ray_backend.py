@@ -1,0 +1,253 @@
+"""``env eval --backend ray``: rollouts on actors on every node of a Ray cluster; the driver
+keeps the books.
+
+One rollout actor per node builds what a local evaluation builds (the env, from its name or
+``path.py:Class`` and the run's :class:`~.config.EnvConfig` as JSON; its own endpoint client,
+sandbox factory and tool registry, :mod:`~.rollout_backends`) and runs episodes the driver asks
+for, one call each, returning the finished :class:`~.types.Episode`. The driver is the same
+:func:`~.runner.run_episodes` as a local run and the only writer of the run directory
+(``episodes.jsonl``, ``status.json``, ``summary.json``), so exactly-once and resume hold as on
+one machine: an (item, rollout) is in exactly one call or waiting for one; a call that dies with
+its actor (node lost, process killed) is asked again of another actor, counted as ``requeued``
+(``status.json``, the run's result); an episode that never reached the driver was never
+written. If the driver dies, rerunning the command resumes from the file, as after a local kill.
+
+Concurrency: the eval's ``max_concurrent_rollouts`` is the cluster's total, held by the driver
+(so ``env resize`` / ``control.json`` work as locally) and spread over the actors least-busy
+first; the endpoint's budget is split into equal shares, one per actor, as ``batch`` does.
+
+Every node needs trajforge (same version) for the Python that runs Ray, the env's files when it
+is loaded from a path or reads a task directory, the sandbox backend, and the endpoint key's
+variable in the environment ``ray start`` ran in: secrets never travel through Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trajforge.endpoint import EndpointConfig, embedded_endpoint, embedded_weights
+from trajforge.envs.base import BaseEnv
+from trajforge.envs.catalog import env_class, load_env
+from trajforge.envs.config import EnvConfig, parse_env_config
+from trajforge.envs.episode import Rollouts
+from trajforge.envs.limiter import ResizableLimiter
+from trajforge.envs.protocol import AgentEnv
+from trajforge.envs.rollout_backends import open_rollout_backends
+from trajforge.envs.runner import EvalRun, run_episodes
+from trajforge.envs.types import Episode, Item
+from trajforge.raycluster import (
+    ActorSlot,
+    ClusterError,
+    as_future,
+    connect,
+    import_ray,
+    lose,
+    start_actors,
+    stop_actors,
+)
+
+log = logging.getLogger(__name__)
+
+# An actor runs whatever the driver hands it (the driver holds the cluster's limit); its own
+# limiter and Ray's per-actor call limit only have to stay out of the way.
+_ACTOR_CALLS = 4096
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What an actor needs to build the run's env and backends: settings only, no live object
+    and no secret (the endpoint names its key's variable; each node reads its own)."""
+
+    env_ref: str
+    """library name or ``path/to/file.py:Class`` (the file must exist on every node)"""
+    config: dict[str, Any]
+    """the run's whole EnvConfig, as JSON"""
+    endpoint: EndpointConfig
+    agent: str = "model"
+
+    @classmethod
+    def of(cls, env_ref: str, env: AgentEnv, endpoint: EndpointConfig, agent: str) -> EnvSpec:
+        return cls(env_ref, env.config.model_dump(mode="json"), endpoint, agent)
+
+    def build_env(self) -> AgentEnv:
+        """The env as the driver configured it (its config class validates the JSON again)."""
+        kind = env_class(self.env_ref)
+        base = kind.default_config() if issubclass(kind, BaseEnv) else EnvConfig()
+        return load_env(self.env_ref, config=parse_env_config(self.config, type(base)))
+
+
+async def run_eval_on_ray(
+    env: AgentEnv,
+    spec: EnvSpec,
+    run_dir: Path,
+    *,
+    n: int,
+    group_size: int,
+    ray_address: str | None = None,
+    on_episode: Callable[[Episode, int, int], None] | None = None,
+    announce: Callable[[str], None] = log.info,
+) -> EvalRun:
+    """:func:`~.runner.run_eval` with the rollouts on the Ray cluster at ``ray_address`` (None:
+    one running on this machine, else a new local one); ``env`` is the driver's copy of
+    ``spec``'s env (its items are the run's). See the module doc."""
+    ray = import_ray("--backend ray")
+    await asyncio.to_thread(connect, ray, ray_address)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            if spec.agent == "model" and spec.endpoint.embedded:
+                # Served here on loopback: reachable by the actors of this machine only.
+                base_url, name = await stack.enter_async_context(embedded_endpoint(announce=announce))
+                update: dict[str, Any] = {"base_url": base_url, "model": name}
+                if spec.endpoint.tokenizer == "auto":
+                    update["tokenizer"] = str(embedded_weights())
+                spec = EnvSpec(spec.env_ref, spec.config, spec.endpoint.model_copy(update=update), spec.agent)
+            pool = ActorRollouts(ray, env, announce)
+            stack.push_async_callback(pool.stop)
+            model = await pool.start(spec)
+            try:
+                run = await run_episodes(
+                    env,
+                    pool,
+                    run_dir,
+                    n=n,
+                    group_size=group_size,
+                    model=model,
+                    agent=spec.agent,
+                    on_episode=on_episode,
+                )
+            except BaseExceptionGroup as group:  # the episodes' task group: say the cluster's reason
+                lost = group.subgroup(ClusterError)
+                if lost is None:
+                    raise
+                raise _first(lost) from None
+            run.requeued = pool.requeued
+            return run
+    finally:
+        await asyncio.to_thread(ray.shutdown)  # disconnects the driver (stops a cluster it started)
+
+
+def _first(group: BaseExceptionGroup[ClusterError]) -> ClusterError:
+    inner = group.exceptions[0]
+    return inner if isinstance(inner, ClusterError) else _first(inner)
+
+
+class ActorRollouts:
+    """The driver's side of the rollout actors, an :class:`~.runner.EpisodeSource`: one call per
+    episode to the least busy live actor, under the cluster-wide rollout limit; a call lost with
+    its actor is asked again of another one."""
+
+    def __init__(self, ray: Any, env: AgentEnv, announce: Callable[[str], None]) -> None:
+        self.ray = ray
+        self.env = env
+        self.announce = announce
+        self.slots = ResizableLimiter(env.config.max_concurrent_rollouts)
+        self.actors: list[ActorSlot] = []
+        self.requeued = 0
+
+    async def start(self, spec: EnvSpec) -> str:
+        """Start one actor per node; the name of the model they run (the same on every node)."""
+        self.actors = await start_actors(
+            self.ray,
+            EnvRolloutActor,
+            per_node=1,
+            max_concurrency=_ACTOR_CALLS,
+            start=lambda a, total: a.handle.start.remote(spec, total),
+            describe=f"sharing {self.env.config.max_concurrent_rollouts} rollouts",
+            announce=self.announce,
+        )
+        names = await asyncio.gather(*(as_future(a.handle.model_name.remote()) for a in self._alive()))
+        return str(names[0])
+
+    async def stop(self) -> None:
+        await stop_actors(self.ray, self.actors)
+
+    def _alive(self) -> list[ActorSlot]:
+        return [a for a in self.actors if a.alive]
+
+    async def episode(self, item: Item, *, rollout: int = 0, group_size: int = 1) -> Episode:
+        async with self.slots:
+            while True:
+                alive = self._alive()
+                if not alive:
+                    raise ClusterError(
+                        "every rollout actor was lost; the episodes written so far are kept: run the "
+                        "same command again to resume when the cluster is back"
+                    )
+                actor = min(alive, key=lambda a: a.in_flight)
+                actor.in_flight += 1
+                try:
+                    episode: Episode = await as_future(actor.handle.episode.remote(item, rollout, group_size))
+                    return episode
+                except self.ray.exceptions.RayActorError:
+                    lose(self.ray, actor, self.announce)
+                    self.requeued += 1  # back to pending: the next pass asks another actor
+                finally:
+                    actor.in_flight -= 1
+
+    async def resize(self, *, rollouts: int | None = None, tools_per_rollout: int | None = None) -> None:
+        """Rollouts at once across the cluster (held here); tool calls within a rollout (told to
+        every actor, taken by the rollouts that start after)."""
+        if rollouts is not None:
+            await self.slots.resize(rollouts)
+        if tools_per_rollout is not None:
+            self.env.config = self.env.config.model_copy(update={"max_parallel_tools": tools_per_rollout})
+            calls = [as_future(a.handle.resize.remote(tools_per_rollout)) for a in self._alive()]
+            await asyncio.gather(*calls, return_exceptions=True)  # a lost actor is noticed by its calls
+
+    def report(self) -> dict[str, Any]:
+        alive = self._alive()
+        return {
+            "rollouts": self.slots.report(),
+            "tools_per_rollout": self.env.config.max_parallel_tools,
+            "backend": "ray",
+            "actors": {
+                "alive": len(alive),
+                "lost": len(self.actors) - len(alive),
+                "in_flight": {f"w{a.worker_id}": a.in_flight for a in alive},
+            },
+            "requeued": self.requeued,
+        }
+
+
+class EnvRolloutActor:
+    """One rollout actor (made a Ray actor by the driver): the env and its backends built on this
+    node from the driver's :class:`EnvSpec`, running the episodes it is asked for."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.AsyncExitStack()
+        self._rollouts: Rollouts | None = None
+
+    async def start(self, spec: EnvSpec, actors: int) -> None:
+        """Build the env and its backends (1/``actors`` of the endpoint budget)."""
+        env = spec.build_env()
+        await env.setup()
+        backends = await self._stack.enter_async_context(
+            open_rollout_backends(env, spec.endpoint, spec.agent, shares=actors)
+        )
+        self._rollouts = Rollouts(env, backends)
+        await self._rollouts.resize(rollouts=_ACTOR_CALLS)
+
+    def _ready(self) -> Rollouts:
+        if self._rollouts is None:
+            raise RuntimeError("start() first")
+        return self._rollouts
+
+    async def model_name(self) -> str:
+        return self._ready().backends.model.name
+
+    async def episode(self, item: Item, rollout: int, group_size: int) -> Episode:
+        """One rollout of ``item``, judged in its own sandbox (every outcome is an episode)."""
+        return await self._ready().episode(item, rollout=rollout, group_size=group_size)
+
+    async def resize(self, tools_per_rollout: int) -> None:
+        await self._ready().resize(tools_per_rollout=tools_per_rollout)
+
+    async def stop(self) -> None:
+        """Close the sandbox factory, the client and the tools."""
+        await self._stack.aclose()

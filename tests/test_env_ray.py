@@ -1,0 +1,163 @@
+"""``trajforge env eval --backend ray`` on a real Ray cluster on loopback (a head and two worker
+nodes, each its own ``ray start``), against a scripted endpoint, with bwrap sandboxes: one worker
+node is SIGKILLed mid-run and the run still ends with every (item, rollout) once in
+``episodes.jsonl``, the episodes that were in flight on the lost node counted as ``requeued``, and
+every reward equal to the same items run on this machine. A resume on the cluster runs only what
+the file lacks."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from conftest import SCRIPTED_KEY_ENV
+from ray_cluster import Cluster, local_ray_cluster
+from trajforge.cli.main import app
+from trajforge.endpoint import EndpointConfig
+from trajforge.envs import load_env, run_eval
+from trajforge.envs.rollout_backends import open_rollout_backends
+from trajforge.testing.policies import count_assistant_turns
+from trajforge.testing.replies import Reply, ToolCallSpec
+from trajforge.testing.scripted_server import ScriptedServer
+
+pytest.importorskip("ray", reason="the ray extra: pip install 'trajforge[ray]'")
+
+TRAJFORGE = str(Path(sys.executable).with_name("trajforge"))
+N, GROUP = 16, 2
+
+
+@pytest.fixture
+def ray_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    """The cluster, started after the endpoint's key variable is set (the nodes inherit it, as
+    ``ray start`` on a real host would: the key never travels through Ray)."""
+    monkeypatch.setenv(SCRIPTED_KEY_ENV, "k")
+    with local_ray_cluster() as cluster:
+        yield cluster
+
+
+def _first_user(body: dict[str, Any]) -> str:
+    return next(str(m["content"]) for m in body["messages"] if m["role"] == "user")
+
+
+def solver(body: dict[str, Any]) -> Reply:
+    """A deterministic model for terminal_test: solves two kinds of item, botches one, gives up on
+    the rest; a tool call, then ``done``. Rewards 1.0, 0.25 and 0.0 whichever node runs it."""
+    if count_assistant_turns(body) > 0:
+        return Reply(content="done")
+    prompt = _first_user(body)
+    if m := re.match(r"Create a file named (\S+) containing exactly this line: (.*)$", prompt):
+        return Reply(tool_calls=[ToolCallSpec("write_file", {"path": m[1], "content": m[2] + "\n"})])
+    if "sorted.txt" in prompt:
+        return Reply(tool_calls=[ToolCallSpec("terminal", {"command": "sort -n numbers.txt > sorted.txt"})])
+    if "matches.txt" in prompt:
+        return Reply(tool_calls=[ToolCallSpec("terminal", {"command": "echo wrong > matches.txt"})])
+    return Reply(content="done")
+
+
+def _episodes(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "episodes.jsonl"
+    return [orjson.loads(x) for x in path.read_bytes().splitlines()] if path.exists() else []
+
+
+async def _env_eval(args: list[str]) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        TRAJFORGE,
+        "env",
+        "eval",
+        "terminal_test",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 300)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_env_eval_on_ray_loses_a_node_mid_run_and_every_episode_lands_once(
+    ray_cluster: Cluster, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "ray"
+    common = [
+        "--model",
+        "scripted",
+        "--api-key-env",
+        SCRIPTED_KEY_ENV,
+        "--n",
+        str(N),
+        "--group-size",
+        str(GROUP),
+        "--sandbox",
+        "bwrap",
+        "--concurrency",
+        "6",
+        "--output-dir",
+        str(tmp_path),
+    ]
+    async with ScriptedServer(solver, latency_s=0.3, api_key="k") as srv:
+        args = [*common, "--base-url", srv.base_url, "--run-name", "ray", "--backend", "ray"]
+        run = asyncio.create_task(_env_eval([*args, "--ray-address", ray_cluster.address, "--json"]))
+        while len(_episodes(run_dir)) < 8:  # mid-run: every actor busy, most episodes to go
+            assert not run.done(), run.result()
+            await asyncio.sleep(0.1)
+        ray_cluster.kill(ray_cluster.workers[0])
+        code, out, err = await run
+        assert code == 0, err
+        placed = re.search(r"ray: 3 rollout actor\(s\) .*", err)
+        assert placed and all(f"on {node} " in placed[0] for node in ("head", "node-b", "node-c")), err
+        assert re.search(r"rollout actor w\d+ on node-b .* lost", err), err
+
+        episodes = _episodes(run_dir)
+        keys = Counter(f"{e['item_id']}#{e['rollout']}" for e in episodes)
+        assert len(keys) == N * GROUP and set(keys.values()) == {1}, keys.most_common(3)
+        assert {e["status"] for e in episodes} == {"completed"}
+        status = orjson.loads((run_dir / "status.json").read_bytes())
+        assert status["backend"] == "ray" and status["finished"] == N * GROUP
+        assert status["actors"]["lost"] == 1 and status["actors"]["alive"] == 2, status
+        assert status["requeued"] >= 1, status  # the lost node's in-flight episodes, run again
+        summary = orjson.loads(out[out.index("{") :])
+        assert summary["episodes"] == N * GROUP and summary["failed"] == 0
+
+        # The same items on this machine (in-process, same endpoint and sandboxes): same rewards.
+        env = load_env("terminal_test", {"sandbox": "bwrap", "max_concurrent_rollouts": 6})
+        endpoint = EndpointConfig(model="scripted", base_url=srv.base_url, api_key_env=SCRIPTED_KEY_ENV)
+        async with open_rollout_backends(env, endpoint) as backends:
+            local = await run_eval(env, backends, tmp_path / "local", n=N, group_size=GROUP)
+        ray_rewards = {f"{e['item_id']}#{e['rollout']}": e["reward"] for e in episodes}
+        local_rewards = {f"{e['item_id']}#{e['rollout']}": e["reward"] for e in _episodes(tmp_path / "local")}
+        assert ray_rewards == local_rewards
+        assert set(ray_rewards.values()) == {1.0, 0.25, 0.0}
+        assert local.summary.mean_reward.value == summary["mean_reward"]["value"]
+
+    # Resume on the cluster (two nodes left): the driver "died" before writing the last 5 episodes;
+    # only those run again (one model call each, or two), and the file ends with each key once.
+    lines = (run_dir / "episodes.jsonl").read_bytes().splitlines(keepends=True)
+    (run_dir / "episodes.jsonl").write_bytes(b"".join(lines[:-5]) + lines[-5][:20])  # a torn last line
+    lost = [orjson.loads(x) for x in lines[-5:]]
+    async with ScriptedServer(solver, api_key="k") as srv:
+        args = [*common, "--base-url", srv.base_url, "--run-name", "ray", "--backend", "ray"]
+        code, out, err = await _env_eval([*args, "--ray-address", ray_cluster.address, "--json"])
+        assert code == 0, err
+    assert {_first_user(body) for body in srv.requests} == {e["item"]["prompt"] for e in lost}
+    assert len(srv.requests) == sum(e["turns"] for e in lost)
+    again = _episodes(run_dir)
+    assert Counter(f"{e['item_id']}#{e['rollout']}" for e in again) == Counter(list(ray_rewards))
+    assert {f"{e['item_id']}#{e['rollout']}": e["reward"] for e in again} == ray_rewards
+
+
+def test_env_eval_backend_flags_are_checked() -> None:
+    runner = CliRunner()
+    out = runner.invoke(app, ["env", "eval", "terminal_test", "--ray-address", "127.0.0.2:6379"])
+    assert out.exit_code == 2 and "--ray-address needs --backend ray" in out.output
+    out = runner.invoke(app, ["env", "eval", "terminal_test", "--backend", "spark"])
+    assert out.exit_code == 2 and "spark" in out.output
+    out = runner.invoke(app, ["env", "eval", "terminal_test", "--backend", "ray", "--ray-address", " "])
+    assert out.exit_code == 2 and "--ray-address is empty" in out.output
