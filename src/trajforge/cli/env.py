@@ -133,7 +133,7 @@ def eval_cmd(
     """Evaluate ENV: held-out items x group size, judged in their own sandboxes."""
     from trajforge.endpoint import EndpointConfig, pairing_problem
     from trajforge.envs import EnvConfig, EnvConfigError, UnknownEnvError, load_env, load_env_config
-    from trajforge.raycluster import missing_ray
+    from trajforge.raycluster import ClusterError, missing_ray
 
     problem = pairing_problem(model, base_url)
     if problem:
@@ -184,7 +184,7 @@ def eval_cmd(
                 ray=(env, ray_address) if backend is Backend.ray else None,
             )
         )
-    except (ValueError, RuntimeError) as exc:  # RuntimeError: ClusterError (what to do with the cluster)
+    except (ValueError, ClusterError) as exc:
         raise fail(str(exc)) from None
     if json_out:
         typer.echo(json.dumps(run.summary.model_dump(mode="json"), indent=2))
