@@ -161,3 +161,14 @@ def test_env_eval_backend_flags_are_checked() -> None:
     assert out.exit_code == 2 and "spark" in out.output
     out = runner.invoke(app, ["env", "eval", "terminal_test", "--backend", "ray", "--ray-address", " "])
     assert out.exit_code == 2 and "--ray-address is empty" in out.output
+
+
+def test_the_clusters_reason_is_read_from_inside_task_groups() -> None:
+    """An episode task that finds every actor lost raises inside the runner's task group; the
+    command must say the cluster's reason, not 'unhandled errors in a TaskGroup'."""
+    from trajforge.raycluster import ClusterError, cluster_error
+
+    reason = ClusterError("every rollout actor was lost")
+    wrapped = BaseExceptionGroup("tasks", [ExceptionGroup("inner", [reason]), asyncio.CancelledError()])
+    assert cluster_error(wrapped) is reason
+    assert cluster_error(ExceptionGroup("other", [ValueError("x")])) is None

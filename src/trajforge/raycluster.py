@@ -28,6 +28,19 @@ class ClusterError(RuntimeError):
     """The cluster cannot run the rollouts; the message says what to do."""
 
 
+def cluster_error(exc: BaseException) -> ClusterError | None:
+    """The first :class:`ClusterError` in ``exc``, looking inside (nested) exception groups (a
+    task group wraps what its tasks raise; the user should read the cluster's reason)."""
+    if isinstance(exc, ClusterError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = cluster_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
 def missing_ray(what: str) -> str | None:
     """None when Ray can be imported here; else the line that says what to install for ``what``.
     Looks the module up without importing it (importing Ray costs a second)."""

@@ -40,6 +40,7 @@ from trajforge.raycluster import (
     ActorSlot,
     ClusterError,
     as_future,
+    cluster_error,
     connect,
     import_ray,
     lose,
@@ -76,8 +77,11 @@ async def run_on_ray(specs: list[WorkerSpec], *, announce: Callable[[str], None]
     try:
         driver = _Driver(ray, first, interleave([s.samples for s in specs]), announce)
         return await driver.run()
-    except ClusterError as exc:
-        raise RunError(str(exc)) from None
+    except (ClusterError, BaseExceptionGroup) as exc:  # the driver's task group wraps what it raises
+        found = cluster_error(exc)
+        if found is None:
+            raise
+        raise RunError(str(found)) from None
     finally:
         await asyncio.to_thread(ray.shutdown)  # disconnects the driver (stops a cluster it started)
 

@@ -45,6 +45,7 @@ from trajforge.raycluster import (
     ActorSlot,
     ClusterError,
     as_future,
+    cluster_error,
     connect,
     import_ray,
     lose,
@@ -122,19 +123,14 @@ async def run_eval_on_ray(
                     on_episode=on_episode,
                 )
             except BaseExceptionGroup as group:  # the episodes' task group: say the cluster's reason
-                lost = group.subgroup(ClusterError)
-                if lost is None:
+                found = cluster_error(group)
+                if found is None:
                     raise
-                raise _first(lost) from None
+                raise found from None
             run.requeued = pool.requeued
             return run
     finally:
         await asyncio.to_thread(ray.shutdown)  # disconnects the driver (stops a cluster it started)
-
-
-def _first(group: BaseExceptionGroup[ClusterError]) -> ClusterError:
-    inner = group.exceptions[0]
-    return inner if isinstance(inner, ClusterError) else _first(inner)
 
 
 class ActorRollouts:
