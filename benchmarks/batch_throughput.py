@@ -19,82 +19,43 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import resource
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import orjson
 
-from trajforge.batch.config import load_config
-from trajforge.batch.progress import PlainProgress
-from trajforge.batch.runner import run_batch
+sys.path.insert(0, str(Path(__file__).parent))
+from _endpoint import (  # noqa: E402
+    CALLS,
+    KEY_VAR,
+    Endpoint,
+    machine_cpu,
+    own_cpu,
+    process_cpu,
+    scripted_endpoint,
+    start_server,
+)
 
-CALLS = 3
+from trajforge.batch.config import load_config  # noqa: E402
+from trajforge.batch.progress import PlainProgress  # noqa: E402
+from trajforge.batch.runner import run_batch  # noqa: E402
 
-
-def _machine_cpu() -> float:
-    """Busy CPU-seconds of the whole machine (/proc/stat): also counts the endpoint process and
-    kernel work done outside our process tree (namespace and cgroup teardown, killed sandbox
-    processes), which ``getrusage`` never charges to us."""
-    with open("/proc/stat") as stat:
-        fields = [int(x) for x in stat.readline().split()[1:]]
-    busy = sum(fields) - fields[3] - fields[4]  # minus idle and iowait
-    return busy / os.sysconf("SC_CLK_TCK")
-
-
-def _process_cpu(pid: int) -> float:
-    """CPU-seconds of another process (the endpoint), from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+# The names batch_ray.py and env_ray.py import from here.
+_machine_cpu, _process_cpu, _start_server = machine_cpu, process_cpu, start_server
 
 
-def _cpu() -> float:
-    me = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
-
-
-def _start_server(latency: float, port_file: Path) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "trajforge.testing.scripted_server",
-        "--latency",
-        str(latency),
-        "--policy",
-        "tool_then_answer",
-        "--calls-per-sample",
-        str(CALLS - 1),
-        "--command",
-        "echo hi",
-        "--port-file",
-        str(port_file),
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
-    assert proc.stdout is not None
-    line = proc.stdout.readline().decode()
-    if not line.startswith("READY"):
-        proc.kill()
-        raise SystemExit(f"scripted server did not start: {line!r}")
-    return proc
-
-
-def _run(args: argparse.Namespace, tmp: Path, port: int, server: int, name: str, reuse: bool) -> dict:
-    dataset = tmp / "prompts.jsonl"
+def _run(args: argparse.Namespace, endpoint: Endpoint, name: str, reuse: bool) -> dict:
+    server, tmp = endpoint.pid, endpoint.tmp
     cfg = load_config(
         None,
         {
-            "dataset": dataset,
+            "dataset": endpoint.dataset,
             "run_name": name,
             "output_dir": tmp / "data",
             "model": "scripted",
-            "base_url": f"http://127.0.0.1:{port}/v1",
-            "api_key_env": "BENCH_KEY",
+            "base_url": endpoint.base_url,
+            "api_key_env": KEY_VAR,
             "toolsets": ["terminal"],
             "sandbox": args.sandbox,
             "sandbox_reuse": reuse,
@@ -104,7 +65,7 @@ def _run(args: argparse.Namespace, tmp: Path, port: int, server: int, name: str,
             "progress": "plain",
         },
     )
-    cpu0, machine0, server0, t0 = _cpu(), _machine_cpu(), _process_cpu(server), time.perf_counter()
+    cpu0, machine0, server0, t0 = own_cpu(), machine_cpu(), process_cpu(server), time.perf_counter()
     if args.profile:
         import cProfile
 
@@ -113,8 +74,8 @@ def _run(args: argparse.Namespace, tmp: Path, port: int, server: int, name: str,
         prof.dump_stats(f"{args.profile}.{name}")
     else:
         summary = asyncio.run(run_batch(cfg, progress=PlainProgress(name, every_s=5)))
-    wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
-    machine, endpoint = _machine_cpu() - machine0, _process_cpu(server) - server0
+    wall, cpu = time.perf_counter() - t0, own_cpu() - cpu0
+    machine, endpoint = machine_cpu() - machine0, process_cpu(server) - server0
     stats = summary.statistics
     rate = stats["session"]["throughput_per_s"]
     ideal = cfg.concurrency * cfg.workers / (CALLS * args.latency)
@@ -159,25 +120,14 @@ def main() -> None:
     p.add_argument("--profile", default=None, help="write cProfiles of the parent to PROFILE.<run>")
     args = p.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="tf-bench-"))
-    server = _start_server(args.latency, tmp / "port")
-    try:
-        port = int((tmp / "port").read_text())
-        (tmp / "prompts.jsonl").write_bytes(
-            b"".join(orjson.dumps({"prompt": f"task {i}"}) + b"\n" for i in range(args.samples))
-        )
-        os.environ.setdefault("BENCH_KEY", "unused")
-        results = {"default": _run(args, tmp, port, server.pid, "default", reuse=True)}
+    with scripted_endpoint(args.latency, prefix="tf-bench-", prompts=args.samples) as endpoint:
+        results = {"default": _run(args, endpoint, "default", reuse=True)}
         if not args.no_baseline:
-            results["baseline_no_reuse"] = _run(args, tmp, port, server.pid, "baseline", reuse=False)
+            results["baseline_no_reuse"] = _run(args, endpoint, "baseline", reuse=False)
             results["speedup_vs_baseline"] = round(
                 results["default"]["trajectories_per_s"] / results["baseline_no_reuse"]["trajectories_per_s"],
                 2,
             )
-    finally:
-        server.terminate()
-        server.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
     print(orjson.dumps(results, option=orjson.OPT_INDENT_2).decode())
 
 

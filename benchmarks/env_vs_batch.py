@@ -33,61 +33,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import resource
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from trajforge.batch.config import load_config
-from trajforge.batch.runner import run_batch
-from trajforge.endpoint import EndpointConfig, open_chat_model
-from trajforge.envs import RolloutBackends, load_env, run_eval
-from trajforge.sandbox import close_factory, create_sandbox_factory, factory_counts
-from trajforge.sandbox.types import SandboxConfig
-from trajforge.tools.registry import default_registry
+sys.path.insert(0, str(Path(__file__).parent))
+from _endpoint import KEY_VAR, scripted_endpoint  # noqa: E402
+from _endpoint import own_cpu as _cpu  # noqa: E402
+
+from trajforge.batch.config import load_config  # noqa: E402
+from trajforge.batch.runner import run_batch  # noqa: E402
+from trajforge.endpoint import EndpointConfig, open_chat_model  # noqa: E402
+from trajforge.envs import RolloutBackends, load_env, run_eval  # noqa: E402
+from trajforge.sandbox import close_factory, create_sandbox_factory, factory_counts  # noqa: E402
+from trajforge.sandbox.types import SandboxConfig  # noqa: E402
+from trajforge.tools.registry import default_registry  # noqa: E402
 
 ENV = "terminal_test"
 TOOL_CALLS = 2
-KEY_VAR = "BENCH_KEY"
-
-
-def _cpu() -> float:
-    """CPU-seconds of this process and its reaped children (sandboxes, worker processes)."""
-    me = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
-
-
-def _start_server(latency: float, port_file: Path) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "trajforge.testing.scripted_server",
-        "--latency",
-        str(latency),
-        "--policy",
-        "tool_then_answer",
-        "--calls-per-sample",
-        str(TOOL_CALLS),
-        "--command",
-        "echo hi",
-        "--port-file",
-        str(port_file),
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
-    assert proc.stdout is not None
-    line = proc.stdout.readline().decode()
-    if not line.startswith("READY"):
-        proc.kill()
-        raise SystemExit(f"scripted server did not start: {line!r}")
-    return proc
 
 
 def _env(args: argparse.Namespace) -> Any:
@@ -196,18 +163,11 @@ def main() -> None:
     )
     args = p.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="tf-envbatch-"))
-    server = _start_server(args.latency, tmp / "port")
-    try:
-        base_url = f"http://127.0.0.1:{int((tmp / 'port').read_text())}/v1"
+    with scripted_endpoint(args.latency, prefix="tf-envbatch-", tool_calls=TOOL_CALLS) as endpoint:
+        tmp = endpoint.tmp
         items = _env(args).eval_items(args.episodes)
         (tmp / "items.jsonl").write_bytes(b"".join(orjson.dumps(item) + b"\n" for item in items))
-        os.environ.setdefault(KEY_VAR, "unused")  # the scripted endpoint checks no key
-        rounds = [_round(args, base_url, tmp, r) for r in range(args.rounds)]
-    finally:
-        server.terminate()
-        server.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
+        rounds = [_round(args, endpoint.base_url, tmp, r) for r in range(args.rounds)]
     ideal = args.concurrency / ((TOOL_CALLS + 1) * args.latency)
     report = {
         "setup": {

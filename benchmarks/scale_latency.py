@@ -1,7 +1,7 @@
 """Many concurrent rollouts at a realistic model latency: throughput against the latency bound and
 memory per live rollout.
 
-The scripted endpoint runs in its own process (``batch_throughput.py``'s) with ``--latency`` per
+The scripted endpoint runs in its own process (``_endpoint.py``) with ``--latency`` per
 call (default 3 s); every sample makes 3 model calls and 2 ``terminal`` commands in its own
 sandbox. One worker runs ``--concurrency`` rollouts. While it runs, a thread samples memory every
 ``--every`` seconds: the machine's used memory (MemTotal - MemAvailable, minus what was used
@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -35,7 +33,7 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).parent))
-from batch_throughput import CALLS, _cpu, _machine_cpu, _process_cpu, _start_server  # noqa: E402
+from _endpoint import CALLS, KEY_VAR, Endpoint, machine_cpu, own_cpu, process_cpu, scripted_endpoint  # noqa: E402
 
 from trajforge.batch.config import load_config  # noqa: E402
 from trajforge.batch.runner import run_batch  # noqa: E402
@@ -103,16 +101,17 @@ class MemorySampler(threading.Thread):
                 self.peak_pss, self.peak_by = total, by
 
 
-def run(args: argparse.Namespace, tmp: Path, port: int, server: int) -> dict[str, object]:
+def run(args: argparse.Namespace, endpoint: Endpoint) -> dict[str, object]:
+    server, tmp = endpoint.pid, endpoint.tmp
     cfg = load_config(
         None,
         {
-            "dataset": tmp / "prompts.jsonl",
+            "dataset": endpoint.dataset,
             "run_name": f"c{args.concurrency}",
             "output_dir": tmp / "data",
             "model": "scripted",
-            "base_url": f"http://127.0.0.1:{port}/v1",
-            "api_key_env": "BENCH_KEY",
+            "base_url": endpoint.base_url,
+            "api_key_env": KEY_VAR,
             "toolsets": ["terminal"],
             "sandbox": args.sandbox,
             "concurrency": args.concurrency,
@@ -124,10 +123,10 @@ def run(args: argparse.Namespace, tmp: Path, port: int, server: int) -> dict[str
     )
     sampler = MemorySampler(args.every)
     sampler.start()
-    cpu0, machine0, server0, t0 = _cpu(), _machine_cpu(), _process_cpu(server), time.perf_counter()
+    cpu0, machine0, server0, t0 = own_cpu(), machine_cpu(), process_cpu(server), time.perf_counter()
     summary = asyncio.run(run_batch(cfg))
-    wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
-    machine, endpoint = _machine_cpu() - machine0, _process_cpu(server) - server0
+    wall, cpu = time.perf_counter() - t0, own_cpu() - cpu0
+    machine, endpoint = machine_cpu() - machine0, process_cpu(server) - server0
     sampler.stop.set()
     sampler.join()
     stats = summary.statistics
@@ -166,19 +165,8 @@ def main() -> None:
     args = p.parse_args()
     args.samples = args.samples or 2 * args.concurrency
 
-    tmp = Path(tempfile.mkdtemp(prefix="tf-scale-"))
-    server = _start_server(args.latency, tmp / "port")
-    try:
-        port = int((tmp / "port").read_text())
-        (tmp / "prompts.jsonl").write_bytes(
-            b"".join(orjson.dumps({"prompt": f"task {i}"}) + b"\n" for i in range(args.samples))
-        )
-        os.environ.setdefault("BENCH_KEY", "unused")
-        result = run(args, tmp, port, server.pid)
-    finally:
-        server.terminate()
-        server.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
+    with scripted_endpoint(args.latency, prefix="tf-scale-", prompts=args.samples) as endpoint:
+        result = run(args, endpoint)
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
 
 
