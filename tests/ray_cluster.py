@@ -53,7 +53,9 @@ def _free_port() -> int:
 
 
 def _spawn(name: str, args: list[str], temp_dir: str) -> tuple[str, subprocess.Popen[str]]:
-    env = {**os.environ, **_FAST_HEALTH}
+    # No token authentication, whatever ~/.ray holds: `ray start` turns it on when a token file
+    # exists (any earlier local `ray.init()` writes one), a driver given an address never does.
+    env = {**os.environ, **_FAST_HEALTH, "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.Popen(
         [RAY, "start", "--node-ip-address", LOOPBACK, "--node-name", name, *_SMALL, *args],

@@ -71,7 +71,8 @@ def connect(ray: Any, address: str | None) -> None:
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = address or "this machine"
         raise ClusterError(
-            f"cannot connect to the Ray cluster at {where}: {exc}; check --ray-address"
+            f"cannot connect to the Ray cluster at {where}: {exc}; check --ray-address (a cluster with "
+            "token authentication also needs RAY_AUTH_MODE=token and its token here)"
         ) from None
 
 
