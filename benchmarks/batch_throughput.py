@@ -2,8 +2,9 @@
 
 The endpoint runs in a SEPARATE process (``python -m trajforge.testing.scripted_server``) with
 200 ms latency per call; every sample makes 3 model calls and 2 ``terminal`` calls in its own
-sandbox. Prints trajectories/s; CPU seconds per trajectory of this process + its reaped children
-(workers, sandboxes); the whole machine's CPU per trajectory (/proc/stat: also kernel work and the
+sandbox. Prints trajectories/s; CPU seconds per trajectory of this process and everything under it
+(workers, sandboxes, their commands: a cpuacct cgroup, as root; ``getrusage`` misses the
+sandboxes, it is printed too); the whole machine's CPU per trajectory (/proc/stat: also kernel work and the
 endpoint) and the endpoint process's own share of it; and the ratio to the latency-bound ideal
 ``concurrency / (calls x latency)``.
 
@@ -30,6 +31,7 @@ from _endpoint import (  # noqa: E402
     CALLS,
     KEY_VAR,
     Endpoint,
+    TreeCpu,
     machine_cpu,
     own_cpu,
     process_cpu,
@@ -65,17 +67,21 @@ def _run(args: argparse.Namespace, endpoint: Endpoint, name: str, reuse: bool) -
             "progress": "plain",
         },
     )
-    cpu0, machine0, server0, t0 = own_cpu(), machine_cpu(), process_cpu(server), time.perf_counter()
-    if args.profile:
-        import cProfile
+    with TreeCpu() as tree:
+        tree0 = tree.seconds()
+        cpu0, machine0, server0, t0 = own_cpu(), machine_cpu(), process_cpu(server), time.perf_counter()
+        if args.profile:
+            import cProfile
 
-        prof = cProfile.Profile()
-        summary = prof.runcall(asyncio.run, run_batch(cfg, progress=PlainProgress(name, every_s=5)))
-        prof.dump_stats(f"{args.profile}.{name}")
-    else:
-        summary = asyncio.run(run_batch(cfg, progress=PlainProgress(name, every_s=5)))
-    wall, cpu = time.perf_counter() - t0, own_cpu() - cpu0
-    machine, endpoint = machine_cpu() - machine0, process_cpu(server) - server0
+            prof = cProfile.Profile()
+            summary = prof.runcall(asyncio.run, run_batch(cfg, progress=PlainProgress(name, every_s=5)))
+            prof.dump_stats(f"{args.profile}.{name}")
+        else:
+            summary = asyncio.run(run_batch(cfg, progress=PlainProgress(name, every_s=5)))
+        wall, rusage = time.perf_counter() - t0, own_cpu() - cpu0
+        machine, endpoint = machine_cpu() - machine0, process_cpu(server) - server0
+        tree1 = tree.seconds()
+    ours = tree1 - tree0 if tree0 is not None and tree1 is not None else None
     stats = summary.statistics
     rate = stats["session"]["throughput_per_s"]
     ideal = cfg.concurrency * cfg.workers / (CALLS * args.latency)
@@ -90,7 +96,9 @@ def _run(args: argparse.Namespace, endpoint: Endpoint, name: str, reuse: bool) -
         "sandboxes": stats["sandboxes"],
         "wall_s_incl_startup": round(wall, 2),
         "trajectories_per_s": rate,
-        "cpu_s_per_trajectory": round(cpu / n, 4),
+        # this process and everything under it (workers, sandboxes, their commands), from a cgroup
+        "cpu_s_per_trajectory": round(ours / n, 4) if ours is not None else None,
+        "getrusage_cpu_s_per_trajectory": round(rusage / n, 4),  # what "our CPU" was before: no sandboxes
         "machine_cpu_s_per_trajectory": round(machine / n, 4),
         "endpoint_cpu_s_per_trajectory": round(endpoint / n, 4),
         "machine_minus_endpoint_cpu_s_per_trajectory": round((machine - endpoint) / n, 4),

@@ -10,9 +10,10 @@ and the PSS of this process and every process under it (sandboxes: bwrap and the
 peaks divided by ``--concurrency`` are the memory per live rollout (every slot is busy at the peak).
 
 Printed: trajectories/s over the samples' span, the bound ``concurrency / (calls x latency)`` and
-the ratio, CPU per trajectory of this process and its reaped children (sandboxes, their commands)
-and of the whole machine (/proc/stat, minus the endpoint process; it also counts other jobs on a
-shared machine), the memory figures,
+the ratio, CPU per trajectory of this process and everything under it (sandboxes, their commands:
+a cpuacct cgroup, as root) and of the whole machine (/proc/stat, minus the endpoint process; it
+also counts other jobs on a shared machine), both without the memory sampler's own CPU (reading
+every process's smaps each second), the memory figures,
 the PSS by process name at the peak, and the sandbox counters.
 
     .venv/bin/python benchmarks/scale_latency.py --concurrency 1024 --samples 2048
@@ -33,7 +34,7 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _endpoint import CALLS, KEY_VAR, Endpoint, machine_cpu, own_cpu, process_cpu, scripted_endpoint  # noqa: E402
+from _endpoint import CALLS, KEY_VAR, Endpoint, TreeCpu, machine_cpu, own_cpu, process_cpu, scripted_endpoint  # noqa: E402
 
 from trajforge.batch.config import load_config  # noqa: E402
 from trajforge.batch.runner import run_batch  # noqa: E402
@@ -91,6 +92,7 @@ class MemorySampler(threading.Thread):
         self.peak_pss = 0
         self.peak_by: Counter[str] = Counter()
         self.stop = threading.Event()
+        self.cpu_s = 0.0  # its own: reading every process's smaps is not the run's cost
 
     def run(self) -> None:
         while not self.stop.wait(self.every_s):
@@ -99,6 +101,7 @@ class MemorySampler(threading.Thread):
             total = sum(by.values())
             if total > self.peak_pss:
                 self.peak_pss, self.peak_by = total, by
+            self.cpu_s = time.thread_time()
 
 
 def run(args: argparse.Namespace, endpoint: Endpoint) -> dict[str, object]:
@@ -121,14 +124,19 @@ def run(args: argparse.Namespace, endpoint: Endpoint) -> dict[str, object]:
             "progress": "none",
         },
     )
-    sampler = MemorySampler(args.every)
-    sampler.start()
-    cpu0, machine0, server0, t0 = own_cpu(), machine_cpu(), process_cpu(server), time.perf_counter()
-    summary = asyncio.run(run_batch(cfg))
-    wall, cpu = time.perf_counter() - t0, own_cpu() - cpu0
-    machine, endpoint = machine_cpu() - machine0, process_cpu(server) - server0
-    sampler.stop.set()
-    sampler.join()
+    with TreeCpu() as tree:
+        sampler = MemorySampler(args.every)
+        sampler.start()
+        tree0 = tree.seconds()
+        cpu0, machine0, server0, t0 = own_cpu(), machine_cpu(), process_cpu(server), time.perf_counter()
+        summary = asyncio.run(run_batch(cfg))
+        wall, rusage = time.perf_counter() - t0, own_cpu() - cpu0
+        machine, endpoint = machine_cpu() - machine0, process_cpu(server) - server0
+        tree1 = tree.seconds()
+        sampler.stop.set()
+        sampler.join()
+    sampling = sampler.cpu_s
+    ours = tree1 - tree0 - sampling if tree0 is not None and tree1 is not None else None
     stats = summary.statistics
     n = args.samples
     rate = n / stats["duration_s"]
@@ -144,8 +152,13 @@ def run(args: argparse.Namespace, endpoint: Endpoint) -> dict[str, object]:
         "trajectories_per_s": round(rate, 1),
         "bound_per_s": round(bound, 1),
         "ratio_to_bound": round(rate / bound, 3),
-        "our_cpu_ms_per_traj": round(cpu / n * 1000, 1),
-        "machine_cpu_ms_per_traj_minus_endpoint": round((machine - endpoint) / n * 1000, 1),
+        # this process and everything under it (sandboxes, commands; a cgroup), minus the sampler
+        "our_cpu_ms_per_traj": round(ours / n * 1000, 1) if ours is not None else None,
+        "getrusage_cpu_ms_per_traj": round(rusage / n * 1000, 1),  # "our CPU" before: no sandboxes
+        "sampler_cpu_ms_per_traj": round(sampling / n * 1000, 1),
+        "machine_cpu_ms_per_traj_minus_endpoint_and_sampler": round(
+            (machine - endpoint - sampling) / n * 1000, 1
+        ),
         "machine_busy_fraction": round(machine / (wall * (os.cpu_count() or 1)), 3),
         "latency_p50_s": stats["latency_s"]["p50"],
         "peak_used_mib_per_live_rollout": round(sampler.peak_used / mib / args.concurrency, 2),
