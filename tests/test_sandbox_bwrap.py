@@ -242,6 +242,43 @@ async def test_session_state_persists(sandbox):
     assert (await sandbox.exec("pwd", cwd="/tmp")).output == "/tmp\n"
 
 
+async def test_session_state_survives_what_a_command_does_to_its_shell(sandbox):
+    """The EXIT trap saves the exported variables with builtins only: ``set -u`` in the command, a
+    value with a newline, an exported name without a value, a nameref (never exported, as
+    ``compgen -e`` says) and ``export -n`` all come out as they would from ``compgen -e``."""
+    await sandbox.exec(
+        "set -u; export MULTI=$'a b\\nc' BARE; declare -n REF=HOME; export REF; "
+        "export GONE=1; unset GONE; export KEEP=1; export -n KEEP; IFS=x; cd /tmp"
+    )
+    result = await sandbox.exec(
+        'pwd; printf "[%s]" "$MULTI"; env | grep -c "^REF=" ; env | grep -c "^KEEP="; echo "${BARE-unset}"'
+    )
+    assert result.output == "/tmp\n[a b\nc]0\n0\nunset\n"
+
+
+async def test_commands_inherit_nothing_of_the_agent(sandbox):
+    """Every command starts in a session of its own as the sandbox uid, with no fd of the agent's
+    (only stdin from /dev/null and the output pipe), no capability, no supplementary group, and
+    the signals python ignores (SIGPIPE, SIGXFSZ) back to their defaults."""
+    result = await sandbox.exec(
+        "ls /proc/self/fd; readlink /proc/self/fd/0; grep -E '^(CapEff|CapPrm|CapInh|Groups|SigIgn):' "
+        '/proc/self/status; [ "$(ps -o sid= -p $$)" -eq $$ ] && echo own-session; yes | head -c 4'
+    )
+    lines = result.output.splitlines()
+    fds = [int(x) for x in lines[: lines.index("/dev/null")]]
+    assert set(fds) <= {0, 1, 2, 3}, result.output  # 3: the listing's own directory fd
+    status = dict(line.split(":", 1) for line in lines if ":" in line)
+    assert all(int(status[cap].strip(), 16) == 0 for cap in ("CapEff", "CapPrm", "CapInh")), result.output
+    ignored = int(status["SigIgn"].strip(), 16)
+    assert not ignored & (1 << (signal.SIGPIPE - 1)) and not ignored & (1 << (signal.SIGXFSZ - 1)), (
+        result.output
+    )
+    if os.geteuid() == 0:  # a uid of its own, with no groups
+        assert status["Groups"].strip() == "", result.output
+    assert "own-session" in lines
+    assert result.output.endswith("y\ny\n")  # `yes` ended by SIGPIPE, not by an error
+
+
 async def test_background_process_survives_between_calls_and_dies_at_close(tmp_path):
     factory = create_sandbox_factory(_config(root_dir=str(tmp_path / "sb")))
     sb = await factory.create("t-bg")

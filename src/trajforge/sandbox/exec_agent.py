@@ -31,18 +31,21 @@ This file must stay importable by any python3 >= 3.8 with nothing but the standa
 
 from __future__ import annotations
 
-import contextlib
-import json
+import _signal as signal  # the C module: ``signal`` itself imports enum and with it collections
+import _thread
 import os
 import resource
 import select
-import signal
 import stat
-import subprocess
 import sys
-import threading
 import time
-from typing import Any
+
+# What the agent imports is what every sandbox keeps in memory for its whole life: no typing (1.6
+# MiB), json's Python layer with its re (1.1 MiB), subprocess/threading (1.4 MiB), contextlib or
+# enum (measured by importing each into ``python3 -I -S``). Type checkers still see the annotations.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # The wrapper sources the user's command from a file (no ARG_MAX limit, exact bytes), with the
 # limits set first and the session state saved on exit, whatever way the command exits.
@@ -73,6 +76,19 @@ _IOPRIO_GET = {"x86_64": 252, "aarch64": 31}
 _KEYCTL_GET_KEYRING_ID, _KEYCTL_JOIN_SESSION_KEYRING, _KEYCTL_READ = 0, 1, 11
 _KEY_SPEC_USER, _KEY_SPEC_USER_SESSION = -4, -5
 _FS_IOC_GETFLAGS, _FS_IOC_SETFLAGS = 0x80086601, 0x40086602
+
+
+class suppress:  # noqa: N801 (contextlib's name: that module imports collections and functools)
+    """``contextlib.suppress``: a ``with`` block that ignores the given exceptions."""
+
+    def __init__(self, *kinds: type[BaseException]) -> None:
+        self.kinds = kinds
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, value: object, traceback: object) -> bool:
+        return kind is not None and issubclass(kind, self.kinds)
 
 
 class OutputCap:
@@ -109,10 +125,9 @@ class OutputCap:
 def _drain_forever(fd: int) -> None:
     """Read and discard what background jobs still write, so they never block or get SIGPIPE."""
     try:
-        while os.read(fd, 65536):
-            pass
-    except OSError:
-        pass
+        with suppress(OSError):
+            while os.read(fd, 65536):
+                pass
     finally:
         os.close(fd)
 
@@ -194,8 +209,7 @@ def _ipc_objects() -> int:
     """System V shared memory segments, semaphores and message queues in our IPC namespace."""
     count = 0
     for kind in ("shm", "sem", "msg"):
-        with contextlib.suppress(OSError), open("/proc/sysvipc/" + kind) as f:
-            count += max(0, len(f.read().splitlines()) - 1)
+        count += max(0, len(_read("/proc/sysvipc/" + kind).splitlines()) - 1)
     return count
 
 
@@ -316,17 +330,17 @@ def _dir_attributes(path: str) -> dict[str, Any]:
 
 def _restore_dir(path: str, start: dict[str, Any], times: tuple[int, int]) -> None:
     """Put a writable root's attributes back as they were at start (best effort; verified after)."""
-    with contextlib.suppress(OSError):
+    with suppress(OSError):
         os.chown(path, *start["owner"], follow_symlinks=False)
     os.chmod(path, stat.S_IMODE(start["mode"]))
     now = _xattrs(path)
     for name in now:
         if name not in start["xattrs"]:
-            with contextlib.suppress(OSError):
+            with suppress(OSError):
                 os.removexattr(path, name, follow_symlinks=False)
     for name, value in start["xattrs"].items():
         if now.get(name) != value:
-            with contextlib.suppress(OSError):
+            with suppress(OSError):
                 os.setxattr(path, name, value, follow_symlinks=False)
     if start["flags"] is not None and _fs_flags(path) != start["flags"]:
         _fs_flags(path, start["flags"])
@@ -473,17 +487,16 @@ class Agent:
 
     def _reset_ipc_and_keys(self) -> None:
         if _ipc_objects():  # only their owner may remove them: run ipcrm as the commands' uid
-            subprocess.run(
-                ["ipcrm", "--all"],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                **self._as_commands(),
-            )
+            null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                with suppress(OSError):  # checked below
+                    _wait(_start(["ipcrm", "--all"], "/", self.initial_env, self.run_as, null))
+            finally:
+                os.close(null)
             if _ipc_objects():
                 raise ResetRefused("System V IPC objects could not be removed")
         for queue in _mqueues():
-            with contextlib.suppress(OSError):
-                os.unlink(queue)
+            _unlink(queue)
         if _mqueues():
             raise ResetRefused("POSIX message queues could not be removed")
         assert self.kernel is not None
@@ -556,24 +569,17 @@ class Agent:
                 self._kill_group(pgid)
         self.groups.clear()
 
-    def _as_commands(self) -> dict[str, Any]:
-        """Popen arguments that start a process as the commands' uid. From uid 0 to another uid the
-        kernel clears every capability, so nothing the command runs keeps any of ours."""
-        if self.run_as is None:
-            return {}
-        return {"user": self.run_as[0], "group": self.run_as[1], "extra_groups": []}
-
-    def _spawn(self, cwd: str, state: str, cmd_file: str, env: dict[str, Any]) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            ["bash", "-c", WRAPPER, "bash", state, cmd_file],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-            **self._as_commands(),
-        )
+    def _spawn(self, cwd: str, state: str, cmd_file: str, env: dict[str, str]) -> tuple[int, int]:
+        """Start the wrapper for one command: (its pid, the read end of its output pipe)."""
+        read_end, write_end = os.pipe()
+        try:
+            pid = _start(["bash", "-c", WRAPPER, "bash", state, cmd_file], cwd, env, self.run_as, write_end)
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+        return pid, read_end
 
     def exec(self, req: dict[str, Any]) -> dict[str, Any]:
         started = time.monotonic()
@@ -583,11 +589,12 @@ class Agent:
         self.counter += 1
         cmd_file = os.path.join(self.cmd_dir, f"s{self.counter}.sh")
         fd = os.open(cmd_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(req["command"].encode("utf-8", "surrogateescape"))
+        try:
+            _write_all(fd, req["command"].encode("utf-8", "surrogateescape"))
+        finally:
+            os.close(fd)
         state = os.path.join(self.out_dir, f"s{self.counter}.state")
-        with contextlib.suppress(OSError):
-            os.unlink(state)
+        _unlink(state)
         # A fresh command (the verifier's) sees none of the session: the start environment and
         # the workdir, and what it changes is not kept. A rollout's `export PATH=...` must not
         # pick the programs its own reward is computed with.
@@ -601,42 +608,41 @@ class Agent:
         env = dict(self.initial_env if fresh else self.env)
         env.update({k: v for k, v in self.limits.items() if v})
         try:
-            proc = self._spawn(cwd, state, cmd_file, env)
+            pid, out = self._spawn(cwd, state, cmd_file, env)
         except BlockingIOError:  # no process left to fork: recover the sandbox, then try once more
             note += self._kill_everything()
-            proc = self._spawn(cwd, state, cmd_file, env)
-        self.groups.add(proc.pid)
-        code, timed_out = self._collect(proc, cap, started + timeout)
-        with contextlib.suppress(OSError):
-            os.unlink(cmd_file)
+            pid, out = self._spawn(cwd, state, cmd_file, env)
+        self.groups.add(pid)
+        code, timed_out = self._collect(pid, out, cap, started + timeout)
+        _unlink(cmd_file)
         if not timed_out and not fresh:
             self._load_state(state)
-        with contextlib.suppress(OSError):
-            os.unlink(state)
+        _unlink(state)
         if self._near_process_limit():
             note += self._kill_everything()
         if note:
             cap.feed(note.encode())
         return self._answer(req, None if timed_out else code, None, started, cap, timed_out)
 
-    def _collect(self, proc: subprocess.Popen[bytes], cap: OutputCap, deadline: float) -> tuple[int, bool]:
-        """Read the command's output into ``cap`` until it exits (or its deadline kills it)."""
-        assert proc.stdout is not None
-        fd = os.dup(proc.stdout.fileno())
-        proc.stdout.close()
+    def _collect(self, pid: int, fd: int, cap: OutputCap, deadline: float) -> tuple[int, bool]:
+        """Read the command's output (``fd``) into ``cap`` until it exits (or its deadline kills
+        it); its exit code (negative: the signal that ended it) and whether it timed out."""
         timed_out = False
         exited_at = None
+        code: int | None = None
         eof = False
         while True:
             now = time.monotonic()
-            if exited_at is None and proc.poll() is not None:
-                exited_at = now
+            if code is None:
+                code = _poll(pid)
+                if code is not None:
+                    exited_at = now
             if exited_at is not None and now - exited_at > _GRACE_S:
                 break
             if exited_at is None and now >= deadline:
                 timed_out = True
-                self._kill_group(proc.pid)
-                proc.wait()
+                self._kill_group(pid)
+                code = _wait(pid)
                 exited_at = time.monotonic()
                 continue
             wait = min(0.05, max(0.0, deadline - now))
@@ -647,12 +653,13 @@ class Agent:
                     eof = True
                     break
                 cap.feed(chunk)
-        code = proc.wait()
+        if code is None:
+            code = _wait(pid)
         if eof:
             os.close(fd)
             return code, timed_out
         try:  # a background job still holds the pipe: keep draining it off the main path
-            threading.Thread(target=_drain_forever, args=(fd,), daemon=True).start()
+            _thread.start_new_thread(_drain_forever, (fd,))
         except RuntimeError:  # no thread left to start (a fork bomb holds them all): stop reading;
             os.close(fd)  # writers get SIGPIPE, and the limit check that follows kills them anyway
         return code, timed_out
@@ -684,13 +691,202 @@ class Agent:
             self._kill_group(pgid)
 
 
+def _fork_exec_311() -> Any:
+    """``_posixsubprocess.fork_exec``, the C function behind ``subprocess.Popen``, where its
+    signature is the one :func:`_start` was written and measured against (CPython 3.11); None
+    elsewhere. It forks, sets the child up and execs without running any Python in the child: a
+    fork in Python that then runs Python code costs ~1.2 ms more CPU per command (measured)."""
+    if sys.version_info[:2] != (3, 11):
+        return None
+    try:
+        from _posixsubprocess import fork_exec
+    except ImportError:
+        return None
+    return fork_exec
+
+
+_FORK_EXEC = _fork_exec_311()
+
+
+def _start(
+    argv: list[str], cwd: str, env: dict[str, str], run_as: tuple[int, int] | None, output: int
+) -> int:
+    """Fork and exec ``argv`` (found on ``env``'s PATH) in ``cwd``, in a session of its own (one
+    process group to kill), stdin from /dev/null, stdout and stderr into ``output``, with no other
+    fd of ours, and as the commands' uid and gid without supplementary groups when ``run_as`` is
+    given: from uid 0 to another uid the kernel clears every capability, so nothing the command
+    runs keeps any of ours. Returns its pid; raises OSError (BlockingIOError: no process left)
+    when it could not start, like ``subprocess`` did: this is its job without importing it."""
+    report_r, report_w = os.pipe()  # close-on-exec: EOF says the exec happened
+    try:
+        if _FORK_EXEC is not None:
+            pid = _fork_exec_c(argv, cwd, env, run_as, output, report_r, report_w)
+        else:
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover (the child execs or exits, never returns)
+                _child(argv, cwd, env, run_as, output, report_w)
+    except BaseException:
+        os.close(report_r)
+        raise
+    finally:
+        os.close(report_w)
+    report = b""
+    try:  # until EOF: the child may write its report in pieces
+        while len(report) < 4096:
+            piece = os.read(report_r, 4096)
+            if not piece:
+                break
+            report += piece
+    finally:
+        os.close(report_r)
+    if report:
+        _wait(pid)
+        _raise_report(argv[0], report)
+    return pid
+
+
+def _fork_exec_c(
+    argv: list[str],
+    cwd: str,
+    env: dict[str, str],
+    run_as: tuple[int, int] | None,
+    output: int,
+    report_r: int,
+    report_w: int,
+) -> int:
+    """``_start`` through ``_posixsubprocess.fork_exec`` (3.11), called as ``subprocess`` calls it."""
+    executable = os.fsencode(argv[0])
+    if os.path.dirname(executable):
+        candidates: tuple[bytes, ...] = (executable,)
+    else:
+        candidates = tuple(os.path.join(os.fsencode(d), executable) for d in os.get_exec_path(env))
+    env_list = [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()]
+    uid, gid = run_as if run_as is not None else (-1, -1)
+    null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return int(
+            _FORK_EXEC(
+                argv,
+                candidates,
+                True,  # close_fds: the command inherits none of ours
+                (report_w,),
+                cwd,
+                env_list,
+                null,  # stdin
+                -1,
+                -1,
+                output,  # stdout
+                -1,
+                output,  # stderr
+                report_r,
+                report_w,
+                True,  # restore_signals: SIGPIPE and SIGXFSZ back to their defaults
+                True,  # call_setsid
+                -1,  # process group: the new session's
+                gid,
+                [] if run_as is not None else None,  # supplementary groups: none
+                uid,
+                -1,  # umask
+                None,  # preexec_fn
+                False,  # vfork: never with a uid switch, and not needed without
+            )
+        )
+    finally:
+        os.close(null)
+
+
+def _raise_report(program: str, report: bytes) -> None:
+    """Raise what a child that could not exec reported, ``Name:hex errno:text`` (the format of
+    ``_posixsubprocess``, which :func:`_child` writes too), as the OSError of that errno."""
+    text = report.decode("ascii", "replace")
+    number = 0
+    with suppress(ValueError, IndexError):
+        number = int(text.split(":", 2)[1], 16)
+    raise OSError(number or None, f"cannot start {program!r}: {text}")
+
+
+def _child(
+    argv: list[str], cwd: str, env: dict[str, str], run_as: tuple[int, int] | None, output: int, report: int
+) -> None:
+    """In the forked child: set it up and exec; on any failure say why on ``report`` and exit."""
+    try:
+        os.setsid()
+        for number in (signal.SIGPIPE, signal.SIGXFSZ):  # ignored by python, not by commands
+            signal.signal(number, signal.SIG_DFL)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.chdir(cwd)
+        if run_as is not None:
+            uid, gid = run_as
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            if os.getresuid() != (uid, uid, uid):
+                raise PermissionError(1, "the uid switch did not take")
+        _close_fds_above(2, keep=report)
+        os.execvpe(argv[0], argv, env)
+    except BaseException as exc:
+        with suppress(BaseException):
+            os.write(
+                report,
+                f"{type(exc).__name__}:{getattr(exc, 'errno', 0) or 0:x}:{exc}".encode("ascii", "replace"),
+            )
+    finally:
+        os._exit(127)
+
+
+def _close_fds_above(low: int, keep: int) -> None:
+    """Close every fd above ``low`` but ``keep`` (a command must inherit none of ours)."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc: every fd up to the limit
+        fds = list(range(low + 1, os.sysconf("SC_OPEN_MAX")))
+    for fd in fds:
+        if fd > low and fd != keep:
+            with suppress(OSError):
+                os.close(fd)
+
+
+def _wait(pid: int) -> int:
+    """Reap ``pid`` once it exits: its exit code, negative for the signal that killed it."""
+    code = _poll(pid, 0)
+    assert code is not None
+    return code
+
+
+def _poll(pid: int, flags: int = os.WNOHANG) -> int | None:
+    """``_wait`` if ``pid`` has exited, else None. 0 when it was reaped elsewhere (``_reap``)."""
+    try:
+        got, status = os.waitpid(pid, flags)
+    except ChildProcessError:
+        return 0
+    if got == 0:
+        return None
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _unlink(path: str) -> None:
+    with suppress(OSError):
+        os.unlink(path)
+
+
 def _kill_all_others() -> int:
     """SIGKILL every process of our pid namespace but us (and bwrap, pid 1), repeating while a
     fork bomb keeps spawning; how many are left."""
     me = os.getpid()
     left: list[int] = []
     for _ in range(200):
-        with contextlib.suppress(ProcessLookupError):
+        with suppress(ProcessLookupError):
             os.kill(-1, signal.SIGKILL)
         _reap()
         left = [p for p in _pids() if p not in (1, me)]
@@ -764,24 +960,70 @@ def _options(argv: list[str]) -> dict[str, Any]:
     return opts
 
 
+class _JsonContext:
+    """What ``_json``'s scanner reads from ``json.JSONDecoder`` (the defaults of ``json.loads``)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = float  # 'NaN', 'Infinity', '-Infinity'
+
+
+def _json_codec() -> tuple[Any, Any]:
+    """(dumps, loads) as ``json.dumps``/``json.loads`` do them, from the C half of json (``_json``)
+    without importing the json package, which imports ``re``: ~1.1 MiB of every sandbox's memory.
+    Falls back to the json package on an interpreter whose ``_json`` differs."""
+    try:
+        import _json
+
+        def refuse(obj: object) -> object:
+            raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+        encode = _json.make_encoder(
+            {}, refuse, _json.encode_basestring_ascii, None, ": ", ", ", False, False, True
+        )
+        scan = _json.make_scanner(_JsonContext())  # type: ignore[arg-type]  # reads these attributes
+
+        def dumps(obj: object) -> str:
+            return "".join(encode(obj, 0))
+
+        def loads(text: str) -> Any:
+            text = text.strip()
+            value, end = scan(text, 0)
+            if end != len(text):
+                raise ValueError(f"extra data after the JSON value at {end}")
+            return value
+
+        if loads(dumps({"a": [1, 2.5, None, True, "\u00e9\n"]})) != {"a": [1, 2.5, None, True, "\u00e9\n"]}:
+            raise ValueError("_json does not round-trip here")
+        return dumps, loads
+    except (ImportError, TypeError, ValueError, AttributeError, StopIteration):
+        import json
+
+        return json.dumps, json.loads
+
+
 def main() -> None:
     workdir, scratch = sys.argv[1], sys.argv[2]
     agent = Agent(workdir, scratch, **_options(sys.argv[3:]))
+    dumps, loads = _json_codec()
     out = sys.stdout
-    out.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
+    out.write(dumps({"ready": True, "pid": os.getpid()}) + "\n")
     out.flush()
     for line in sys.stdin:
         if not line.strip():
             continue
-        req = json.loads(line)
+        req = loads(line)
         if req.get("op") == "close":
             agent.close()
-            out.write(json.dumps({"id": req.get("id"), "closed": True}) + "\n")
+            out.write(dumps({"id": req.get("id"), "closed": True}) + "\n")
             out.flush()
             return
         if req.get("op") == "stop":  # the rollout is over: nothing it started may run on
             agent.stop_all()
-            out.write(json.dumps({"id": req.get("id"), "stopped": True}) + "\n")
+            out.write(dumps({"id": req.get("id"), "stopped": True}) + "\n")
             out.flush()
             continue
         if req.get("op") == "reset":
@@ -790,14 +1032,14 @@ def main() -> None:
                 answer = {"id": req.get("id"), "reset": True}
             except (ResetRefused, OSError, RecursionError) as exc:
                 answer = {"id": req.get("id"), "reset": False, "reason": str(exc) or type(exc).__name__}
-            out.write(json.dumps(answer) + "\n")
+            out.write(dumps(answer) + "\n")
             out.flush()
             continue
         try:
             answer = agent.exec(req)
         except Exception as exc:  # report, never die: the session must survive a bad request
             answer = {"id": req.get("id"), "error": f"{type(exc).__name__}: {exc}"}
-        out.write(json.dumps(answer) + "\n")
+        out.write(dumps(answer) + "\n")
         out.flush()
     agent.close()
 
