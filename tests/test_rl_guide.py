@@ -21,7 +21,7 @@ from trajforge.envs.episode import RolloutBackends, Rollouts
 from trajforge.envs.types import Episode
 from trajforge.llm.chat_template import ChatTemplate
 from trajforge.llm.token_trace import MASKED, MASKED_LOGPROB
-from trajforge.rl.grpo import collate, group_advantages, token_logprobs
+from trajforge.rl.grpo import Sample, collate, group_advantages, token_logprobs
 from trajforge.rl.guide import attach_guided_traces, guide_group
 from trajforge.rl.samples import StepRollouts, build_samples, rollout_metrics
 from trajforge.sandbox import close_factory, create_sandbox_factory
@@ -50,22 +50,28 @@ def _runs(flags: list[bool]) -> list[tuple[int, int]]:
 
 
 def _expected_turn_text(msg: dict[str, Any]) -> list[Any]:
-    """What the policy writes for an assistant turn: tool calls as parsed JSON, or its content."""
+    """What the policy writes for an assistant turn: its reasoning, then tool calls as parsed
+    JSON or its content."""
+    head = [str(msg.get("reasoning") or "")]
     if msg.get("tool_calls"):
-        return [
+        return head + [
             {"name": tc["function"]["name"], "arguments": json.loads(tc["function"]["arguments"])}
             for tc in msg["tool_calls"]
         ]
-    return [str(msg.get("content") or "")]
+    return head + [str(msg.get("content") or "")]
 
 
 def _parsed_turn(text: str) -> list[Any]:
     assert text.endswith(IM_END), text
     body = text[: -len(IM_END)]
+    thought = ""
+    if body.startswith("<think>\n"):
+        thought, body = body[len("<think>\n") :].split("\n</think>\n", 1)
+        body = body.lstrip("\n")
     if body.startswith("<tool_call>"):
         blocks = [b.split("</tool_call>")[0] for b in body.split("<tool_call>")[1:]]
-        return [json.loads(b) for b in blocks]
-    return [body]
+        return [thought, *(json.loads(b) for b in blocks)]
+    return [thought, body]
 
 
 async def test_group_without_success_gets_one_oracle_sample(tmp_path: Path) -> None:
@@ -138,3 +144,63 @@ async def test_group_without_success_gets_one_oracle_sample(tmp_path: Path) -> N
         assert none is None and kept is solved
     finally:
         await close_factory(factory)
+
+
+@pytest.mark.parametrize("family", ["write_file", "find_value", "count_lines", "arithmetic"])
+async def test_oracle_writes_in_the_embedded_policys_own_style(family: str) -> None:
+    """A guided sample must differ from what the policy writes only where the policy is wrong.
+
+    The embedded policy was taught on ``models/tiny/data.py``'s conversations (a ``<think>`` block
+    per turn, arguments laid out by ``json.dumps``). The tiny_tasks oracle's conversation for the
+    same task, rendered by the policy's own chat template, must be the same text; before this was
+    so, every guided sample also taught the policy to stop thinking and to write compact JSON
+    (the closed loop's count_lines, never trained on, lost 17.5 points). And under the embedded
+    policy only the copied value is unlikely: every other sampled token has p > 0.5.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trajforge.endpoint import embedded_weights
+    from trajforge.models.tiny.data import solve_in_sandbox
+    from trajforge.rl.guide import oracle_trace
+    from trajforge.tasks import Task, setup_task
+    from trajforge.tools.base import ToolContext
+
+    weights = embedded_weights()
+    tokenizer = AutoTokenizer.from_pretrained(weights)
+    template = ChatTemplate(tokenizer, end_of_turn=IM_END)
+    env = load_env("tiny_tasks", {"families": [family], "sandbox": "bwrap"})
+    await env.setup()
+    item = await env.get_next_item()
+    factory = create_sandbox_factory(SandboxConfig(kind="bwrap", command_timeout_s=30))
+    registry = default_registry()
+    try:
+        oracle = Rollouts(
+            env,
+            RolloutBackends(None, factory, registry, model_for=agent_model_for(env, "oracle")),  # type: ignore[arg-type]
+        )
+        ep = await oracle.episode(item, rollout=0, group_size=1, seed=1)
+        assert float(ep.reward) == 1.0, ep.reward_reason
+        task = Task.from_row(item)
+        sandbox = await factory.create(task.id)
+        try:
+            await setup_task(task, sandbox)
+            taught = await solve_in_sandbox(task, registry, ToolContext(task_id=task.id, sandbox=sandbox))
+        finally:
+            await sandbox.close()
+    finally:
+        await close_factory(factory)
+
+    start = next(i for i, m in enumerate(ep.messages) if m.get("role") == "user")
+    head = ep.messages[: start + 1]
+    schemas = registry.schemas(registry.for_toolsets(ep.toolsets))
+    rendered = template.render([*head, *ep.messages[start + 1 :]], schemas, add_generation_prompt=False)
+    assert rendered == template.render([*head, *taught], schemas, add_generation_prompt=False)
+
+    model = AutoModelForCausalLM.from_pretrained(weights).eval()
+    tokens, sampled = oracle_trace(ep.messages, template, schemas)
+    with torch.no_grad():
+        lp, _ = token_logprobs(model, collate([Sample(tokens, sampled, [0.0] * len(tokens), 0.0)], 0))
+    unlikely = [
+        tokenizer.decode([tokens[i + 1]]) for i, p in enumerate(lp[0].tolist()) if sampled[i + 1] and p < -0.7
+    ]
+    assert len(unlikely) <= 3, unlikely  # the copied word/key (find_value names its key three times)

@@ -6,18 +6,28 @@ so they go through the same agent loop, tools, sandboxes and verifiers as a real
 
 An env supports the oracle by defining ``oracle_calls(item) -> list[(tool name, arguments)]``
 (the tool calls of its reference solution) and optionally ``oracle_answer(item, messages)`` (the
-final answer, built from what the tools printed), or ``oracle_model_for`` for anything else.
+final answer, built from what the tools printed), ``oracle_reasoning(item, messages)`` (the
+reasoning of the next turn, given the conversation so far), or ``oracle_model_for`` for anything
+else.
+
+Why reasoning and argument layout matter: an oracle trajectory is also *training data* (``rl
+train --guide oracle`` puts it into groups the policy never solves). If its turns are written in
+another style than the policy's own — no ``<think>`` block where the policy always thinks, compact
+JSON where the policy writes ``{"path": "x"}`` — every one of those tokens is off-policy and
+the update pulls the policy toward the oracle's style, not only toward the one token it got
+wrong. So an env whose policy was taught with reasoning gives the oracle the same reasoning, and
+arguments are serialised the way ``json.dumps`` writes them (``", "`` and ``": "``), the layout
+of trajforge's own synthetic data and of most chat templates' ``tojson``.
 """
 
 from __future__ import annotations
 
 import base64
 import itertools
+import json
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-
-import orjson
 
 from trajforge.envs.episode import ModelFor
 from trajforge.envs.protocol import AgentEnv
@@ -35,10 +45,12 @@ class OracleModel:
         calls: Sequence[tuple[str, dict[str, Any]]],
         name: str = "oracle",
         answer: Callable[[list[dict[str, Any]]], str] | None = None,
+        reasoning: Callable[[list[dict[str, Any]]], str | None] | None = None,
     ) -> None:
         self._calls = list(calls)
         self._name = name
         self._answer = answer
+        self._reasoning = reasoning
 
     @property
     def name(self) -> str:
@@ -51,15 +63,19 @@ class OracleModel:
         sampling: SamplingParams | None = None,
     ) -> AssistantTurn:
         turn = sum(m.get("role") == "assistant" for m in messages)
+        reasoning = self._reasoning(messages) if self._reasoning is not None else None
         if turn < len(self._calls):
             tool, args = self._calls[turn]
             offered = {(t.get("function") or {}).get("name") for t in tools or []}
             if tool not in offered:  # the env's toolsets leave the solution's tool out: say so
                 return AssistantTurn(content=f"oracle: the {tool} tool is not offered", finish_reason="stop")
-            call = ToolCall(id=f"oracle_{next(_ids)}", name=tool, arguments=orjson.dumps(args).decode())
-            return AssistantTurn(tool_calls=[call], finish_reason="tool_calls", model=self._name)
+            arguments = json.dumps(args, ensure_ascii=False)
+            call = ToolCall(id=f"oracle_{next(_ids)}", name=tool, arguments=arguments)
+            return AssistantTurn(
+                tool_calls=[call], finish_reason="tool_calls", model=self._name, reasoning=reasoning
+            )
         content = self._answer(messages) if self._answer is not None else "done"
-        return AssistantTurn(content=content, finish_reason="stop", model=self._name)
+        return AssistantTurn(content=content, finish_reason="stop", model=self._name, reasoning=reasoning)
 
     async def aclose(self) -> None:
         return None
@@ -91,12 +107,14 @@ def agent_model_for(env: AgentEnv, agent: str) -> ModelFor:
         )
 
     final = getattr(env, "oracle_answer", None)
+    think = getattr(env, "oracle_reasoning", None)
 
     def model_for(_env: AgentEnv, item: Item) -> OracleModel:
         if not item:
             return OracleModel([])
         answer = (lambda messages: str(final(item, messages))) if callable(final) else None
-        return OracleModel(calls(item), answer=answer)
+        reasoning = (lambda messages: think(item, messages)) if callable(think) else None
+        return OracleModel(calls(item), answer=answer, reasoning=reasoning)
 
     return model_for
 

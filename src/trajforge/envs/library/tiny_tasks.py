@@ -92,13 +92,27 @@ class TinyTasksEnv(BaseEnv):
     def oracle_answer(self, item: Item, messages: list[dict[str, Any]]) -> str:
         """The reference answer, filled from the last tool output (what the sandbox printed)."""
         task = Task.from_row(item)
-        family = get_family(task.family)
-        last = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "tool"), "")
-        solution = family.solution(task)
-        return solution.answer_template.format(result=family.result_from_output(last))
+        return get_family(task.family).solution(task).answer_template.format(result=_result(task, messages))
+
+    def oracle_reasoning(self, item: Item, messages: list[dict[str, Any]]) -> str:
+        """The reasoning of the next oracle turn, as the embedded policy was taught to write it
+        (``models/tiny/data.py``: each step's thought, then the final thought with the result), so
+        an oracle trajectory used as a guided RL sample is in the policy's own style."""
+        task = Task.from_row(item)
+        solution = get_family(task.family).solution(task)
+        turn = sum(m.get("role") == "assistant" for m in messages)
+        if turn < len(solution.steps):
+            return solution.steps[turn].thought
+        return solution.final_thought.format(result=_result(task, messages))
 
     def category(self, item: Item) -> str | None:
         return str(item.get("family"))
+
+
+def _result(task: Task, messages: list[dict[str, Any]]) -> str:
+    """What the family reads from the last tool output of ``messages`` (its answer's ``result``)."""
+    last = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "tool"), "")
+    return get_family(task.family).result_from_output(last)
 
 
 def _item(task: Task) -> dict[str, Any]:
