@@ -102,7 +102,7 @@ class TinyTasksEnv(BaseEnv):
         solution = get_family(task.family).solution(task)
         turn = sum(m.get("role") == "assistant" for m in messages)
         if turn < len(solution.steps):
-            return solution.steps[turn].thought
+            return str(solution.steps[turn].thought)
         return solution.final_thought.format(result=_result(task, messages))
 
     def category(self, item: Item) -> str | None:
