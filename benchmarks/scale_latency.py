@@ -3,7 +3,7 @@ memory per live rollout.
 
 The scripted endpoint runs in its own process (``_endpoint.py``) with ``--latency`` per
 call (default 3 s); every sample makes 3 model calls and 2 ``terminal`` commands in its own
-sandbox. One worker runs ``--concurrency`` rollouts. While it runs, a thread samples memory every
+sandbox. One worker runs ``--concurrency`` rollouts. While it runs, a process of its own samples memory every
 ``--every`` seconds: the machine's used memory (MemTotal - MemAvailable, minus what was used
 before the run: it counts the kernel's share of each sandbox too, namespaces, page tables, cgroups)
 and the PSS of this process and every process under it (sandboxes: bwrap and the exec agent). The
@@ -12,8 +12,8 @@ peaks divided by ``--concurrency`` are the memory per live rollout (every slot i
 Printed: trajectories/s over the samples' span, the bound ``concurrency / (calls x latency)`` and
 the ratio, CPU per trajectory of this process and everything under it (sandboxes, their commands:
 a cpuacct cgroup, as root) and of the whole machine (/proc/stat, minus the endpoint process; it
-also counts other jobs on a shared machine), both without the memory sampler's own CPU (reading
-every process's smaps each second), the memory figures,
+also counts other jobs on a shared machine, and not the memory sampler, a process of its own),
+the memory figures,
 the PSS by process name at the peak, and the sandbox counters.
 
     .venv/bin/python benchmarks/scale_latency.py --concurrency 1024 --samples 2048
@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
 import sys
-import threading
 import time
 from collections import Counter
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import orjson
@@ -68,10 +69,12 @@ def process_tree(root: int) -> list[int]:
     return found
 
 
-def pss_by_name(root: int) -> Counter[str]:
-    """PSS (KiB) of ``root`` and its descendants, summed by process name."""
+def pss_by_name(root: int, skip: int = 0) -> Counter[str]:
+    """PSS (KiB) of ``root`` and its descendants (but ``skip``), summed by process name."""
     by: Counter[str] = Counter()
     for pid in process_tree(root):
+        if pid == skip:
+            continue
         try:
             with open(f"/proc/{pid}/smaps_rollup") as f:
                 text = f.read()
@@ -83,25 +86,37 @@ def pss_by_name(root: int) -> Counter[str]:
     return by
 
 
-class MemorySampler(threading.Thread):
-    def __init__(self, every_s: float) -> None:
-        super().__init__(daemon=True)
-        self.every_s = every_s
-        self.base = used_kib()
-        self.peak_used = 0
-        self.peak_pss = 0
-        self.peak_by: Counter[str] = Counter()
-        self.stop = threading.Event()
-        self.cpu_s = 0.0  # its own: reading every process's smaps is not the run's cost
+def _sample(root: int, every_s: float, base: int, conn: Connection) -> None:
+    """The memory sampler's process: peaks of the machine's used memory (minus ``base``) and of the
+    PSS under ``root`` (without itself), every ``every_s`` until told to stop, then sent back."""
+    me, peak_used, peak_pss, peak_by = os.getpid(), 0, 0, Counter[str]()
+    while not conn.poll(every_s):
+        peak_used = max(peak_used, used_kib() - base)
+        by = pss_by_name(root, skip=me)
+        if sum(by.values()) > peak_pss:
+            peak_pss, peak_by = sum(by.values()), by
+    conn.send((peak_used, peak_pss, dict(peak_by)))
 
-    def run(self) -> None:
-        while not self.stop.wait(self.every_s):
-            self.peak_used = max(self.peak_used, used_kib() - self.base)
-            by = pss_by_name(os.getpid())
-            total = sum(by.values())
-            if total > self.peak_pss:
-                self.peak_pss, self.peak_by = total, by
-            self.cpu_s = time.thread_time()
+
+class MemorySampler:
+    """Samples memory from a process of its own: reading every sandbox's smaps each second takes
+    ~3 ms of CPU per trajectory at N = 1024, and in a thread of ours it held the GIL the event loop
+    needs (measured). Started before the run's CPU is counted; its CPU is subtracted from the
+    machine's."""
+
+    def __init__(self, every_s: float) -> None:
+        self._conn, theirs = multiprocessing.Pipe()
+        ctx = multiprocessing.get_context("spawn")
+        self._proc = ctx.Process(target=_sample, args=(os.getpid(), every_s, used_kib(), theirs), daemon=True)
+        self._proc.start()
+        self.pid = self._proc.pid
+        self.peak_used, self.peak_pss, self.peak_by = 0, 0, Counter[str]()
+
+    def stop(self) -> None:
+        self._conn.send("stop")
+        self.peak_used, self.peak_pss, by = self._conn.recv()
+        self.peak_by = Counter(by)
+        self._proc.join()
 
 
 def run(args: argparse.Namespace, endpoint: Endpoint) -> dict[str, object]:
@@ -124,19 +139,16 @@ def run(args: argparse.Namespace, endpoint: Endpoint) -> dict[str, object]:
             "progress": "none",
         },
     )
+    sampler = MemorySampler(args.every)  # before the cgroup: not counted as ours
     with TreeCpu() as tree:
-        sampler = MemorySampler(args.every)
-        sampler.start()
-        tree0 = tree.seconds()
+        tree0, sampling0 = tree.seconds(), process_cpu(sampler.pid)
         cpu0, machine0, server0, t0 = own_cpu(), machine_cpu(), process_cpu(server), time.perf_counter()
         summary = asyncio.run(run_batch(cfg))
         wall, rusage = time.perf_counter() - t0, own_cpu() - cpu0
         machine, endpoint = machine_cpu() - machine0, process_cpu(server) - server0
-        tree1 = tree.seconds()
-        sampler.stop.set()
-        sampler.join()
-    sampling = sampler.cpu_s
-    ours = tree1 - tree0 - sampling if tree0 is not None and tree1 is not None else None
+        tree1, sampling = tree.seconds(), process_cpu(sampler.pid) - sampling0
+    sampler.stop()
+    ours = tree1 - tree0 if tree0 is not None and tree1 is not None else None
     stats = summary.statistics
     n = args.samples
     rate = n / stats["duration_s"]
@@ -152,7 +164,7 @@ def run(args: argparse.Namespace, endpoint: Endpoint) -> dict[str, object]:
         "trajectories_per_s": round(rate, 1),
         "bound_per_s": round(bound, 1),
         "ratio_to_bound": round(rate / bound, 3),
-        # this process and everything under it (sandboxes, commands; a cgroup), minus the sampler
+        # this process and everything under it (sandboxes, commands; a cgroup)
         "our_cpu_ms_per_traj": round(ours / n * 1000, 1) if ours is not None else None,
         "getrusage_cpu_ms_per_traj": round(rusage / n * 1000, 1),  # "our CPU" before: no sandboxes
         "sampler_cpu_ms_per_traj": round(sampling / n * 1000, 1),
