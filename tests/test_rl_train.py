@@ -190,12 +190,14 @@ def test_builtin_trainer_trains_checkpoints_reloads_and_resumes(tiny_model: Path
         output_dir=out,
         max_staleness=1,
         kl_coef=0.05,
+        warmup_steps=2,
     )
     with pytest.raises(Crash):
         asyncio.run(BuiltinTrainer(cfg, on_step=crash_after_step_2).run())
 
     first = _metrics(out)
     assert [m["step"] for m in first] == [1, 2]
+    assert [m["lr"] for m in first] == pytest.approx([2.5e-3, 5e-3])  # warm-up, then the peak
     state = json.loads((out / "state.json").read_text())
     assert state["step"] == 2 and state["checkpoint"] == "checkpoints/step-00002"
     step2 = out / state["checkpoint"]
@@ -225,7 +227,7 @@ def test_builtin_trainer_trains_checkpoints_reloads_and_resumes(tiny_model: Path
     _train(_args(tiny_model, out, 3, "--kl", "0.05", "--max-staleness", "1"))
     lines = _metrics(out)
     assert [m["step"] for m in lines] == [1, 2, 3]
-    assert lines[2]["resumed_from"] == 2
+    assert lines[2]["resumed_from"] == 2 and lines[2]["lr"] == pytest.approx(5e-3)
     assert lines[:2] == first
     final = json.loads((out / "state.json").read_text())
     assert final == {"step": 3, "checkpoint": "checkpoints/step-00003", "server_version": 1, "final": True}
@@ -296,3 +298,11 @@ def test_config_errors_say_what_to_change(tiny_model: Path, tmp_path: Path) -> N
         ],
     )
     assert greedy.exit_code == 2 and "--temperature > 0" in greedy.output
+
+
+def test_step_lr_warms_up_linearly_and_depends_on_the_step_alone(tiny_model: Path) -> None:
+    from trajforge.rl.config import TrainConfig, step_lr
+
+    cfg = TrainConfig(env=ENV_REF, model=tiny_model, lr=1e-3, warmup_steps=4)
+    assert [step_lr(cfg, s) for s in (1, 2, 4, 5, 50)] == pytest.approx([2.5e-4, 5e-4, 1e-3, 1e-3, 1e-3])
+    assert step_lr(TrainConfig(env=ENV_REF, model=tiny_model, lr=1e-3), 1) == 1e-3

@@ -34,7 +34,7 @@ from trajforge.envs.episode import RolloutBackends, Rollouts
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.types import Episode, Item
 from trajforge.rl.checkpoint import OPTIMIZER_FILE, RunDir, RunState
-from trajforge.rl.config import TrainConfig, TrainConfigError
+from trajforge.rl.config import TrainConfig, TrainConfigError, step_lr
 from trajforge.rl.grpo import LossParts, Sample, collate, grpo_loss, token_logprobs
 from trajforge.rl.guide import attach_guided_traces, guide_group
 from trajforge.rl.policy_server import PolicyServer
@@ -370,6 +370,9 @@ class BuiltinTrainer:
         if not samples:
             return {**total.means(), "updates": 0, "grad_norm": 0.0, "train_tokens_per_s": 0.0}
         model.train()
+        lr = step_lr(cfg, step)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
         updates = 0
         passes = []
         for epoch in range(cfg.epochs):
@@ -407,6 +410,7 @@ class BuiltinTrainer:
         seconds = time.monotonic() - began
         return {
             **total.means(),
+            "lr": lr,
             "updates": updates,
             "grad_norm": max(grad_norms) if grad_norms else 0.0,
             "train_tokens_per_s": round(seen_tokens / seconds, 2) if seconds > 0 else 0.0,

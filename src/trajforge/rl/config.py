@@ -34,6 +34,12 @@ class TrainConfig(BaseModel):
     group_size: int = Field(8, ge=2, description="rollouts per item; advantages are normalised within it")
     groups_per_step: int = Field(8, ge=1, description="items per step")
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate")
+    warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="linear lr warm-up over the first N steps (0 = none): AdamW's first updates move "
+        "every weight by ~lr whatever its gradient, which at a high lr wrecks a policy in one step",
+    )
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping")
     clip_low: float = Field(0.2, gt=0, lt=1, description="ratio clipped below at 1 - clip_low")
@@ -107,6 +113,14 @@ class TrainConfig(BaseModel):
     @property
     def episodes_per_step(self) -> int:
         return self.group_size * self.groups_per_step
+
+
+def step_lr(config: TrainConfig, step: int) -> float:
+    """The learning rate of (1-based) ``step``: ramps linearly to ``lr`` over ``warmup_steps``.
+    A function of the step alone, so a resumed run continues the same schedule."""
+    if config.warmup_steps <= 0:
+        return config.lr
+    return config.lr * min(1.0, step / config.warmup_steps)
 
 
 RESUME_KEYS = ("env", "trainer", "group_size", "groups_per_step", "seed", "env_overrides")
