@@ -130,6 +130,52 @@ async def test_fork_bomb_is_contained(tmp_path):
     assert not sb.cgroup.dirs  # closing killed every process and removed the group
 
 
+# Fill the process limit with sleepers until the kernel refuses a fork, then let half of them go:
+# the sandbox is left holding ~half its slots, below the agent's 80% count threshold, the way a
+# fork bomb parked in bash's fork-retry back-off holds ~70% of them.
+_FILL_THEN_EASE = (
+    'python3 -c "import os, subprocess\n'
+    "kids = []\n"
+    "for _ in range(200):\n"
+    "    try: kids.append(subprocess.Popen(['sleep', '1000'], start_new_session=True))\n"
+    "    except OSError: break\n"
+    "else: raise SystemExit('never refused')\n"
+    "for k in kids[: len(kids) // 2]: k.kill(); k.wait()\n"
+    "print('left', len(kids) - len(kids) // 2)\""
+)
+
+
+async def test_a_refused_fork_kills_what_the_commands_left_before_the_next_command(tmp_path):
+    limits = SandboxLimits(max_processes=40)
+    factory = create_sandbox_factory(_config(root_dir=str(tmp_path / "sb"), limits=limits))
+    sb = await factory.create("t-refused")
+    try:
+        if not sb.cgroup.limits_pids:
+            pytest.skip("this host gives the sandbox no pids cgroup (the count threshold is the only guard)")
+        # A command that hits the limit itself: the kill follows it at once, said in its output.
+        filled = await sb.exec(_FILL_THEN_EASE, timeout=30)
+        assert "left" in filled.output and "the kernel refused new processes" in filled.output, filled
+        assert int((await sb.exec("ps -e | wc -l")).output.split()[-1]) <= 8
+        # A background job that hits it after its command returned: the next command starts clean.
+        await sb.exec(f"(sleep 0.3; {_FILL_THEN_EASE}) > /dev/null 2>&1 &")
+        refused_before = int(sb.cgroup.read("pids", "pids.events").split()[1])
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            refused = int(sb.cgroup.read("pids", "pids.events").split()[1])
+            if refused > refused_before and len(sb.cgroup.pids()) < 30:  # refused, then eased
+                break
+        else:
+            pytest.fail("the background job never reached the limit")
+        await asyncio.sleep(0.3)
+        later = await sb.exec("ps -e | wc -l")
+        assert "the kernel refused new processes" in later.output, later.output
+        assert int(later.output.split()[-1]) <= 8, later.output  # the sleepers are gone
+        calm = await sb.exec("echo calm")
+        assert calm.output == "calm\n"  # no refusal since: no note, nothing killed
+    finally:
+        await sb.close()
+
+
 # Try to start 100 sleepers (fork failures raise at once, unlike bash's retrying fork), then count.
 _BURST = (
     'python3 -c "import os, subprocess\n'

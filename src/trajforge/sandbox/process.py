@@ -78,6 +78,8 @@ class ProcessSandbox:
     io: SandboxIO = field(default_factory=SandboxIO)
     release: Callable[[Resident], Awaitable[None]] | None = None  # default: destroy
     _closed: bool = field(default=False, init=False)
+    _refused_seen: int | None = field(default=None, init=False)
+    """Forks the cgroup had refused at its pids limit when this handle last looked."""
 
     @property
     def workdir(self) -> str:
@@ -144,11 +146,46 @@ class ProcessSandbox:
             raise ValueError(
                 f"a command timeout must be a positive finite number of seconds, not {timeout!r}"
             )
-        return await self.agent.exec(
+        note = await self._recover_from_refused_forks()
+        result = await self.agent.exec(
             command,
             timeout=timeout if timeout is not None else self.config.command_timeout_s,
             cwd=cwd,
             cap=self.config.output_cap_bytes,
+        )
+        note += await self._recover_from_refused_forks()
+        return result.model_copy(update={"output": note + result.output}) if note else result
+
+    def _refused_forks(self) -> int | None:
+        """How many forks the sandbox's pids cgroup has refused (``pids.events``: ``max N``);
+        None without a pids cgroup. A small kernfs read, done inline."""
+        text = self.cgroup.read("pids", "pids.events") if self.cgroup.limits_pids else None
+        if not text:
+            return None
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "max" and value.strip().isdigit():
+                return int(value)
+        return None
+
+    async def _recover_from_refused_forks(self) -> str:
+        """Kill every process the commands left when the kernel refused a fork since the last look.
+
+        Why here and not only in the exec agent: the agent kills at 80% of the process limit, but
+        a fork bomb whose shells sit in bash's fork-retry back-off can hold ~70% of the slots
+        indefinitely, below any count threshold, and starve the rollout's later commands. A
+        refused fork is the kernel saying the limit was hit, so it is the signal that cannot be
+        dodged by timing. Returns the note the model sees ("" when nothing was done)."""
+        refused = self._refused_forks()
+        if refused is None:
+            return ""
+        seen, self._refused_seen = self._refused_seen, refused
+        if seen is None or refused <= seen:
+            return ""
+        await self.agent.stop_processes()
+        return (
+            f"[the sandbox reached its process limit ({self.config.limits.max_processes}): the kernel "
+            "refused new processes, so every process in it, background jobs included, was killed]\n"
         )
 
     async def exec_fresh(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:  # noqa: ASYNC109
@@ -158,7 +195,9 @@ class ProcessSandbox:
         exported (``PATH``, ``PYTHONPATH``, ...)."""
         self._check_open()
         if not (math.isfinite(timeout) and timeout > 0):
-            raise ValueError(f"a command timeout must be a positive finite number of seconds, not {timeout!r}")
+            raise ValueError(
+                f"a command timeout must be a positive finite number of seconds, not {timeout!r}"
+            )
         return await self.agent.exec(
             command, timeout=timeout, cwd=cwd, cap=self.config.output_cap_bytes, fresh=True
         )
