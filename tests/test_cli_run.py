@@ -82,3 +82,69 @@ def test_run_reports_bad_key_and_unknown_toolset(tmp_path: Path):
         assert proc.returncode == 2 and "unknown toolset 'teleport'" in proc.stderr
         proc = _run(["run", "hi", "--model", "m"], tmp_path)
         assert proc.returncode == 2 and "--base-url" in proc.stderr
+
+
+async def test_run_offers_toolsets_configured_in_tools_config(tmp_path: Path):
+    """`--tools-config` gives `trajforge run` the same tools section a batch has: without it, asking
+    for the web toolset is refused naming the fix; with it, web_search reaches the configured
+    (SearXNG-compatible, loopback) backend and its result reaches the model."""
+    import asyncio
+
+    import yaml
+
+    sys.path.insert(0, str(Path(__file__).parent / "site"))
+    from localsite import start_site
+
+    async def trajforge(*args: str) -> tuple[int, str, str]:
+        proc = await asyncio.create_subprocess_exec(
+            TRAJFORGE, *args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+        assert proc.returncode is not None
+        return proc.returncode, out.decode(), err.decode()
+
+    site = await start_site()
+    site.search_results = [{"title": "Lighthouse", "url": site.url("/page1"), "content": "keeper's log"}]
+    script = [
+        Reply(tool_calls=[ToolCallSpec("web_search", {"query": "lighthouse keepers"})]),
+        Reply(content="The keeper's log."),
+    ]
+    conf = tmp_path / "tools.yaml"
+    conf.write_text(
+        yaml.safe_dump(
+            {
+                "tools": {
+                    "network": {"allow_cidrs": ["127.0.0.0/8"]},
+                    "web": {"provider": "searxng", "endpoint": site.base},
+                }
+            }
+        )
+    )
+    try:
+        with ScriptedServer(script).in_thread() as srv:
+            base = ["run", "find it", "--model", "scripted", "--base-url", srv.base_url, "--toolsets", "web"]
+            code, _, err = await trajforge(*base)
+            # web_extract needs no backend, so the toolset runs without web_search, said once
+            assert "web_search" in err and "--tools-config" in err, err
+            offered = [t["function"]["name"] for t in srv.requests[0]["tools"]]
+            assert offered == ["web_extract"], offered
+            # a toolset none of whose tools can run here is an error before any model call
+            calls = len(srv.requests)
+            code, _, err = await trajforge(*base[:-1], "vision")
+            assert code == 2 and "vision" in err and "--tools-config" in err, err
+            assert len(srv.requests) == calls
+        with ScriptedServer(script).in_thread() as srv:
+            base = ["run", "find it", "--model", "scripted", "--base-url", srv.base_url, "--toolsets", "web"]
+            code, out, err = await trajforge(*base, "--tools-config", str(conf), "--output", "out.jsonl")
+            assert sorted(t["function"]["name"] for t in srv.requests[0]["tools"]) == [
+                "web_extract",
+                "web_search",
+            ]
+        assert code == 0, err
+        assert out.strip() == "The keeper's log."
+        line = orjson.loads((tmp_path / "out.jsonl").read_bytes())
+        tool_msgs = [m for m in line["messages"] if m["role"] == "tool"]
+        assert len(tool_msgs) == 1 and "Lighthouse" in tool_msgs[0]["content"], tool_msgs
+        assert any("/search" in r for r in site.requests), site.requests
+    finally:
+        await site.runner.cleanup()

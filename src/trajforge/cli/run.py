@@ -22,8 +22,9 @@ from trajforge.llm.types import ModelError, SamplingParams
 from trajforge.sandbox import SandboxUnavailableError, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig, SandboxKind
 from trajforge.tools.base import Tool
+from trajforge.tools.builtin import build_registry, toolset_availability
+from trajforge.tools.config import ToolsConfig
 from trajforge.tools.limits import DEFAULT_MAX_COMMAND_TIMEOUT_S, ToolLimits
-from trajforge.tools.registry import default_registry
 from trajforge.tools.toolsets import UnknownToolsetError, check_toolsets
 from trajforge.trajectory import save_trajectory, to_sharegpt
 from trajforge.trajectory.save import append_jsonl, dumps_line, trajectory_line
@@ -72,6 +73,12 @@ MaxCommandTimeout = Annotated[
         "clamped (and the model told). Commands without one get min(60, this)."
     ),
 ]
+ToolsConfigFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--tools-config", help="YAML file with the tools section (web, browser, vision, ... backends)."
+    ),
+]
 Output = Annotated[
     Path | None,
     typer.Option(help="Append the trajectory here (default: ./trajectory_samples.jsonl or failed_...)."),
@@ -98,9 +105,13 @@ def run(
     timeout: Timeout = DEFAULT_SESSION_TIMEOUT_S,
     max_command_timeout: MaxCommandTimeout = DEFAULT_MAX_COMMAND_TIMEOUT_S,
     output: Output = None,
+    tools_config: ToolsConfigFile = None,
 ) -> None:
     """Run one agent session, print the final answer and save the trajectory."""
+    from trajforge.cli.tools import load_tools_option
+
     kind = _sandbox_kind(sandbox)
+    tools_cfg = load_tools_option(tools_config)
     _check_seconds(sample_timeout=timeout, max_command_timeout=max_command_timeout)
     try:
         box = SandboxConfig(kind=kind, network=network, command_timeout_s=min(60.0, max_command_timeout))
@@ -113,7 +124,9 @@ def run(
             reasoning_disabled=no_reasoning,
         )
         agent = _agent_config(max_turns, system_prompt, timeout, max_command_timeout, sampling)
-        code = asyncio.run(_run(prompt, endpoint, chosen, box, agent, output))
+        code = asyncio.run(
+            _run(prompt, endpoint, chosen, box, agent, output, tools_cfg, toolsets is not None)
+        )
     except (UnknownToolsetError, UnknownDistributionError, SandboxUnavailableError, ValueError) as exc:
         raise fail(str(exc)) from None
     except ModelError as exc:
@@ -173,13 +186,24 @@ async def _run(
     sandbox: SandboxConfig,
     agent: AgentConfig,
     output: Path | None,
+    tools_config: ToolsConfig,
+    explicit: bool,
 ) -> int:
-    tools = default_registry().for_toolsets(toolsets)
-    factory = create_sandbox_factory(sandbox)
-    async with open_chat_model(endpoint, announce=lambda m: _err.print(f"[dim]{m}[/]")) as model:
-        result = await run_session(
-            prompt, model=model, tools=tools, sandbox_factory=factory, config=agent, task_id="run"
-        )
+    registry = build_registry(tools_config)
+    try:
+        available = toolset_availability(registry, toolsets, explicit=explicit)
+        if available.error:
+            raise ValueError(available.error)
+        if available.warning:
+            _err.print(available.warning, markup=False, highlight=False)
+        tools = registry.for_toolsets(toolsets)
+        factory = create_sandbox_factory(sandbox)
+        async with open_chat_model(endpoint, announce=lambda m: _err.print(f"[dim]{m}[/]")) as model:
+            result = await run_session(
+                prompt, model=model, tools=tools, sandbox_factory=factory, config=agent, task_id="run"
+            )
+    finally:
+        await registry.aclose()
     path = _save(result, prompt, tools, output, toolsets)
     _report(result, path)
     return 0 if result.finished_naturally else 1

@@ -23,10 +23,13 @@ tools_app = typer.Typer(
     name="tools", help="The tools a model may call: readiness and backend checks.", no_args_is_help=True
 )
 
-_CONFIG_HELP = "YAML file with the tools section (or a batch config holding one)"
+TOOLS_CONFIG_HELP = "YAML file with the tools section (or a batch config holding one)"
+_CONFIG_HELP = TOOLS_CONFIG_HELP
 
 
-def _load(path: Path | None) -> ToolsConfig:
+def load_tools_option(path: Path | None) -> ToolsConfig:
+    """The ``--tools-config`` of a command (``trajforge tools``, ``trajforge run``): the empty
+    config when not given; a file that cannot be used is one ``error:`` line, exit 2."""
     from trajforge.tools.config import ToolsConfig, ToolsConfigError, load_tools_config
 
     if path is None:
@@ -49,7 +52,7 @@ def list_tools(
     from trajforge.tools.builtin import build_registry
     from trajforge.tools.probe import tools_status
 
-    rows = tools_status(build_registry(_load(tools_config)))
+    rows = tools_status(build_registry(load_tools_option(tools_config)))
     if as_json:
         data = [{"tool": r.name, "toolset": r.toolset, "status": r.status, "reason": r.reason} for r in rows]
         typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
@@ -74,7 +77,7 @@ def check_tools(
     Exit code 1 when one fails."""
     from trajforge.tools.probe import probe_backends
 
-    results = asyncio.run(probe_backends(_load(tools_config), timeout_s=timeout))
+    results = asyncio.run(probe_backends(load_tools_option(tools_config), timeout_s=timeout))
     if as_json:
         data = [{"backend": r.backend, "target": r.target, "ok": r.ok, "detail": r.detail} for r in results]
         typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
