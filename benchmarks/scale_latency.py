@@ -132,6 +132,7 @@ def run(args: argparse.Namespace, endpoint: Endpoint) -> dict[str, object]:
             "api_key_env": KEY_VAR,
             "toolsets": ["terminal"],
             "sandbox": args.sandbox,
+            "sandbox_start": args.sandbox_start,
             "concurrency": args.concurrency,
             "workers": 1,
             "request_timeout": 600,
@@ -156,6 +157,7 @@ def run(args: argparse.Namespace, endpoint: Endpoint) -> dict[str, object]:
     mib = 1024.0
     return {
         "concurrency": args.concurrency,
+        "sandbox_start": args.sandbox_start,
         "latency_s": args.latency,
         "samples": n,
         "status_counts": stats["status_counts"],
@@ -186,6 +188,7 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=None, help="default: 2 x concurrency")
     p.add_argument("--latency", type=float, default=3.0)
     p.add_argument("--sandbox", default="bwrap")
+    p.add_argument("--sandbox-start", default="eager", choices=("eager", "lazy"))
     p.add_argument("--every", type=float, default=1.0, help="memory sampling interval, s")
     args = p.parse_args()
     args.samples = args.samples or 2 * args.concurrency

@@ -275,6 +275,73 @@ async def test_sandbox_start_overlaps_the_first_model_call(registry):
     assert result.finished_naturally and factory.closed == 1
 
 
+async def test_lazy_sandbox_start_waits_for_the_first_tool_call(registry):
+    """``sandbox_start: lazy``: no sandbox while the first answer is awaited, none at all for a
+    rollout that calls no tool; setup files still force a start before the first turn."""
+    factory = _SlowFactory()
+    lazy = AgentConfig(sandbox_start="lazy")
+    seen_started = []
+
+    async def policy(messages, tools, sampling):
+        seen_started.append(factory.started.is_set())
+        if len(seen_started) == 1:
+            return tool_turn(("terminal", {"command": "echo ok"}))
+        return answer("done")
+
+    result = await run_session(
+        "go",
+        model=ScriptedModel(policy, delay_s=0.05),
+        registry=registry,
+        toolsets=["terminal"],
+        sandbox_factory=factory,
+        config=lazy,
+    )
+    assert seen_started == [False, True]  # built for the tool call, after the first answer
+    assert result.finished_naturally and result.tool_stats["terminal"].success == 1
+    assert factory.closed == 1
+
+    factory = _SlowFactory()
+    result = await run_session(
+        "hi",
+        model=ScriptedModel([answer("hello")]),
+        registry=registry,
+        toolsets=["terminal"],
+        sandbox_factory=factory,
+        config=lazy,
+    )
+    assert result.finished_naturally and not factory.started.is_set() and factory.closed == 0
+
+    # a reward inspection needs the sandbox even when no tool ran: it is started for it
+    inspected = []
+
+    async def inspect(result, sandbox):
+        inspected.append((await sandbox.exec("echo seen")).output)
+
+    await run_session(
+        "hi",
+        model=ScriptedModel([answer("hello")]),
+        registry=registry,
+        toolsets=["terminal"],
+        sandbox_factory=factory,
+        config=lazy,
+        inspect=inspect,
+    )
+    assert inspected == ["seen\n"] and factory.closed == 1
+
+    factory = _SlowFactory()
+    seen_started.clear()
+    await run_session(
+        "go",
+        model=ScriptedModel(policy, delay_s=0.05),
+        registry=registry,
+        toolsets=["terminal"],
+        sandbox_factory=factory,
+        config=lazy,
+        setup_files={"task.txt": "data"},
+    )
+    assert seen_started[0] is True  # the task's files are in place before the model could look
+
+
 async def test_sandbox_start_failure_is_infrastructure_not_a_tool_error(registry):
     from trajforge.sandbox import SandboxStartError
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -14,6 +14,13 @@ class AgentConfig(BaseModel):
     """How one agent session runs. Validated at construction."""
 
     max_turns: int = Field(30, ge=1, description="model calls allowed before the session stops")
+    sandbox_start: Literal["eager", "lazy"] = Field(
+        "eager",
+        description="eager: the sandbox starts with the first model call (its start-up hidden behind "
+        "that call's latency); lazy: at the first tool call (a rollout holds no sandbox while it "
+        "waits for its first answer, and one that never calls a tool never builds one: less memory "
+        "per live rollout, the start-up added to the first tool call). Setup files force eager",
+    )
     sampling: SamplingParams = Field(default_factory=SamplingParams)
     system_prompt: str | None = Field(None, description="system prompt, kept in the lossless record")
     ephemeral_system_prompt: str | None = Field(

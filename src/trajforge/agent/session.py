@@ -53,11 +53,21 @@ async def run_session(
     """
     offered = _offered(tools, registry, toolsets)
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-    # The sandbox starts while the first model call is in flight: its start-up (processes,
-    # namespaces) is hidden behind the model's latency instead of added to it.
-    start = _start(sandbox_factory, task_id, image, cwd, setup_files or {})
-    starting = asyncio.create_task(start, name=f"sandbox-start-{task_id}")
-    ctx = ToolContext(task_id=task_id, starting=starting, limits=(config or AgentConfig()).tool_limits)
+    cfg = config or AgentConfig()
+    files = setup_files or {}
+
+    def start() -> Coroutine[Any, Any, Sandbox]:
+        return _start(sandbox_factory, task_id, image, cwd, files)
+
+    starting: asyncio.Task[Sandbox] | None = None
+    if cfg.sandbox_start == "eager" or files:
+        # The sandbox starts while the first model call is in flight: its start-up (processes,
+        # namespaces) is hidden behind the model's latency instead of added to it. (Setup files
+        # are part of the task: they are in place before the model could look.)
+        starting = asyncio.create_task(start(), name=f"sandbox-start-{task_id}")
+        ctx = ToolContext(task_id=task_id, starting=starting, limits=cfg.tool_limits)
+    else:  # lazy: the first tool call (or the reward's inspection) starts it
+        ctx = ToolContext(task_id=task_id, start=start, limits=cfg.tool_limits)
     try:
         result = await AgentLoop(model, offered, ctx, config).run(messages)
         if inspect is not None:
@@ -66,10 +76,11 @@ async def run_session(
             await inspect(result, sandbox)
         return result
     finally:
+        task = starting or ctx.started  # None: a lazy sandbox that was never needed
         if closer is None:
-            await _teardown(ctx, starting)
+            await _teardown(ctx, task)
         else:
-            closer(_teardown(ctx, starting))
+            closer(_teardown(ctx, task))
 
 
 def _offered(
@@ -100,7 +111,7 @@ async def _start(
     return sandbox
 
 
-async def _teardown(ctx: ToolContext, starting: asyncio.Task[Sandbox]) -> None:
+async def _teardown(ctx: ToolContext, starting: asyncio.Task[Sandbox] | None) -> None:
     """End the rollout: the tools' own state (a browser context), then the sandbox."""
     try:
         await ctx.aclose()
@@ -108,8 +119,10 @@ async def _teardown(ctx: ToolContext, starting: asyncio.Task[Sandbox]) -> None:
         await _dispose(starting)
 
 
-async def _dispose(starting: asyncio.Task[Sandbox]) -> None:
+async def _dispose(starting: asyncio.Task[Sandbox] | None) -> None:
     """Close the sandbox if it started; cancel its start if it is still starting."""
+    if starting is None:
+        return
     if not starting.done():
         starting.cancel()
     try:

@@ -84,6 +84,12 @@ class BatchConfig(BaseModel):
         description="reset (verified) and reuse a finished sample's sandbox instead of building a new "
         "one (bwrap)",
     )
+    sandbox_start: Literal["eager", "lazy"] = Field(
+        "eager",
+        description="eager: start a sample's sandbox with its first model call (start-up hidden behind "
+        "it); lazy: at its first tool call (less memory per live rollout; samples that call no tool "
+        "build none)",
+    )
     command_timeout: float = Field(
         60.0, gt=0, description="timeout of a sandbox command the model gives none, s"
     )

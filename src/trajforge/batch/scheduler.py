@@ -69,6 +69,7 @@ class AttemptResult:
 def build_agent_config(cfg: BatchConfig, prefill: list[dict[str, Any]]) -> AgentConfig:
     return AgentConfig(
         max_turns=cfg.max_turns,
+        sandbox_start=cfg.sandbox_start,
         sampling=cfg.sampling(),
         system_prompt=cfg.system_prompt,
         ephemeral_system_prompt=cfg.ephemeral_system_prompt,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -34,6 +34,10 @@ class ToolContext:
     sandbox: Sandbox | None = None  # set once started
     state: dict[str, Any] = field(default_factory=dict)
     starting: asyncio.Task[Sandbox] | None = None
+    start: Callable[[], Coroutine[Any, Any, Sandbox]] | None = None
+    """A lazy start (``sandbox_start: lazy``): run by the first :meth:`ensure_sandbox`."""
+    started: asyncio.Task[Sandbox] | None = None
+    """The task a lazy start became (kept for the rollout's teardown)."""
     limits: ToolLimits = field(default_factory=ToolLimits)
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
@@ -61,6 +65,9 @@ class ToolContext:
     async def ensure_sandbox(self) -> Sandbox | None:
         """The ready sandbox (None for sandbox-less tools); a start failure raises
         ``SandboxStartError`` (infrastructure)."""
+        if self.sandbox is None and self.starting is None and self.start is not None:
+            start, self.start = self.start, None
+            self.starting = self.started = asyncio.create_task(start(), name=f"sandbox-start-{self.task_id}")
         if self.starting is not None:
             try:
                 self.sandbox = await asyncio.shield(self.starting)
