@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -65,6 +66,10 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=100)
     ap.add_argument("--held-out", type=int, default=24, help="held-out items per family")
     ap.add_argument("--every", type=int, default=10)
+    ap.add_argument(
+        "--decay", type=float, default=0.0, help="linear lr decay to 0 over this last share of updates"
+    )
+    ap.add_argument("--save", type=Path, default=None, help="write the trained model + tokenizer here")
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -108,7 +113,11 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     began = time.time()
     report(0, began)
+    decay_from = int(args.updates * (1 - args.decay))
     for k in range(args.updates):
+        if k >= decay_from:  # warmup-stable-decay, as the embedded policy's own recipe
+            for group in optimizer.param_groups:
+                group["lr"] = args.lr * (args.updates - k) / max(1, args.updates - decay_from)
         model.train()
         batch = collate(train[k * args.batch : (k + 1) * args.batch], 0)
         lp, _ = token_logprobs(model, batch)
@@ -119,6 +128,10 @@ def main() -> None:
         optimizer.step()
         if (k + 1) % args.every == 0:
             report(k + 1, began)
+    if args.save is not None:
+        model.save_pretrained(args.save)
+        tokenizer.save_pretrained(args.save)
+        print(f"saved to {args.save}")
 
 
 if __name__ == "__main__":
