@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from statistics import median
 
@@ -36,6 +37,19 @@ from trajforge.batch.config import load_config  # noqa: E402
 from trajforge.batch.runner import run_batch  # noqa: E402
 
 LOOPBACK = "127.0.0.2"  # `ray start` rewrites 127.0.0.1 to the outward address; this one stays local
+
+
+@contextlib.contextmanager
+def local_ray(tmp: Path, cpus: int) -> Iterator[str]:
+    """A one-node Ray cluster on loopback for the run (its address), its daemons killed after.
+    ``RAY_AUTH_MODE=disabled`` unless set: a token file in ~/.ray would lock the driver out."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    address, group = _start_ray(tmp, cpus)
+    try:
+        yield address
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
 
 
 def _start_ray(tmp: Path, cpus: int) -> tuple[str, int]:
@@ -124,7 +138,6 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="tfrb", dir="/tmp"))  # short: Ray's socket paths
     server = _start_server(args.latency, tmp / "port")
-    group = None
     runs: list[dict] = []
     try:
         port = int((tmp / "port").read_text())
@@ -132,14 +145,11 @@ def main() -> None:
             b"".join(orjson.dumps({"prompt": f"task {i}"}) + b"\n" for i in range(args.samples))
         )
         os.environ.setdefault("BENCH_KEY", "unused")  # before `ray start`: the node inherits it
-        address, group = _start_ray(tmp, cpus=os.cpu_count() or 1)
-        for i in range(args.repeat):
-            runs.append(_run(args, tmp, port, server.pid, f"local{i}", None))
-            runs.append(_run(args, tmp, port, server.pid, f"ray{i}", address))
+        with local_ray(tmp, cpus=os.cpu_count() or 1) as address:
+            for i in range(args.repeat):
+                runs.append(_run(args, tmp, port, server.pid, f"local{i}", None))
+                runs.append(_run(args, tmp, port, server.pid, f"ray{i}", address))
     finally:
-        if group is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(group, signal.SIGKILL)
         server.terminate()
         server.wait()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -35,7 +33,7 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).parent))
-from batch_ray import _start_ray  # noqa: E402
+from batch_ray import local_ray  # noqa: E402
 from batch_throughput import _machine_cpu, _process_cpu, _start_server  # noqa: E402
 
 from trajforge.endpoint import EndpointConfig  # noqa: E402
@@ -105,7 +103,6 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="tfer", dir="/tmp"))  # short: Ray's socket paths
     server = _start_server(args.latency, tmp / "port")
-    group = None
     runs: list[dict[str, Any]] = []
     try:
         port = int((tmp / "port").read_text())
@@ -113,15 +110,11 @@ def main() -> None:
             model="scripted", base_url=f"http://127.0.0.1:{port}/v1", api_key_env="BENCH_KEY"
         )
         os.environ.setdefault("BENCH_KEY", "unused")  # before `ray start`: the node inherits it
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a token in ~/.ray would lock the driver out
-        address, group = _start_ray(tmp, cpus=os.cpu_count() or 1)
-        for i in range(args.repeat):
-            runs.append(_run(args, tmp, endpoint, server.pid, f"local{i}", None))
-            runs.append(_run(args, tmp, endpoint, server.pid, f"ray{i}", address))
+        with local_ray(tmp, cpus=os.cpu_count() or 1) as address:
+            for i in range(args.repeat):
+                runs.append(_run(args, tmp, endpoint, server.pid, f"local{i}", None))
+                runs.append(_run(args, tmp, endpoint, server.pid, f"ray{i}", address))
     finally:
-        if group is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(group, signal.SIGKILL)
         server.terminate()
         server.wait()
         shutil.rmtree(tmp, ignore_errors=True)
