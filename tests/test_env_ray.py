@@ -1,9 +1,11 @@
 """``trajforge env eval --backend ray`` on a real Ray cluster on loopback (a head and two worker
-nodes, each its own ``ray start``), against a scripted endpoint, with bwrap sandboxes: one worker
-node is SIGKILLed mid-run and the run still ends with every (item, rollout) once in
-``episodes.jsonl``, the episodes that were in flight on the lost node counted as ``requeued``, and
-every reward equal to the same items run on this machine. A resume on the cluster runs only what
-the file lacks."""
+nodes, each its own ``ray start``; one cluster for the module), against a scripted endpoint, with
+bwrap sandboxes. Two rollout actors per node share the episodes, each once. Then one worker node
+is SIGKILLed mid-run and the run still ends with every (item, rollout) once in
+``episodes.jsonl``, the episodes that were in flight on the lost node counted as ``requeued`` (in
+``status.json`` and ``summary.json``), and every reward equal to the same items run on this
+machine. A resume on the cluster runs only what the file lacks, and its summary keeps the first
+invocation's count."""
 
 from __future__ import annotations
 
@@ -35,13 +37,15 @@ TRAJFORGE = str(Path(sys.executable).with_name("trajforge"))
 N, GROUP = 16, 2
 
 
-@pytest.fixture
-def ray_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[Cluster]:
     """The cluster, started after the endpoint's key variable is set (the nodes inherit it, as
-    ``ray start`` on a real host would: the key never travels through Ray)."""
-    monkeypatch.setenv(SCRIPTED_KEY_ENV, "k")
-    with local_ray_cluster() as cluster:
-        yield cluster
+    ``ray start`` on a real host would: the key never travels through Ray). One for the module
+    (starting one costs more than a run on it); the node-kill test comes last."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv(SCRIPTED_KEY_ENV, "k")
+        with local_ray_cluster() as cluster:
+            yield cluster
 
 
 def _first_user(body: dict[str, Any]) -> str:
@@ -68,6 +72,27 @@ def _episodes(run_dir: Path) -> list[dict[str, Any]]:
     return [orjson.loads(x) for x in path.read_bytes().splitlines()] if path.exists() else []
 
 
+def _common(srv: ScriptedServer, tmp_path: Path, *, n: int = N, concurrency: int = 6) -> list[str]:
+    return [
+        "--model",
+        "scripted",
+        "--api-key-env",
+        SCRIPTED_KEY_ENV,
+        "--base-url",
+        srv.base_url,
+        "--n",
+        str(n),
+        "--group-size",
+        str(GROUP),
+        "--sandbox",
+        "bwrap",
+        "--concurrency",
+        str(concurrency),
+        "--output-dir",
+        str(tmp_path),
+    ]
+
+
 async def _env_eval(args: list[str]) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         TRAJFORGE,
@@ -82,28 +107,45 @@ async def _env_eval(args: list[str]) -> tuple[int, str, str]:
     return proc.returncode or 0, out.decode(), err.decode()
 
 
+async def test_env_eval_on_ray_runs_two_actors_per_node_each_episode_once(
+    ray_cluster: Cluster, tmp_path: Path
+) -> None:
+    """``--actors-per-node 2``: two actors on every node, each given episodes by the driver (the
+    cluster-wide limit is as many as there are actors, least busy first), every episode once, the
+    endpoint budget split over all six actors; no loss, so the summary says 0 requeued."""
+    nodes = ray_cluster.alive()
+    actors = 2 * len(nodes)
+    run_dir = tmp_path / "two"
+    async with ScriptedServer(solver, latency_s=0.2, api_key="k") as srv:
+        args = [*_common(srv, tmp_path, n=6, concurrency=actors), "--run-name", "two", "--backend", "ray"]
+        code, out, err = await _env_eval(
+            [*args, "--ray-address", ray_cluster.address, "--actors-per-node", "2", "--json"]
+        )
+    assert code == 0, err
+    assert f"ray: {actors} rollout actor(s) sharing {actors} rollouts on {len(nodes)} node(s)" in err, err
+    keys = Counter(f"{e['item_id']}#{e['rollout']}" for e in _episodes(run_dir))
+    assert len(keys) == 6 * GROUP and set(keys.values()) == {1}, keys.most_common(3)
+
+    status = orjson.loads((run_dir / "status.json").read_bytes())["actors"]
+    assert status["alive"] == actors and status["lost"] == 0 and status["per_node"] == 2, status
+    assert status["endpoint_shares"] == actors, status
+    per_node = Counter(where.split(" ")[0] for where in status["nodes"].values())
+    assert per_node == dict.fromkeys(nodes, 2), status["nodes"]
+    assert all(count >= 1 for count in status["episodes"].values()), status["episodes"]
+    assert sum(status["episodes"].values()) == 6 * GROUP, status["episodes"]
+
+    summary = orjson.loads((run_dir / "summary.json").read_bytes())
+    assert summary == orjson.loads(out[out.index("{") :])
+    assert summary["episodes"] == 6 * GROUP and summary["requeued"] == 0 and summary["actors_lost"] == 0
+    assert not (run_dir / "cluster_events.jsonl").exists()
+
+
 async def test_env_eval_on_ray_loses_a_node_mid_run_and_every_episode_lands_once(
     ray_cluster: Cluster, tmp_path: Path
 ) -> None:
     run_dir = tmp_path / "ray"
-    common = [
-        "--model",
-        "scripted",
-        "--api-key-env",
-        SCRIPTED_KEY_ENV,
-        "--n",
-        str(N),
-        "--group-size",
-        str(GROUP),
-        "--sandbox",
-        "bwrap",
-        "--concurrency",
-        "6",
-        "--output-dir",
-        str(tmp_path),
-    ]
     async with ScriptedServer(solver, latency_s=0.3, api_key="k") as srv:
-        args = [*common, "--base-url", srv.base_url, "--run-name", "ray", "--backend", "ray"]
+        args = [*_common(srv, tmp_path), "--run-name", "ray", "--backend", "ray"]
         run = asyncio.create_task(_env_eval([*args, "--ray-address", ray_cluster.address, "--json"]))
         while len(_episodes(run_dir)) < 8:  # mid-run: every actor busy, most episodes to go
             assert not run.done(), run.result()
@@ -125,6 +167,14 @@ async def test_env_eval_on_ray_loses_a_node_mid_run_and_every_episode_lands_once
         assert status["requeued"] >= 1, status  # the lost node's in-flight episodes, run again
         summary = orjson.loads(out[out.index("{") :])
         assert summary["episodes"] == N * GROUP and summary["failed"] == 0
+        # summary.json says it too, from the events the driver appended as they happened.
+        assert orjson.loads((run_dir / "summary.json").read_bytes()) == summary
+        assert summary["requeued"] == status["requeued"] and summary["actors_lost"] == 1, summary
+        events = [orjson.loads(x) for x in (run_dir / "cluster_events.jsonl").read_bytes().splitlines()]
+        lost_actors = [e for e in events if e["event"] == "actor_lost"]
+        assert len(lost_actors) == 1 and lost_actors[0]["node"].startswith("node-b "), events
+        requeued = [e["episode"] for e in events if e["event"] == "requeued"]
+        assert len(requeued) == status["requeued"] and set(requeued) <= set(keys), events
 
         # The same items on this machine (in-process, same endpoint and sandboxes): same rewards.
         env = load_env("terminal_test", {"sandbox": "bwrap", "max_concurrent_rollouts": 6})
@@ -136,16 +186,26 @@ async def test_env_eval_on_ray_loses_a_node_mid_run_and_every_episode_lands_once
         assert ray_rewards == local_rewards
         assert set(ray_rewards.values()) == {1.0, 0.25, 0.0}
         assert local.summary.mean_reward.value == summary["mean_reward"]["value"]
+        local_summary = orjson.loads((tmp_path / "local" / "summary.json").read_bytes())
+        assert local_summary["requeued"] == 0 and local_summary["actors_lost"] == 0
 
     # Resume on the cluster (two nodes left): the driver "died" before writing the last 5 episodes;
     # only those run again (one model call each, or two), and the file ends with each key once.
+    # The events file was torn too (the driver killed mid-write): the summary skips that line.
     lines = (run_dir / "episodes.jsonl").read_bytes().splitlines(keepends=True)
     (run_dir / "episodes.jsonl").write_bytes(b"".join(lines[:-5]) + lines[-5][:20])  # a torn last line
+    with (run_dir / "cluster_events.jsonl").open("ab") as f:
+        f.write(b'{"event": "requeued", "epis')
     lost = [orjson.loads(x) for x in lines[-5:]]
     async with ScriptedServer(solver, api_key="k") as srv:
-        args = [*common, "--base-url", srv.base_url, "--run-name", "ray", "--backend", "ray"]
+        args = [*_common(srv, tmp_path), "--run-name", "ray", "--backend", "ray"]
         code, out, err = await _env_eval([*args, "--ray-address", ray_cluster.address, "--json"])
         assert code == 0, err
+    # This invocation requeued nothing; the run's summary still counts the first one's.
+    assert orjson.loads((run_dir / "status.json").read_bytes())["requeued"] == 0
+    resumed = orjson.loads(out[out.index("{") :])
+    assert resumed == orjson.loads((run_dir / "summary.json").read_bytes())
+    assert (resumed["requeued"], resumed["actors_lost"]) == (summary["requeued"], 1), resumed
     assert {_first_user(body) for body in srv.requests} == {e["item"]["prompt"] for e in lost}
     assert len(srv.requests) == sum(e["turns"] for e in lost)
     again = _episodes(run_dir)
@@ -161,6 +221,11 @@ def test_env_eval_backend_flags_are_checked() -> None:
     assert out.exit_code == 2 and "spark" in out.output
     out = runner.invoke(app, ["env", "eval", "terminal_test", "--backend", "ray", "--ray-address", " "])
     assert out.exit_code == 2 and "--ray-address is empty" in out.output
+    out = runner.invoke(app, ["env", "eval", "terminal_test", "--backend", "ray", "--actors-per-node", "0"])
+    assert out.exit_code == 2, out.output
+    assert "--actors-per-node must be at least 1, not 0" in out.output and "on each node" in out.output
+    out = runner.invoke(app, ["env", "eval", "terminal_test", "--actors-per-node", "2"])
+    assert out.exit_code == 2 and "--actors-per-node needs --backend ray" in out.output
 
 
 def test_the_clusters_reason_is_read_from_inside_task_groups() -> None:

@@ -119,14 +119,20 @@ def eval_cmd(
     backend: Backend = typer.Option(
         Backend.local,
         "--backend",
-        help="Where rollouts run: local (this process) or ray (a rollout actor on every node of a Ray "
-        "cluster; this process keeps the run directory).",
+        help="Where rollouts run: local (this process) or ray (rollout actors on every node of a Ray "
+        "cluster, --actors-per-node each; this process keeps the run directory).",
     ),
     ray_address: str | None = typer.Option(
         None,
         "--ray-address",
         help="With --backend ray: the cluster's HOST:PORT (default: a cluster running on this machine, "
         "else a new local one).",
+    ),
+    actors_per_node: int | None = typer.Option(
+        None,
+        "--actors-per-node",
+        help="With --backend ray: rollout actors on each node (default 1; batch's --workers). "
+        "--concurrency stays the cluster's total; the endpoint budget is split over all actors.",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
 ) -> None:
@@ -142,8 +148,16 @@ def eval_cmd(
         raise fail(f"--agent must be model, oracle or none, not {agent!r}")
     if ray_address is not None and backend is not Backend.ray:
         raise fail("--ray-address needs --backend ray")
-    if ray_address is not None and not ray_address.strip():
-        raise fail("--ray-address is empty: give the cluster's HOST:PORT, or leave it out")
+    if actors_per_node is not None and backend is not Backend.ray:
+        raise fail("--actors-per-node needs --backend ray")
+    where = None
+    if backend is Backend.ray:
+        from trajforge.envs.ray_backend import RayEvalConfig
+
+        try:
+            where = RayEvalConfig.of(ray_address, 1 if actors_per_node is None else actors_per_node)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
     if backend is Backend.ray and (missing := missing_ray("--backend ray")):
         raise fail(missing)
     flags = _overrides(
@@ -181,7 +195,7 @@ def eval_cmd(
                 n,
                 size,
                 agent,
-                ray=(env, ray_address) if backend is Backend.ray else None,
+                ray=(env, where) if where is not None else None,
             )
         )
     except (ValueError, ClusterError) as exc:
@@ -190,9 +204,13 @@ def eval_cmd(
         typer.echo(json.dumps(run.summary.model_dump(mode="json"), indent=2))
     else:
         _print_summary(run.summary, run_dir)
-        if run.requeued:
+        if run.summary.requeued:
+            earlier = run.summary.requeued - run.requeued
             Console().print(
-                f"requeued after a lost rollout actor: {run.requeued} episode(s), each written once"
+                f"requeued after a lost rollout actor: {run.summary.requeued} episode(s), each written "
+                f"once ({run.summary.actors_lost} actor(s) lost"
+                + (f"; {earlier} of them before this invocation" if earlier else "")
+                + ")"
             )
 
 
@@ -204,10 +222,10 @@ async def _eval(
     group_size: int,
     agent: str,
     *,
-    ray: tuple[str, str | None] | None = None,
+    ray: tuple[str, Any] | None = None,
 ) -> Any:
-    """Run the evaluation here, or with ``ray`` = (the env's reference, ``--ray-address``) on
-    rollout actors of a Ray cluster; the ``EvalRun``."""
+    """Run the evaluation here, or with ``ray`` = (the env's reference, its ``RayEvalConfig``)
+    on rollout actors of a Ray cluster; the ``EvalRun``."""
     from trajforge.envs import run_eval
     from trajforge.envs.rollout_backends import open_rollout_backends
 
@@ -221,14 +239,15 @@ async def _eval(
     if ray is not None:
         from trajforge.envs.ray_backend import EnvSpec, run_eval_on_ray
 
-        env_ref, address = ray
+        env_ref, where = ray
         return await run_eval_on_ray(
             env,
             EnvSpec.of(env_ref, env, endpoint, agent),
             run_dir,
             n=n,
             group_size=group_size,
-            ray_address=address,
+            ray_address=where.address,
+            actors_per_node=where.actors_per_node,
             on_episode=progress,
             announce=announce,
         )

@@ -1,7 +1,8 @@
 """``env eval --backend ray``: rollouts on actors on every node of a Ray cluster; the driver
 keeps the books.
 
-One rollout actor per node builds what a local evaluation builds (the env, from its name or
+``actors_per_node`` rollout actors on every node (``--actors-per-node``, default 1; batch's
+``--workers``) each build what a local evaluation builds (the env, from its name or
 ``path.py:Class`` and the run's :class:`~.config.EnvConfig` as JSON; its own endpoint client,
 sandbox factory and tool registry, :mod:`~.rollout_backends`) and runs episodes the driver asks
 for, one call each, returning the finished :class:`~.types.Episode`. The driver is the same
@@ -9,12 +10,16 @@ for, one call each, returning the finished :class:`~.types.Episode`. The driver 
 (``episodes.jsonl``, ``status.json``, ``summary.json``), so exactly-once and resume hold as on
 one machine: an (item, rollout) is in exactly one call or waiting for one; a call that dies with
 its actor (node lost, process killed) is asked again of another actor, counted as ``requeued``
-(``status.json``, the run's result); an episode that never reached the driver was never
-written. If the driver dies, rerunning the command resumes from the file, as after a local kill.
+(``status.json`` and the run's result for this invocation; ``summary.json`` for the whole run,
+from ``cluster_events.jsonl``, see :func:`~.runner.write_summary`); an episode that never
+reached the driver was never written. If the driver dies, rerunning the command resumes from the
+file, as after a local kill.
 
 Concurrency: the eval's ``max_concurrent_rollouts`` is the cluster's total, held by the driver
-(so ``env resize`` / ``control.json`` work as locally) and spread over the actors least-busy
-first; the endpoint's budget is split into equal shares, one per actor, as ``batch`` does.
+(so ``env resize`` / ``control.json`` work as locally, and more actors per node add no
+rollouts, only places to run them) and spread over the actors least-busy first; the endpoint's
+budget is split into equal shares, one per actor started (nodes x actors per node), as
+``batch`` does.
 
 Every node needs trajforge (same version) for the Python that runs Ray, the env's files when it
 is loaded from a path or reads a task directory, the sandbox backend, and the endpoint key's
@@ -26,10 +31,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from trajforge.endpoint import EndpointConfig, embedded_endpoint, embedded_weights
 from trajforge.envs.base import BaseEnv
@@ -39,7 +49,7 @@ from trajforge.envs.episode import Rollouts
 from trajforge.envs.limiter import ResizableLimiter
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.rollout_backends import open_rollout_backends
-from trajforge.envs.runner import EvalRun, run_episodes
+from trajforge.envs.runner import CLUSTER_EVENTS_FILE, EvalRun, run_episodes
 from trajforge.envs.types import Episode, Item
 from trajforge.raycluster import (
     ActorSlot,
@@ -58,6 +68,49 @@ log = logging.getLogger(__name__)
 # An actor runs whatever the driver hands it (the driver holds the cluster's limit); its own
 # limiter and Ray's per-actor call limit only have to stay out of the way.
 _ACTOR_CALLS = 4096
+
+
+class RayEvalConfig(BaseModel):
+    """Where ``env eval --backend ray`` runs its rollouts. Not part of the run's identity
+    (``run.json``): a resume may use another cluster or another number of actors."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    address: str | None = Field(
+        None, description="the cluster's HOST:PORT (None: one running on this machine, else a new local one)"
+    )
+    actors_per_node: int = Field(
+        1,
+        description="rollout actors on every node (each its own process, endpoint client and sandbox "
+        "factory); the rollout limit stays the cluster's total",
+    )
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("--ray-address is empty: give the cluster's HOST:PORT, or leave it out")
+        return value
+
+    @field_validator("actors_per_node")
+    @classmethod
+    def _actors(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(
+                f"--actors-per-node must be at least 1, not {value}: it is how many rollout actors run "
+                "on each node (1, the default, is one per node; raise it for nodes with many cores)"
+            )
+        return value
+
+    @classmethod
+    def of(cls, address: str | None = None, actors_per_node: int = 1) -> RayEvalConfig:
+        """The config, or a :class:`ValueError` whose message is only what to change."""
+        try:
+            return cls(address=address, actors_per_node=actors_per_node)
+        except ValidationError as exc:
+            raise ValueError(
+                "; ".join(str(e.get("ctx", {}).get("error", e["msg"])) for e in exc.errors())
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -91,14 +144,17 @@ async def run_eval_on_ray(
     n: int,
     group_size: int,
     ray_address: str | None = None,
+    actors_per_node: int = 1,
     on_episode: Callable[[Episode, int, int], None] | None = None,
     announce: Callable[[str], None] = log.info,
 ) -> EvalRun:
-    """:func:`~.runner.run_eval` with the rollouts on the Ray cluster at ``ray_address`` (None:
-    one running on this machine, else a new local one); ``env`` is the driver's copy of
-    ``spec``'s env (its items are the run's). See the module doc."""
+    """:func:`~.runner.run_eval` with the rollouts on ``actors_per_node`` actors on every node of
+    the Ray cluster at ``ray_address`` (None: one running on this machine, else a new local one);
+    ``env`` is the driver's copy of ``spec``'s env (its items are the run's). See the module doc.
+    ``EvalRun.requeued`` is this invocation's count; ``summary.requeued`` the whole run's."""
+    where = RayEvalConfig.of(ray_address, actors_per_node)
     ray = import_ray("--backend ray")
-    await asyncio.to_thread(connect, ray, ray_address)
+    await asyncio.to_thread(connect, ray, where.address)
     try:
         async with contextlib.AsyncExitStack() as stack:
             if spec.agent == "model" and spec.endpoint.embedded:
@@ -108,9 +164,9 @@ async def run_eval_on_ray(
                 if spec.endpoint.tokenizer == "auto":
                     update["tokenizer"] = str(embedded_weights())
                 spec = EnvSpec(spec.env_ref, spec.config, spec.endpoint.model_copy(update=update), spec.agent)
-            pool = ActorRollouts(ray, env, announce)
+            pool = ActorRollouts(ray, env, announce, run_dir=run_dir)
             stack.push_async_callback(pool.stop)
-            model = await pool.start(spec)
+            model = await pool.start(spec, per_node=where.actors_per_node)
             try:
                 run = await run_episodes(
                     env,
@@ -136,37 +192,50 @@ async def run_eval_on_ray(
 class ActorRollouts:
     """The driver's side of the rollout actors, an :class:`~.runner.EpisodeSource`: one call per
     episode to the least busy live actor, under the cluster-wide rollout limit; a call lost with
-    its actor is asked again of another one."""
+    its actor is asked again of another one. With ``run_dir``, each actor lost and each episode
+    asked again is appended to its ``cluster_events.jsonl`` as it happens (what the summary
+    counts over the run's whole life)."""
 
-    def __init__(self, ray: Any, env: AgentEnv, announce: Callable[[str], None]) -> None:
+    def __init__(
+        self, ray: Any, env: AgentEnv, announce: Callable[[str], None], *, run_dir: Path | None = None
+    ) -> None:
         self.ray = ray
         self.env = env
         self.announce = announce
         self.slots = ResizableLimiter(env.config.max_concurrent_rollouts)
         self.actors: list[ActorSlot] = []
+        self.per_node = 1
         self.requeued = 0
+        self.events = _EventLog(run_dir / CLUSTER_EVENTS_FILE if run_dir is not None else None)
 
-    async def start(self, spec: EnvSpec) -> str:
-        """Start one actor per node; the name of the model they run (the same on every node)."""
+    async def start(self, spec: EnvSpec, *, per_node: int = 1) -> str:
+        """Start ``per_node`` actors on every node, each holding 1/(actors started) of the
+        endpoint budget; the name of the model they run (the same on every node)."""
+        self.per_node = per_node
         self.actors = await start_actors(
             self.ray,
             EnvRolloutActor,
-            per_node=1,
+            per_node=per_node,
             max_concurrency=_ACTOR_CALLS,
             start=lambda a, total: a.handle.start.remote(spec, total),
             describe=f"sharing {self.env.config.max_concurrent_rollouts} rollouts",
             announce=self.announce,
         )
+        for actor in self.actors:
+            if not actor.alive:  # its node went away while it started
+                self.events.add({"event": "actor_lost", "actor": f"w{actor.worker_id}", "node": actor.node})
         names = await asyncio.gather(*(as_future(a.handle.model_name.remote()) for a in self._alive()))
         return str(names[0])
 
     async def stop(self) -> None:
+        self.events.close()
         await stop_actors(self.ray, self.actors)
 
     def _alive(self) -> list[ActorSlot]:
         return [a for a in self.actors if a.alive]
 
     async def episode(self, item: Item, *, rollout: int = 0, group_size: int = 1) -> Episode:
+        self.events.claim()  # asked by run_episodes: the run directory is this run's
         async with self.slots:
             while True:
                 alive = self._alive()
@@ -179,10 +248,16 @@ class ActorRollouts:
                 actor.in_flight += 1
                 try:
                     episode: Episode = await as_future(actor.handle.episode.remote(item, rollout, group_size))
+                    actor.counts["episodes"] = actor.counts.get("episodes", 0) + 1
                     return episode
                 except self.ray.exceptions.RayActorError:
+                    where = {"actor": f"w{actor.worker_id}", "node": actor.node}
+                    if actor.alive:
+                        self.events.add({"event": "actor_lost", **where})
                     lose(self.ray, actor, self.announce)
                     self.requeued += 1  # back to pending: the next pass asks another actor
+                    key = f"{self.env.item_id(item)}#{rollout}"
+                    self.events.add({"event": "requeued", "episode": key, **where})
                 finally:
                     actor.in_flight -= 1
 
@@ -205,10 +280,55 @@ class ActorRollouts:
             "actors": {
                 "alive": len(alive),
                 "lost": len(self.actors) - len(alive),
+                "per_node": self.per_node,
+                "endpoint_shares": len(self.actors),
                 "in_flight": {f"w{a.worker_id}": a.in_flight for a in alive},
+                "nodes": {f"w{a.worker_id}": a.node for a in self.actors},
+                "episodes": {f"w{a.worker_id}": a.counts.get("episodes", 0) for a in self.actors},
             },
             "requeued": self.requeued,
         }
+
+
+class _EventLog:
+    """``cluster_events.jsonl``: one line per actor lost or episode requeued, appended and synced
+    as it happens (rare: a node loss), so the count survives a killed driver. Nothing is written
+    before :meth:`claim` (the first episode asked: ``run_episodes`` has made the run directory and
+    checked it is this run's); until then events wait here. The file is opened on the first event
+    (a run that loses nothing leaves none); a torn last line from a killed writer is cut off first."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._f: IO[bytes] | None = None
+        self._waiting: list[dict[str, Any]] | None = []
+
+    def claim(self) -> None:
+        if self._waiting is not None:
+            waiting, self._waiting = self._waiting, None
+            for event in waiting:
+                self.add(event)
+
+    def add(self, event: dict[str, Any]) -> None:
+        event = {**event, "at": event.get("at") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        if self._waiting is not None:
+            self._waiting.append(event)
+            return
+        if self.path is None:
+            return
+        if self._f is None:
+            if self.path.exists():
+                data = self.path.read_bytes()
+                with self.path.open("r+b") as f:
+                    f.truncate(data.rfind(b"\n") + 1)
+            self._f = self.path.open("ab")
+        self._f.write(orjson.dumps(event) + b"\n")
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
 
 
 class EnvRolloutActor:

@@ -2,7 +2,9 @@
 
 The run directory holds ``run.json`` (what was asked), ``episodes.jsonl`` (one
 :class:`Episode` per line, appended as each finishes, flushed), ``status.json`` (progress and
-the concurrency in force, rewritten every second) and, at the end, ``summary.json``. A killed
+the concurrency in force, rewritten every second), with ``--backend ray`` ``cluster_events.jsonl``
+(rollout actors lost and the episodes asked again elsewhere, appended as they happen) and, at
+the end, ``summary.json``. A killed
 run resumes: episodes already in the file are not run again (a torn last line is dropped and
 its episode rerun), so every (item, rollout) ends in the file exactly once.
 
@@ -20,6 +22,7 @@ import asyncio
 import contextlib
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +40,7 @@ RUN_FILE = "run.json"
 STATUS_FILE = "status.json"
 CONTROL_FILE = "control.json"
 SUMMARY_FILE = "summary.json"
+CLUSTER_EVENTS_FILE = "cluster_events.jsonl"
 
 
 class EvalRunError(ValueError):
@@ -215,8 +219,36 @@ def _open_run(run_dir: Path, identity: dict[str, Any]) -> set[str]:
     return {e.key for e in read_episodes(run_dir / EPISODES_FILE, repair=True)}
 
 
+def read_cluster_events(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's ``cluster_events.jsonl`` (none for a run that never lost an actor); a torn last
+    line (the driver killed mid-write) is skipped."""
+    path = run_dir / CLUSTER_EVENTS_FILE
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    out = []
+    for line in data[: data.rfind(b"\n") + 1].splitlines():
+        with contextlib.suppress(orjson.JSONDecodeError):
+            event = orjson.loads(line)
+            if isinstance(event, dict):
+                out.append(event)
+    return out
+
+
 def write_summary(run_dir: Path, env: str) -> EvalSummary:
+    """``summary.json`` from the episodes in the file and the run's cluster events.
+
+    ``requeued`` and ``actors_lost`` count over the run directory's whole life, not this
+    invocation: the driver appends one line per event to ``cluster_events.jsonl`` as it happens,
+    so a run that lost a node and requeued 3 episodes, was killed, and was resumed without losing
+    anything says 3 (the resume adds its own, 0). A count kept in memory and written at the end
+    would be lost with a killed driver, and one in ``status.json`` is rewritten by the next
+    invocation; the event file also survives ``env rescore`` (which rewrites this summary). An
+    episode rerun because the driver itself died is not counted: it had never been written.
+    """
     summary = summarize(read_episodes(run_dir / EPISODES_FILE), env)
+    events = Counter(e.get("event") for e in read_cluster_events(run_dir))
+    summary = summary.model_copy(update={"requeued": events["requeued"], "actors_lost": events["actor_lost"]})
     (run_dir / SUMMARY_FILE).write_bytes(
         orjson.dumps(summary.model_dump(mode="json"), option=orjson.OPT_INDENT_2)
     )

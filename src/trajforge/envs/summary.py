@@ -47,6 +47,11 @@ class EvalSummary(BaseModel):
     pass_at_1: Interval
     pass_at_k: dict[int, float]
     by_category: dict[str, CategoryResult]
+    requeued: int = 0
+    """episodes asked again of another rollout actor after theirs was lost (``--backend ray``), over
+    every invocation of the run (``runner.write_summary``); always 0 on one machine"""
+    actors_lost: int = 0
+    """rollout actors lost (their node went down, their process died), over every invocation"""
 
 
 def mean_interval(values: Sequence[float]) -> Interval:
