@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -41,15 +41,9 @@ class Cluster:
     address: str
     head: Node
     workers: list[Node]
-    killed: list[Node] = field(default_factory=list)
 
     def kill(self, node: Node) -> None:
         os.killpg(node.pgid, signal.SIGKILL)
-        self.killed.append(node)
-
-    def alive(self) -> list[str]:
-        """The names of the nodes not killed (a test sharing the cluster may run after a kill)."""
-        return [n.name for n in (self.head, *self.workers) if n not in self.killed]
 
 
 def _free_port() -> int:

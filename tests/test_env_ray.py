@@ -1,11 +1,10 @@
 """``trajforge env eval --backend ray`` on a real Ray cluster on loopback (a head and two worker
-nodes, each its own ``ray start``; one cluster for the module), against a scripted endpoint, with
-bwrap sandboxes. Two rollout actors per node share the episodes, each once. Then one worker node
-is SIGKILLed mid-run and the run still ends with every (item, rollout) once in
+nodes, each its own ``ray start``), against a scripted endpoint, with bwrap sandboxes: one worker
+node is SIGKILLed mid-run and the run still ends with every (item, rollout) once in
 ``episodes.jsonl``, the episodes that were in flight on the lost node counted as ``requeued`` (in
 ``status.json`` and ``summary.json``), and every reward equal to the same items run on this
-machine. A resume on the cluster runs only what the file lacks, and its summary keeps the first
-invocation's count."""
+machine. A resume on the cluster with two rollout actors per node runs only what the file lacks,
+spread over all four actors, and its summary keeps the first invocation's count."""
 
 from __future__ import annotations
 
@@ -37,15 +36,13 @@ TRAJFORGE = str(Path(sys.executable).with_name("trajforge"))
 N, GROUP = 16, 2
 
 
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[Cluster]:
+@pytest.fixture
+def ray_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     """The cluster, started after the endpoint's key variable is set (the nodes inherit it, as
-    ``ray start`` on a real host would: the key never travels through Ray). One for the module
-    (starting one costs more than a run on it); the node-kill test comes last."""
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setenv(SCRIPTED_KEY_ENV, "k")
-        with local_ray_cluster() as cluster:
-            yield cluster
+    ``ray start`` on a real host would: the key never travels through Ray)."""
+    monkeypatch.setenv(SCRIPTED_KEY_ENV, "k")
+    with local_ray_cluster() as cluster:
+        yield cluster
 
 
 def _first_user(body: dict[str, Any]) -> str:
@@ -72,7 +69,7 @@ def _episodes(run_dir: Path) -> list[dict[str, Any]]:
     return [orjson.loads(x) for x in path.read_bytes().splitlines()] if path.exists() else []
 
 
-def _common(srv: ScriptedServer, tmp_path: Path, *, n: int = N, concurrency: int = 6) -> list[str]:
+def _common(srv: ScriptedServer, tmp_path: Path) -> list[str]:
     return [
         "--model",
         "scripted",
@@ -81,13 +78,13 @@ def _common(srv: ScriptedServer, tmp_path: Path, *, n: int = N, concurrency: int
         "--base-url",
         srv.base_url,
         "--n",
-        str(n),
+        str(N),
         "--group-size",
         str(GROUP),
         "--sandbox",
         "bwrap",
         "--concurrency",
-        str(concurrency),
+        "6",
         "--output-dir",
         str(tmp_path),
     ]
@@ -105,39 +102,6 @@ async def _env_eval(args: list[str]) -> tuple[int, str, str]:
     )
     out, err = await asyncio.wait_for(proc.communicate(), 300)
     return proc.returncode or 0, out.decode(), err.decode()
-
-
-async def test_env_eval_on_ray_runs_two_actors_per_node_each_episode_once(
-    ray_cluster: Cluster, tmp_path: Path
-) -> None:
-    """``--actors-per-node 2``: two actors on every node, each given episodes by the driver (the
-    cluster-wide limit is as many as there are actors, least busy first), every episode once, the
-    endpoint budget split over all six actors; no loss, so the summary says 0 requeued."""
-    nodes = ray_cluster.alive()
-    actors = 2 * len(nodes)
-    run_dir = tmp_path / "two"
-    async with ScriptedServer(solver, latency_s=0.2, api_key="k") as srv:
-        args = [*_common(srv, tmp_path, n=6, concurrency=actors), "--run-name", "two", "--backend", "ray"]
-        code, out, err = await _env_eval(
-            [*args, "--ray-address", ray_cluster.address, "--actors-per-node", "2", "--json"]
-        )
-    assert code == 0, err
-    assert f"ray: {actors} rollout actor(s) sharing {actors} rollouts on {len(nodes)} node(s)" in err, err
-    keys = Counter(f"{e['item_id']}#{e['rollout']}" for e in _episodes(run_dir))
-    assert len(keys) == 6 * GROUP and set(keys.values()) == {1}, keys.most_common(3)
-
-    status = orjson.loads((run_dir / "status.json").read_bytes())["actors"]
-    assert status["alive"] == actors and status["lost"] == 0 and status["per_node"] == 2, status
-    assert status["endpoint_shares"] == actors, status
-    per_node = Counter(where.split(" ")[0] for where in status["nodes"].values())
-    assert per_node == dict.fromkeys(nodes, 2), status["nodes"]
-    assert all(count >= 1 for count in status["episodes"].values()), status["episodes"]
-    assert sum(status["episodes"].values()) == 6 * GROUP, status["episodes"]
-
-    summary = orjson.loads((run_dir / "summary.json").read_bytes())
-    assert summary == orjson.loads(out[out.index("{") :])
-    assert summary["episodes"] == 6 * GROUP and summary["requeued"] == 0 and summary["actors_lost"] == 0
-    assert not (run_dir / "cluster_events.jsonl").exists()
 
 
 async def test_env_eval_on_ray_loses_a_node_mid_run_and_every_episode_lands_once(
@@ -189,8 +153,9 @@ async def test_env_eval_on_ray_loses_a_node_mid_run_and_every_episode_lands_once
         local_summary = orjson.loads((tmp_path / "local" / "summary.json").read_bytes())
         assert local_summary["requeued"] == 0 and local_summary["actors_lost"] == 0
 
-    # Resume on the cluster (two nodes left): the driver "died" before writing the last 5 episodes;
-    # only those run again (one model call each, or two), and the file ends with each key once.
+    # Resume on the cluster (two nodes left), two actors per node this time (not part of the run's
+    # identity): the driver "died" before writing the last 5 episodes; only those run again (one
+    # model call each, or two), and the file ends with each key once.
     # The events file was torn too (the driver killed mid-write): the summary skips that line.
     lines = (run_dir / "episodes.jsonl").read_bytes().splitlines(keepends=True)
     (run_dir / "episodes.jsonl").write_bytes(b"".join(lines[:-5]) + lines[-5][:20])  # a torn last line
@@ -199,8 +164,17 @@ async def test_env_eval_on_ray_loses_a_node_mid_run_and_every_episode_lands_once
     lost = [orjson.loads(x) for x in lines[-5:]]
     async with ScriptedServer(solver, api_key="k") as srv:
         args = [*_common(srv, tmp_path), "--run-name", "ray", "--backend", "ray"]
-        code, out, err = await _env_eval([*args, "--ray-address", ray_cluster.address, "--json"])
+        code, out, err = await _env_eval(
+            [*args, "--ray-address", ray_cluster.address, "--actors-per-node", "2", "--json"]
+        )
         assert code == 0, err
+    assert "ray: 4 rollout actor(s) sharing 6 rollouts on 2 node(s)" in err, err
+    # The driver's record: two actors on each live node, the endpoint budget split four ways, and
+    # every actor given one of the 5 episodes (least busy first, 6 at once) before any got two.
+    actors = orjson.loads((run_dir / "status.json").read_bytes())["actors"]
+    assert actors["alive"] == 4 and actors["per_node"] == 2 and actors["endpoint_shares"] == 4, actors
+    assert Counter(where.split(" ")[0] for where in actors["nodes"].values()) == {"head": 2, "node-c": 2}
+    assert sorted(actors["episodes"].values()) == [1, 1, 1, 2], actors["episodes"]
     # This invocation requeued nothing; the run's summary still counts the first one's.
     assert orjson.loads((run_dir / "status.json").read_bytes())["requeued"] == 0
     resumed = orjson.loads(out[out.index("{") :])
