@@ -187,6 +187,34 @@ async def test_env_eval_on_ray_loses_a_node_mid_run_and_every_episode_lands_once
     assert {f"{e['item_id']}#{e['rollout']}": e["reward"] for e in again} == ray_rewards
 
 
+def test_cluster_events_add_up_over_invocations(tmp_path: Path) -> None:
+    """The first invocation lost an actor with 2 episodes in flight and was killed mid-line; the
+    resume lost another with 1: ``summary.json`` (and a rescore's rewrite of it) says 3 and 2."""
+    from trajforge.envs.ray_backend import ClusterEventLog
+    from trajforge.envs.runner import CLUSTER_EVENTS_FILE, write_summary
+
+    path = tmp_path / CLUSTER_EVENTS_FILE
+    first = ClusterEventLog(path)
+    first.claim()
+    for event in ("actor_lost", "requeued", "requeued"):
+        first.add({"event": event, "actor": "w0", "node": "node-b (x)"})
+    first.close()
+    with path.open("ab") as f:
+        f.write(b'{"event": "requeued", "epi')  # the driver killed mid-write
+    second = ClusterEventLog(path)
+    second.add({"event": "actor_lost", "actor": "w2", "node": "node-c (y)"})  # while starting
+    assert path.read_bytes().endswith(b'"epi')  # nothing written before run_episodes claims the dir
+    second.claim()
+    second.add({"event": "requeued", "actor": "w2", "node": "node-c (y)"})
+    second.close()
+    lines = [orjson.loads(x) for x in path.read_bytes().splitlines()]  # the torn line was cut off
+    assert [e["event"] for e in lines] == ["actor_lost", "requeued", "requeued", "actor_lost", "requeued"]
+    summary = write_summary(tmp_path, "terminal_test")
+    assert (summary.requeued, summary.actors_lost) == (3, 2)
+    on_disk = orjson.loads((tmp_path / "summary.json").read_bytes())
+    assert (on_disk["requeued"], on_disk["actors_lost"]) == (3, 2)
+
+
 def test_env_eval_backend_flags_are_checked() -> None:
     runner = CliRunner()
     out = runner.invoke(app, ["env", "eval", "terminal_test", "--ray-address", "127.0.0.2:6379"])

@@ -206,7 +206,7 @@ class ActorRollouts:
         self.actors: list[ActorSlot] = []
         self.per_node = 1
         self.requeued = 0
-        self.events = _EventLog(run_dir / CLUSTER_EVENTS_FILE if run_dir is not None else None)
+        self.events = ClusterEventLog(run_dir / CLUSTER_EVENTS_FILE if run_dir is not None else None)
 
     async def start(self, spec: EnvSpec, *, per_node: int = 1) -> str:
         """Start ``per_node`` actors on every node, each holding 1/(actors started) of the
@@ -290,7 +290,7 @@ class ActorRollouts:
         }
 
 
-class _EventLog:
+class ClusterEventLog:
     """``cluster_events.jsonl``: one line per actor lost or episode requeued, appended and synced
     as it happens (rare: a node loss), so the count survives a killed driver. Nothing is written
     before :meth:`claim` (the first episode asked: ``run_episodes`` has made the run directory and

@@ -54,7 +54,8 @@ class EvalRun:
     ran: int
     """episodes run by this invocation (the rest were already in the file)"""
     requeued: int = 0
-    """episodes started again elsewhere after their rollout actor was lost (``--backend ray``)"""
+    """episodes started again elsewhere after their rollout actor was lost (``--backend ray``), in
+    this invocation; ``summary.requeued`` counts the whole run"""
 
 
 class EpisodeSource(Protocol):
