@@ -371,6 +371,26 @@ async def test_connection_dropped_mid_stream_is_retried(models, caplog) -> None:
     assert "connection error" in caplog.text, caplog.text  # not mistaken for a finished answer
 
 
+async def test_cookie_set_by_the_endpoint_comes_back(models) -> None:
+    """A sticky load balancer's cookie is kept and sent again (the jar reads a response only
+    when it sets a cookie: llm/openai_client.py, _SetCookieOnly)."""
+    seen: list[str | None] = []
+
+    async def chat(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Cookie"))
+        response = web.json_response(_completion("p"))
+        if len(seen) == 2:  # not on the first answer: one without a cookie changes nothing
+            response.set_cookie("lb", "node-7")
+        return response
+
+    async with _raw_app({"/v1/chat/completions": chat}) as base_url:
+        model = models(OpenAIChatModel(OpenAIModelConfig(base_url=base_url, model="m")))
+        for _ in range(4):
+            await model.complete(USER)
+        assert type(model._sdk()._client.cookies).__name__ == "_SetCookieOnly"  # the lean jar is in place
+    assert seen == [None, None, "lb=node-7", "lb=node-7"]
+
+
 @contextlib.asynccontextmanager
 async def _raw_app(routes: dict[str, Any]) -> AsyncIterator[str]:
     """A bare aiohttp app on loopback for behaviours the scripted server deliberately lacks."""

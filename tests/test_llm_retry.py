@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import pytest
@@ -76,3 +77,31 @@ async def test_call_with_retries_recovers_then_gives_up():
     with pytest.raises(ModelError) as info:
         await call_with_retries(permanent, Settings(), SITE)
     assert info.value.kind is ModelErrorKind.PERMANENT
+
+
+async def test_call_with_retries_logs_each_failure_in_order(caplog):
+    """The first attempt runs outside tenacity; its failure is still retry 1 with its own
+    reason and Retry-After, and the attempts are counted as before."""
+    calls = 0
+
+    async def flaky():
+        nonlocal calls
+        calls += 1
+        if calls <= 2:
+            raise TransientError(f"HTTP 503: failure {calls}", status=503, retry_after=0.0)
+        return "ok"
+
+    with caplog.at_level(logging.INFO, logger="trajforge.llm.retry"):
+        assert await call_with_retries(flaky, Settings(max_retries=2), SITE) == "ok"
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and calls == 3
+    assert "(HTTP 503: failure 1); retry 1/2" in lines[0] and "(HTTP 503: failure 2); retry 2/2" in lines[1]
+
+    async def down():
+        raise TransientError("HTTP 503: down", status=503)
+
+    caplog.clear()
+    with pytest.raises(ModelError) as info:  # no retries allowed: the first failure is final
+        await call_with_retries(down, Settings(max_retries=0), SITE)
+    assert info.value.attempts == 1 and "failed after 1 attempt(s): HTTP 503: down" in str(info.value)
+    assert not caplog.records

@@ -205,7 +205,24 @@ async def call_with_retries(
     ``max_retries`` retries are spent (then a TRANSIENT :class:`ModelError` with the attempts).
 
     Each retry is logged at INFO with its reason (already redacted by the client).
+
+    The first attempt runs before tenacity is set up: nearly every call succeeds at once, and
+    a retrying object per call cost CPU on each of them. After a transient failure tenacity
+    runs as it always did, its first attempt being the failure already in hand (so the
+    attempts, waits and log lines are the same).
     """
+    try:
+        return await attempt()
+    except TransientError as exc:
+        failed: TransientError | None = exc
+
+    async def again() -> T:
+        nonlocal failed
+        if failed is not None:
+            exc, failed = failed, None
+            raise exc
+        return await attempt()
+
     hooks = _RetryHooks(settings, site)
     retrying = AsyncRetrying(
         stop=stop_after_attempt(settings.max_retries + 1),
@@ -217,7 +234,7 @@ async def call_with_retries(
     try:
         async for try_ in retrying:
             with try_:
-                return await attempt()
+                return await again()
     except TransientError as exc:
         raise exhausted_error(site, exc, retrying.statistics.get("attempt_number", 1)) from None
     raise AssertionError("unreachable: tenacity neither returned nor raised")  # pragma: no cover
