@@ -371,6 +371,23 @@ async def test_connection_dropped_mid_stream_is_retried(models, caplog) -> None:
     assert "connection error" in caplog.text, caplog.text  # not mistaken for a finished answer
 
 
+@pytest.mark.parametrize("suffix", ["", "/"])
+async def test_chat_url_under_a_path_prefix(models, suffix: str) -> None:
+    """The chat URL is joined to the base URL once (llm/openai_client.py, _chat_url), as the SDK
+    joins a relative path: under a gateway's prefix, with or without a trailing slash."""
+    seen: list[str] = []
+
+    async def chat(request: web.Request) -> web.Response:
+        seen.append(request.path)
+        return web.json_response(_completion("p"))
+
+    async with _raw_app({"/gw/openai/v1/chat/completions": chat}) as base_url:
+        prefixed = base_url.replace("/v1", "/gw/openai/v1") + suffix
+        model = models(OpenAIChatModel(OpenAIModelConfig(base_url=prefixed, model="m")))
+        assert (await model.complete(USER)).content == "p"
+    assert seen == ["/gw/openai/v1/chat/completions"]
+
+
 async def test_cookie_set_by_the_endpoint_comes_back(models) -> None:
     """A sticky load balancer's cookie is kept and sent again (the jar reads a response only
     when it sets a cookie: llm/openai_client.py, _SetCookieOnly)."""
