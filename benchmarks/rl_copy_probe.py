@@ -29,8 +29,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trajforge.endpoint import embedded_weights
 from trajforge.llm.chat_template import ChatTemplate
 from trajforge.models.tiny.data import solve_in_sandbox
-from trajforge.rl.grpo import Sample, collate, token_logprobs
+from trajforge.rl.config import TrainConfig, WarmStart
+from trajforge.rl.grpo import Sample, collate
 from trajforge.rl.guide import oracle_trace
+from trajforge.rl.warm_start import Demonstrations, collect_demonstrations, supervised_updates
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.tasks import HELD_OUT_SEED, POLICY_FAMILIES, Task, generate, setup_task
@@ -58,6 +60,14 @@ async def conversations(tasks: list[Task]) -> list[list[dict[str, Any]]]:
     return out
 
 
+async def env_demonstrations(cfg: TrainConfig, n: int, template: ChatTemplate) -> Demonstrations:
+    factory = create_sandbox_factory(SandboxConfig(kind="bwrap", command_timeout_s=30))
+    try:
+        return await collect_demonstrations(cfg, n, factory, default_registry(), template)
+    finally:
+        await close_factory(factory)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train", default="write_file", help="comma list of families, repeated = weighted")
@@ -70,8 +80,16 @@ def main() -> None:
         "--decay", type=float, default=0.0, help="linear lr decay to 0 over this last share of updates"
     )
     ap.add_argument("--save", type=Path, default=None, help="write the trained model + tokenizer here")
+    ap.add_argument(
+        "--source",
+        choices=("data", "env"),
+        default="data",
+        help="data: the embedded policy's own SFT synthesis; env: the tiny_tasks env's oracle episodes",
+    )
+    ap.add_argument("--focal", type=float, default=0.0, help="WarmStart.focal: (1-p)^g token weights")
+    ap.add_argument("--seed", type=int, default=0, help="shifts the training items (and torch's seed)")
     args = ap.parse_args()
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     torch.set_num_threads(1)
 
     weights = embedded_weights()
@@ -90,8 +108,18 @@ def main() -> None:
 
     mix = args.train.split(",")
     n = args.batch * args.updates
-    train_tasks = [generate(mix[i % len(mix)], 1, seed=777 + i)[0] for i in range(n)]
-    train = samples(asyncio.run(conversations(train_tasks)))
+    if args.source == "env":  # what `rl train`'s warm_start trains on (rl/warm_start.py)
+        cfg = TrainConfig(
+            env="tiny_tasks",
+            model=weights,
+            seed=args.seed,
+            env_overrides={"families": mix},
+            warm_start=WarmStart(updates=args.updates, batch=args.batch),  # the items' count only
+        )
+        train = asyncio.run(env_demonstrations(cfg, n, template)).samples
+    else:
+        train_tasks = [generate(mix[i % len(mix)], 1, seed=777 + args.seed + i)[0] for i in range(n)]
+        train = samples(asyncio.run(conversations(train_tasks)))
     held = {
         f: samples(asyncio.run(conversations(generate(f, args.held_out, seed=HELD_OUT_SEED))))
         for f in POLICY_FAMILIES
@@ -110,24 +138,15 @@ def main() -> None:
         cells = " ".join(f"{f}={all_argmax(h):.2f}" for f, h in held.items())
         print(f"update {k:4d} samples {k * args.batch:5d} {cells} [{time.time() - began:.0f}s]", flush=True)
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     began = time.time()
     report(0, began)
-    decay_from = int(args.updates * (1 - args.decay))
-    for k in range(args.updates):
-        if k >= decay_from:  # warmup-stable-decay, as the embedded policy's own recipe
-            for group in optimizer.param_groups:
-                group["lr"] = args.lr * (args.updates - k) / max(1, args.updates - decay_from)
-        model.train()
-        batch = collate(train[k * args.batch : (k + 1) * args.batch], 0)
-        lp, _ = token_logprobs(model, batch)
-        loss = -(lp * batch.loss_mask).sum() / batch.loss_mask.sum()
-        optimizer.zero_grad()
-        loss.backward()  # type: ignore[no-untyped-call]
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        if (k + 1) % args.every == 0:
-            report(k + 1, began)
+    ws = WarmStart(updates=args.updates, batch=args.batch, lr=args.lr, decay=args.decay, focal=args.focal)
+
+    def every(k: int, _loss: float) -> None:
+        if k % args.every == 0:
+            report(k, began)
+
+    supervised_updates(model, train[:n], ws, micro_batch=args.batch, pad_id=0, device="cpu", on_update=every)
     if args.save is not None:
         model.save_pretrained(args.save)
         tokenizer.save_pretrained(args.save)

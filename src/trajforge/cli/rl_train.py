@@ -42,6 +42,13 @@ def train_cmd(
         "--guide",
         help="none (default) or oracle: groups with no success get the env's reference solution.",
     ),
+    warm_start_updates: int | None = typer.Option(
+        None,
+        "--warm-start-updates",
+        min=0,
+        help="Supervised updates on the env's oracle trajectories before GRPO (0 = none; other "
+        "warm_start settings from --config).",
+    ),
     device: str | None = typer.Option(None, "--device", help="auto (default), cpu, cuda, cuda:N."),
     config: Path | None = typer.Option(None, "--config", help="YAML/JSON file of TrainConfig fields."),
     output_dir: Path | None = typer.Option(None, "--output-dir", help="Run directory (resumable)."),
@@ -60,6 +67,12 @@ def train_cmd(
         file_data = load_config_file(config) if config else {}
         if model is None and "model" not in file_data:
             model = embedded_weights()
+        if warm_start_updates is not None:
+            file_data["warm_start"] = (
+                {**(file_data.get("warm_start") or {}), "updates": warm_start_updates}
+                if warm_start_updates
+                else None
+            )
         cfg = build_config(
             file_data,
             {
@@ -129,6 +142,12 @@ def demo_cmd(
     guide: str | None = typer.Option(
         None, "--guide", help="none or oracle (TrainConfig.guide); overrides --config."
     ),
+    warm: bool = typer.Option(
+        False,
+        "--warm-start",
+        help="Supervised updates on the env's oracle trajectories before GRPO (rl.demo.WARM_START; "
+        "a warm_start in --config wins).",
+    ),
 ) -> None:
     """The closed loop: evaluate the embedded policy, train it with GRPO, serve the result, evaluate."""
     from trajforge.rl.config import TrainConfigError, load_config_file
@@ -138,6 +157,10 @@ def demo_cmd(
         overrides = load_config_file(config) if config else {}
         if guide is not None:
             overrides["guide"] = guide
+        if warm and "warm_start" not in overrides:
+            from trajforge.rl.demo import WARM_START
+
+            overrides["warm_start"] = WARM_START
         report = run_demo(
             output_dir,
             eval_n=eval_n,

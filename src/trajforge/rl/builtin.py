@@ -33,6 +33,7 @@ from trajforge.envs.catalog import load_env
 from trajforge.envs.episode import RolloutBackends, Rollouts
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.types import Episode, Item
+from trajforge.protocols import SandboxFactory
 from trajforge.rl.checkpoint import OPTIMIZER_FILE, RunDir, RunState
 from trajforge.rl.config import TrainConfig, TrainConfigError, step_lr
 from trajforge.rl.grpo import LossParts, Sample, collate, grpo_loss, token_logprobs
@@ -51,6 +52,9 @@ DEFAULT_MAX_TOKENS = 256
 StepHook = Callable[[dict[str, Any]], Awaitable[None] | None]
 """Called with each step's metric line after its checkpoint is safe (progress, demos, tests)."""
 
+WarmStartHook = Callable[[Path, dict[str, Any]], Awaitable[None] | None]
+"""Called with the warm-started model directory and its report, before GRPO's first step."""
+
 
 @dataclass
 class TrainResult:
@@ -59,6 +63,8 @@ class TrainResult:
     final_checkpoint: Path
     resumed_from: int | None
     metrics: list[dict[str, Any]]
+    warm_start: dict[str, Any] | None = None
+    """The warm start's report (``warm_start.json``) when the run has one."""
 
 
 def resolve_device(name: str) -> str:
@@ -96,9 +102,16 @@ def training_env(config: TrainConfig) -> AgentEnv:
 class BuiltinTrainer:
     """``await BuiltinTrainer(config).run()``; see the module doc."""
 
-    def __init__(self, config: TrainConfig, *, on_step: StepHook | None = None) -> None:
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        on_step: StepHook | None = None,
+        on_warm_start: WarmStartHook | None = None,
+    ) -> None:
         self.config = config
         self.on_step = on_step
+        self.on_warm_start = on_warm_start
         self.run_dir = RunDir(config.output_dir)
         self.device = resolve_device(config.device)
         self._loaded_step = 0
@@ -111,14 +124,16 @@ class BuiltinTrainer:
 
     # ------------------------------------------------------------------ setup
 
-    def _load(self, state: RunState | None) -> tuple[Any, Any, Any, Any]:
+    def _load(self, state: RunState | None, base: Path) -> tuple[Any, Any, Any, Any]:
+        """Policy, tokenizer, optimizer and KL reference. ``base`` is the model GRPO starts from
+        (the warm start's when there is one): the reference, and the policy of a fresh run."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         cfg = self.config
         torch.manual_seed(cfg.seed)
         tokenizer = AutoTokenizer.from_pretrained(str(cfg.model))
-        source = self.run_dir.root / state.checkpoint if state else cfg.model
+        source = self.run_dir.root / state.checkpoint if state else base
         model: Any = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32)
         model = model.to(self.device)
         model.train()
@@ -133,7 +148,7 @@ class BuiltinTrainer:
                     group["lr"] = cfg.lr
         ref: Any = None
         if cfg.kl_coef > 0:
-            ref = AutoModelForCausalLM.from_pretrained(str(cfg.model), dtype=torch.float32)
+            ref = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
             ref = ref.to(self.device)
             ref.eval().requires_grad_(False)
         return model, tokenizer, optimizer, ref
@@ -148,21 +163,26 @@ class BuiltinTrainer:
                 f"{cfg.output_dir} already finished step {state.step} of {cfg.steps}; raise --steps to "
                 "train further or pick another --output-dir"
             )
-        model, tokenizer, optimizer, ref = await asyncio.to_thread(self._load, state)
-        start = state.step + 1 if state else 1
-        self._loaded_step = start - 1
         env = training_env(cfg)
-        self.temperature = float(env.config.agent_temperature)
-        await env.setup()
-        for _ in range((start - 1) * cfg.groups_per_step):  # items the earlier run already used
-            await env.get_next_item()
-        serve_from = self.run_dir.root / state.checkpoint if state else cfg.model
         factory = create_sandbox_factory(
             SandboxConfig(kind=env.config.sandbox, command_timeout_s=env.config.command_timeout_s)
         )
+        try:
+            base, warm_info = await self._warm_start(state, factory)
+        except BaseException:
+            await close_factory(factory)
+            raise
+        model, tokenizer, optimizer, ref = await asyncio.to_thread(self._load, state, base)
+        start = state.step + 1 if state else 1
+        self._loaded_step = start - 1
+        self.temperature = float(env.config.agent_temperature)
+        serve_from = self.run_dir.root / state.checkpoint if state else base
         metrics: list[dict[str, Any]] = []
         last = serve_from
         try:
+            await env.setup()
+            for _ in range((start - 1) * cfg.groups_per_step):  # items the earlier run already used
+                await env.get_next_item()
             async with PolicyServer(
                 serve_from,
                 cfg.model,
@@ -213,7 +233,32 @@ class BuiltinTrainer:
             final_checkpoint=last,
             resumed_from=state.step if state else None,
             metrics=metrics,
+            warm_start=warm_info,
         )
+
+    async def _warm_start(
+        self, state: RunState | None, factory: SandboxFactory
+    ) -> tuple[Path, dict[str, Any] | None]:
+        """The model GRPO starts from: the warm start's (run now, or found complete from an
+        earlier invocation) when the config has one, else ``config.model``."""
+        cfg = self.config
+        if cfg.warm_start is None:
+            return cfg.model, None
+        if state is not None and not self.run_dir.warm_start_dir.is_dir():
+            raise TrainConfigError(
+                f"{self.run_dir.root} resumes at step {state.step} but its warm start "
+                f"({self.run_dir.warm_start_dir}) is missing; restore it or pick another --output-dir"
+            )
+        from trajforge.rl.warm_start import warm_start
+
+        path, info = await warm_start(
+            cfg, self.run_dir, device=self.device, factory=factory, registry=default_registry()
+        )
+        if state is None and self.on_warm_start is not None:
+            res = self.on_warm_start(path, info)
+            if asyncio.iscoroutine(res):
+                await res
+        return path, info
 
     async def _produce(
         self,

@@ -7,6 +7,8 @@ Layout::
     OUTPUT_DIR/metrics.jsonl          one line per step
     OUTPUT_DIR/checkpoints/step-000N/ weights + tokenizer (a servable model directory), and for
                                       resumable ones optimizer.pt
+    OUTPUT_DIR/warm_start/            the supervised warm start's model and warm_start.json, when
+                                      the run has one (GRPO starts from it)
 
 Crash safety: a checkpoint is written to a temporary directory and renamed into place, then
 ``state.json`` is replaced atomically, so ``state.json`` only ever names a complete checkpoint.
@@ -32,6 +34,7 @@ STATE_FILE = "state.json"
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
 OPTIMIZER_FILE = "optimizer.pt"
+WARM_START_DIR = "warm_start"
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -45,6 +48,28 @@ def _atomic_write(path: Path, data: bytes) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     tmp.replace(path)
+
+
+def save_model_dir(
+    final: Path, model: Any, tokenizer: Any, optimizer: Any | None, info_file: str, info: dict[str, Any]
+) -> Path:
+    """Write a servable model directory (weights, tokenizer, optimizer state when given, and
+    ``info_file``) next to ``final`` and rename it into place: ``final`` exists only complete."""
+    import torch
+
+    tmp = final.with_name(final.name + ".partial")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    if optimizer is not None:
+        torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+    (tmp / info_file).write_text(json.dumps(info, indent=2))
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    return final
 
 
 @dataclass
@@ -119,22 +144,19 @@ class RunDir:
         self, step: int, model: Any, tokenizer: Any, optimizer: Any | None, extra: dict[str, Any]
     ) -> Path:
         """Write ``checkpoints/step-N`` (weights + tokenizer, and optimizer state when given)."""
-        import torch
+        return save_model_dir(
+            step_dir(self.root, step),
+            model,
+            tokenizer,
+            optimizer,
+            "trainer_step.json",
+            {"step": step, **extra},
+        )
 
-        final = step_dir(self.root, step)
-        tmp = final.with_name(final.name + ".partial")
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-        model.save_pretrained(str(tmp))
-        tokenizer.save_pretrained(str(tmp))
-        if optimizer is not None:
-            torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
-        (tmp / "trainer_step.json").write_text(json.dumps({"step": step, **extra}, indent=2))
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-        return final
+    @property
+    def warm_start_dir(self) -> Path:
+        """Where the warm start's model goes (:mod:`trajforge.rl.warm_start`); complete once it exists."""
+        return self.root / WARM_START_DIR
 
     def relative(self, path: Path) -> str:
         return str(path.relative_to(self.root))

@@ -21,6 +21,32 @@ class TrainConfigError(ValueError):
     """A training config that cannot be used; the message says what to change."""
 
 
+class WarmStart(BaseModel):
+    """Supervised updates on the env's reference trajectories before the first GRPO step
+    (:mod:`trajforge.rl.warm_start`): how many, how large, how fast, on which item mix."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    updates: int = Field(250, ge=1, description="optimizer updates (each on `batch` fresh demonstrations)")
+    batch: int = Field(10, ge=1, description="demonstrations per update")
+    lr: float = Field(1e-3, gt=0, description="AdamW learning rate of the warm start")
+    decay: float = Field(
+        0.2, ge=0, le=1, description="linear lr decay to 0 over this last share of the updates"
+    )
+    focal: float = Field(
+        0.0,
+        ge=0,
+        description="weight each demonstrated token's loss by (1 - p)^focal (0 = plain NLL): the "
+        "update goes to the tokens the policy gets wrong (a value to copy) rather than the many it "
+        "already writes right",
+    )
+    env_overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description="EnvConfig fields for the demonstration items, applied over the run's env_overrides "
+        "(e.g. every family, so families GRPO does not train on are replayed, not forgotten)",
+    )
+
+
 class TrainConfig(BaseModel):
     """GRPO on an env's rollouts. Step = ``groups_per_step`` items x ``group_size`` rollouts."""
 
@@ -70,6 +96,11 @@ class TrainConfig(BaseModel):
         description="oracle: in a group with no success, replace one episode by the env's reference "
         "solution (needs oracle_calls), trained off-policy with the current policy's logprobs",
     )
+    warm_start: WarmStart | None = Field(
+        None,
+        description="supervised warm start on the env's oracle trajectories before GRPO (None = off); "
+        "GRPO then starts from, and takes its KL reference from, the warm-started weights",
+    )
     temperature: float | None = Field(
         None, ge=0, description="rollout sampling temperature (default: the env's agent_temperature)"
     )
@@ -106,6 +137,11 @@ class TrainConfig(BaseModel):
                 f"minibatches={self.minibatches} > groups_per_step={self.groups_per_step}: each update "
                 "needs at least one group; lower minibatches or raise groups_per_step"
             )
+        if self.trainer == "trl" and self.warm_start is not None:
+            raise ValueError(
+                "warm_start runs in the builtin trainer only; use --trainer builtin, or warm-start with "
+                "the builtin trainer first and pass its OUTPUT_DIR/warm_start as --model"
+            )
         if self.trainer == "trl" and self.max_staleness:
             object.__setattr__(self, "max_staleness", 0)  # TRL samples between its own steps
         return self
@@ -123,7 +159,7 @@ def step_lr(config: TrainConfig, step: int) -> float:
     return config.lr * min(1.0, step / config.warmup_steps)
 
 
-RESUME_KEYS = ("env", "trainer", "group_size", "groups_per_step", "seed", "env_overrides")
+RESUME_KEYS = ("env", "trainer", "group_size", "groups_per_step", "seed", "env_overrides", "warm_start")
 """Fields a resumed run must share with the run it continues (the rest may change, e.g. steps)."""
 
 

@@ -37,6 +37,9 @@ def plot_closed_loop(report: dict[str, Any], path: Path) -> Path:
         color="tab:blue",
         label="held-out pass@1 (greedy)",
     )
+    for p in prog:
+        if p.get("stage") == "warm start":  # the supervised stage, before GRPO's step 1
+            ax2.plot([p["step"]], [p["pass"]], "s", color="tab:orange", ms=8, label="after the warm start")
     before, after = report["before"], report["after"]
     for fam in sorted(k for k in before if k != "all"):
         b, a = before[fam]["pass"], after[fam]["pass"]

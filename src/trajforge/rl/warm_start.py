@@ -1,0 +1,234 @@
+"""Demonstration warm start: supervised updates on the env's reference trajectories before GRPO.
+
+Why: GRPO learns only from reward spread inside a group, so a skill the policy samples almost
+never is out of its reach. Measured on the embedded policy (docs/benchmarks.md, "Closed loop"):
+write_file succeeds in ~1-2% of temperature-1 samples, guided groups alone did not move it in a
+20-minute run, and plain supervision on the oracle's trajectories needs ~175 updates of 10 with
+every family in the mix before the copy appears (``benchmarks/rl_copy_probe.py``). So the
+builtin trainer can start with that supervision, the usual recipe (supervised, then RL), as
+an explicit stage with its own numbers -- not hidden inside the RL steps.
+
+The demonstrations are the guided samples of :mod:`trajforge.rl.guide`: the env's oracle run
+through the same rollout machinery (real tools in the real sandbox, the env's verifier; only
+episodes that pass are kept), their assistant turns rendered by the policy's own chat template
+(:func:`~trajforge.rl.guide.oracle_trace`). The loss is the mean negative log-likelihood of the
+assistant tokens. Items come from their own stream (the run's seed, derived with
+``"warm-start"``), never the held-out ones, and from the warm start's own mix
+(:class:`~trajforge.rl.config.WarmStart.env_overrides`) so families GRPO does not train on are
+replayed rather than forgotten.
+
+Resumable: the model goes to ``OUTPUT_DIR/warm_start/`` with ``warm_start.json``, renamed into
+place complete; a run that finds it skips the stage. GRPO starts from it and takes it as the KL
+reference (the policy GRPO should stay near is the one it started from).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trajforge.distributions import derive_seed
+from trajforge.envs.agents import NoAgent, agent_model_for
+from trajforge.envs.catalog import load_env
+from trajforge.envs.episode import RolloutBackends, Rollouts
+from trajforge.llm.chat_template import ChatTemplate
+from trajforge.protocols import SandboxFactory
+from trajforge.rl.checkpoint import RunDir, save_model_dir
+from trajforge.rl.config import TrainConfig, TrainConfigError, WarmStart
+from trajforge.rl.grpo import Sample, collate, token_logprobs
+from trajforge.rl.guide import GuideError, oracle_trace
+from trajforge.rl.samples import PASS_THRESHOLD, chunks
+from trajforge.tools.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+INFO_FILE = "warm_start.json"
+
+
+@dataclass
+class Demonstrations:
+    """The oracle's passing trajectories as trainable samples, and what was not usable."""
+
+    samples: list[Sample] = field(default_factory=list)
+    by_family: Counter[str] = field(default_factory=Counter)
+    failed: int = 0
+    """Oracle episodes the verifier did not pass (not trained on)."""
+    untraceable: int = 0
+    """Passing episodes the policy's template could not render as sampled turns."""
+    reasons: list[str] = field(default_factory=list)
+    """The first few reasons for the two counts above."""
+
+    def note(self, reason: str) -> None:
+        if len(self.reasons) < 5:
+            self.reasons.append(reason)
+
+
+async def collect_demonstrations(
+    config: TrainConfig, n: int, factory: SandboxFactory, registry: ToolRegistry, template: ChatTemplate
+) -> Demonstrations:
+    """``n`` oracle episodes on fresh training items of the warm start's mix, run concurrently."""
+    ws = _settings(config)
+    overrides: dict[str, Any] = {
+        **config.env_overrides,
+        **ws.env_overrides,
+        "seed": derive_seed(config.seed, "warm-start") & ((1 << 63) - 1),
+        "max_concurrent_rollouts": config.concurrency,
+    }
+    env = load_env(config.env, overrides)
+    try:
+        oracle_for = agent_model_for(env, "oracle")
+    except ValueError as exc:
+        raise TrainConfigError(f"warm_start: {exc}") from None
+    await env.setup()
+    rollouts = Rollouts(env, RolloutBackends(NoAgent(), factory, registry, model_for=oracle_for))
+    items = [await env.get_next_item() for _ in range(n)]
+    episodes = await asyncio.gather(*(rollouts.episode(item) for item in items))
+    out = Demonstrations()
+    for ep in episodes:
+        if float(ep.reward) < PASS_THRESHOLD:
+            out.failed += 1
+            out.note(f"{ep.item_id}: the oracle scored {ep.reward} ({ep.status}: {ep.reason})")
+            continue
+        try:
+            tokens, sampled = oracle_trace(
+                ep.messages, template, registry.schemas(registry.for_toolsets(ep.toolsets))
+            )
+        except GuideError as exc:
+            out.untraceable += 1
+            out.note(f"{ep.item_id}: {exc}")
+            continue
+        out.samples.append(
+            Sample(tokens=tokens, sampled=sampled, old_logprobs=[0.0] * len(tokens), advantage=1.0)
+        )
+        out.by_family[ep.category or "-"] += 1
+    return out
+
+
+def supervised_updates(
+    model: Any,
+    samples: list[Sample],
+    ws: WarmStart,
+    *,
+    micro_batch: int,
+    pad_id: int,
+    device: str,
+    on_update: Callable[[int, float], None] | None = None,
+) -> list[float]:
+    """``ws.updates`` AdamW updates of ``ws.batch`` samples each (cycling through ``samples`` in
+    order), lr constant then linearly decayed over the last ``ws.decay`` share. Blocking: run it
+    in a worker thread. Returns the loss of every update (mean NLL per assistant token, before
+    the focal weights); ``on_update(k, loss)`` is called after update k (1-based).
+
+    With ``ws.focal = g > 0`` each token's NLL is weighted by ``(1 - p)^g`` (p: the model's
+    probability of the demonstrated token, no gradient through the weight): the few tokens the
+    policy gets wrong -- a value to copy -- get the update instead of the many it already writes
+    right. AdamW's step does not depend on the loss's scale, so this redistributes the update
+    rather than shrinking it."""
+    import torch
+
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=ws.lr, weight_decay=0.0
+    )
+    decay_from = int(ws.updates * (1 - ws.decay))
+    losses: list[float] = []
+    for k in range(ws.updates):
+        lr = ws.lr if k < decay_from else ws.lr * (ws.updates - k) / max(1, ws.updates - decay_from)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        model.train()  # (an on_update callback may have evaluated)
+        batch = [samples[(k * ws.batch + i) % len(samples)] for i in range(ws.batch)]
+        tokens = float(sum(s.num_sampled for s in batch)) or 1.0
+        optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for micro in chunks(batch, -(-len(batch) // micro_batch)):
+            b = collate(micro, pad_id, device)
+            lp, _ = token_logprobs(model, b)
+            nll = -(lp * b.loss_mask)
+            weight = (1.0 - lp.detach().exp()).clamp_min(0.0) ** ws.focal if ws.focal else 1.0
+            (nll * weight).sum().div(tokens).backward()  # type: ignore[no-untyped-call]
+            total += float(nll.detach().sum()) / tokens
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(total)
+        if on_update is not None:
+            on_update(k + 1, total)
+    optimizer.zero_grad(set_to_none=True)
+    return losses
+
+
+async def warm_start(
+    config: TrainConfig, run_dir: RunDir, *, device: str, factory: SandboxFactory, registry: ToolRegistry
+) -> tuple[Path, dict[str, Any]]:
+    """The warm-started model directory and its report; runs the stage unless a complete one is
+    already in ``run_dir`` (a resumed run)."""
+    import json
+
+    ws = _settings(config)
+    final = run_dir.warm_start_dir
+    if (final / INFO_FILE).is_file():
+        return final, {**json.loads((final / INFO_FILE).read_text()), "reused": True}
+    began = time.monotonic()
+    template = await asyncio.to_thread(ChatTemplate.from_path, str(config.model))
+    n = ws.updates * ws.batch
+    demos = await collect_demonstrations(config, n, factory, registry, template)
+    if not demos.samples:
+        raise TrainConfigError(
+            f"warm_start: none of {n} oracle episodes gave a demonstration ({demos.failed} failed the "
+            f"verifier, {demos.untraceable} could not be rendered by the policy's template): "
+            f"{'; '.join(demos.reasons)}"
+        )
+    collected_s = time.monotonic() - began
+    log.info(
+        "warm start: %d demonstrations in %.0fs (%s)", len(demos.samples), collected_s, dict(demos.by_family)
+    )
+
+    def train() -> tuple[Any, Any, list[float]]:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.manual_seed(derive_seed(config.seed, "warm-start") & 0x7FFFFFFF)
+        tokenizer = AutoTokenizer.from_pretrained(str(config.model))
+        model: Any = AutoModelForCausalLM.from_pretrained(str(config.model), dtype=torch.float32)
+        model = model.to(device)
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        losses = supervised_updates(
+            model, demos.samples, ws, micro_batch=config.micro_batch, pad_id=pad_id, device=device
+        )
+        return model, tokenizer, losses
+
+    model, tokenizer, losses = await asyncio.to_thread(train)
+    head = losses[: max(1, len(losses) // 10)]
+    tail = losses[-max(1, len(losses) // 10) :]
+    info: dict[str, Any] = {
+        "updates": ws.updates,
+        "batch": ws.batch,
+        "lr": ws.lr,
+        "decay": ws.decay,
+        "focal": ws.focal,
+        "oracle_episodes": n,
+        "demonstrations": len(demos.samples),
+        "by_family": dict(sorted(demos.by_family.items())),
+        "oracle_failed": demos.failed,
+        "untraceable": demos.untraceable,
+        "reasons": demos.reasons,
+        "loss_first_tenth": round(sum(head) / len(head), 4),
+        "loss_last_tenth": round(sum(tail) / len(tail), 4),
+        "collect_s": round(collected_s, 1),
+        "seconds": round(time.monotonic() - began, 1),
+        "device": device,
+    }
+    await asyncio.to_thread(save_model_dir, final, model, tokenizer, None, INFO_FILE, info)
+    log.info("warm start: %s", info)
+    return final, info
+
+
+def _settings(config: TrainConfig) -> WarmStart:
+    if config.warm_start is None:
+        raise TrainConfigError("this run has no warm_start settings")
+    return config.warm_start

@@ -1,0 +1,310 @@
+"""The supervised warm start (``warm_start`` in ``rl train``/``rl demo``): oracle demonstrations
+-> supervised updates -> the model GRPO starts from.
+
+Real parts: the tiny_tasks env, its oracle and verifier, bubblewrap sandboxes, a tiny Qwen2 with a
+real (byte-level BPE + Jinja ChatML) tokenizer, ``trajforge serve`` for the GRPO step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from trajforge.envs.base import BaseEnv
+from trajforge.envs.config import EnvConfig
+from trajforge.envs.types import Item, RewardBreakdown
+from trajforge.llm.chat_template import ChatTemplate
+from trajforge.rl.config import TrainConfig, TrainConfigError, WarmStart
+from trajforge.rl.grpo import Sample, collate, token_logprobs
+from trajforge.rl.warm_start import INFO_FILE, collect_demonstrations, supervised_updates, warm_start
+from trajforge.sandbox import close_factory, create_sandbox_factory
+from trajforge.sandbox.types import SandboxConfig
+from trajforge.testing.tiny import IM_END, build_tiny_model, build_tiny_tokenizer
+from trajforge.tools.registry import default_registry
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+    pytest.mark.timeout(300),
+]
+
+
+class WrongOracleEnv(BaseEnv):
+    """An env whose reference solution is wrong: its verifier fails every oracle episode."""
+
+    name: ClassVar[str] = "wrong-oracle"
+    description: ClassVar[str] = "test env: the oracle answers 'no', the verifier wants 'yes'"
+
+    @classmethod
+    def default_config(cls) -> EnvConfig:
+        return EnvConfig(enabled_toolsets=["file"], max_agent_turns=2, sandbox="bwrap")
+
+    def generate(self, index: int, *, split: str) -> Item:
+        return {"id": f"{split}-{index}", "prompt": "Say yes."}
+
+    def oracle_calls(self, item: Item) -> list[tuple[str, dict[str, Any]]]:
+        return []
+
+    def oracle_answer(self, item: Item, messages: list[dict[str, Any]]) -> str:
+        return "no"
+
+    async def compute_reward(self, item: Item, result: Any, ctx: Any) -> RewardBreakdown:
+        last = str(result.messages[-1].get("content") or "") if result.messages else ""
+        return RewardBreakdown(reward=1.0 if last.strip() == "yes" else 0.0)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("warm-policy")
+    tok = build_tiny_tokenizer(root / "tok", "chatml")
+    build_tiny_model(root / "model", tok, hidden=32, layers=2, seed=0)
+    return root / "model"
+
+
+def _config(model: Path, out: Path, **extra: Any) -> TrainConfig:
+    data: dict[str, Any] = {
+        "env": "tiny_tasks",
+        "model": model,
+        "output_dir": out,
+        "device": "cpu",
+        "steps": 1,
+        "group_size": 2,
+        "groups_per_step": 1,
+        "max_tokens": 12,
+        "max_turns": 1,
+        "concurrency": 4,
+        "max_batch": 4,
+        "micro_batch": 4,
+        "env_overrides": {"families": ["arithmetic"], "sandbox": "bwrap"},
+        "warm_start": {
+            "updates": 3,
+            "batch": 2,
+            "lr": 5e-3,
+            "env_overrides": {"families": ["write_file", "find_value"]},
+        },
+    }
+    data.update(extra)
+    return TrainConfig.model_validate(data)
+
+
+def _mean_nll(model: Any, samples: list[Sample]) -> float:
+    batch = collate(samples, 0)
+    with torch.no_grad():
+        lp, _ = token_logprobs(model.eval(), batch)
+    return float(-(lp * batch.loss_mask).sum() / batch.loss_mask.sum())
+
+
+def _mean_nll_of(model_dir: Path, samples: list[Sample]) -> float:
+    """The token-mean NLL of ``samples`` under the model in ``model_dir`` (the first update's loss)."""
+    from transformers import AutoModelForCausalLM
+
+    return _mean_nll(AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32), samples)
+
+
+async def _demos(cfg: TrainConfig, n: int) -> Any:
+    factory = create_sandbox_factory(SandboxConfig(kind="bwrap", command_timeout_s=30))
+    try:
+        return await collect_demonstrations(
+            cfg, n, factory, default_registry(), ChatTemplate.from_path(str(cfg.model))
+        )
+    finally:
+        await close_factory(factory)
+
+
+def test_demonstrations_are_the_oracles_passing_turns_and_supervision_fits_them(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    cfg = _config(tiny_model, tmp_path / "run")
+    demos = asyncio.run(_demos(cfg, 4))
+    # the warm start's own mix (not the GRPO mix, arithmetic only), every oracle episode passed
+    assert demos.failed == 0 and demos.untraceable == 0 and len(demos.samples) == 4
+    assert set(demos.by_family) == {"write_file", "find_value"} and sum(demos.by_family.values()) == 4
+    template = ChatTemplate.from_path(str(tiny_model))
+    for s in demos.samples:
+        # trained positions: the assistant turns only, each ending with the end-of-turn token
+        assert s.num_sampled > 0 and not s.sampled[0]
+        turn_ends = [i for i in range(1, len(s.tokens)) if s.sampled[i - 1] and not s.sampled[i]]
+        assert turn_ends and all(template.decode([s.tokens[i - 1]]) == IM_END for i in turn_ends)
+        assert "<tool_call>" in template.decode([t for t, m in zip(s.tokens, s.sampled, strict=True) if m])
+
+    for focal in (0.0, 2.0):  # plain NLL, and NLL weighted towards the tokens the model gets wrong
+        model = AutoModelForCausalLM.from_pretrained(str(tiny_model), dtype=torch.float32)
+        start = {k: v.clone() for k, v in model.state_dict().items()}
+        before = _mean_nll(model, demos.samples)
+        seen: list[int] = []
+        losses = supervised_updates(
+            model,
+            demos.samples,
+            WarmStart(updates=8, batch=2, lr=5e-3, decay=0.5, focal=focal),
+            micro_batch=1,
+            pad_id=0,
+            device="cpu",
+            on_update=lambda k, _loss, seen=seen: seen.append(k),
+        )
+        after = _mean_nll(model, demos.samples)
+        assert seen == list(range(1, 9)) and len(losses) == 8
+        assert losses[0] == pytest.approx(_mean_nll_of(tiny_model, demos.samples[:2]), rel=1e-3)
+        assert after < before * 0.9, (focal, before, after)
+        assert any(not torch.equal(v, model.state_dict()[k]) for k, v in start.items())
+
+
+def test_an_oracle_that_never_passes_is_a_clear_error(tiny_model: Path, tmp_path: Path) -> None:
+    cfg = _config(
+        tiny_model,
+        tmp_path / "run",
+        env=f"{__file__}:WrongOracleEnv",
+        env_overrides={},
+        warm_start={"updates": 2, "batch": 2},
+    )
+
+    async def run() -> None:
+        from trajforge.rl.checkpoint import RunDir
+
+        factory = create_sandbox_factory(SandboxConfig(kind="bwrap", command_timeout_s=30))
+        try:
+            await warm_start(
+                cfg, RunDir(tmp_path / "run"), device="cpu", factory=factory, registry=default_registry()
+            )
+        finally:
+            await close_factory(factory)
+
+    with pytest.raises(TrainConfigError, match=r"none of 4 oracle episodes gave a demonstration \(4 failed"):
+        asyncio.run(run())
+    assert not (tmp_path / "run" / "warm_start").exists()
+
+
+def test_grpo_starts_from_the_warm_start_and_a_resumed_run_reuses_it(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    from safetensors.torch import load_file
+
+    from trajforge.rl.builtin import BuiltinTrainer
+
+    out = tmp_path / "run"
+    seen: list[tuple[Path, dict[str, Any]]] = []
+    result = asyncio.run(
+        BuiltinTrainer(
+            _config(tiny_model, out, kl_coef=0.05, skip_uniform_groups=False),
+            on_warm_start=lambda p, i: seen.append((p, i)),
+        ).run()
+    )
+    warm = out / "warm_start"
+    info = json.loads((warm / INFO_FILE).read_text())
+    assert seen == [(warm, info)] and result.warm_start == info
+    assert info["updates"] == 3 and info["demonstrations"] == 6 and info["oracle_failed"] == 0
+    assert set(info["by_family"]) <= {"write_file", "find_value"} and info["seconds"] > 0
+    assert (warm / "config.json").is_file() and (warm / "tokenizer.json").is_file()
+    base, ws = load_file(str(tiny_model / "model.safetensors")), load_file(str(warm / "model.safetensors"))
+    assert any(not torch.equal(base[k], ws[k]) for k in base), "the warm start changed no weight"
+    # Step 1 samples from the server and trains on-policy: the server served the warm-started
+    # weights (ratio 1 against its logprobs), and the KL reference is the warm start (KL 0 before
+    # the first update), not the model the warm start began from.
+    first = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["step"] == 1 and first["episodes"] == 2 and first["trained_tokens"] > 0
+    assert first["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert first["kl_ref"] == pytest.approx(0.0, abs=1e-5)
+
+    # Resume with more steps: the warm start is found complete, not run again, no hook call.
+    stamp = (warm / "model.safetensors").stat().st_mtime_ns
+    seen.clear()
+    again = asyncio.run(
+        BuiltinTrainer(
+            _config(tiny_model, out, kl_coef=0.05, skip_uniform_groups=False, steps=2),
+            on_warm_start=lambda p, i: seen.append((p, i)),
+        ).run()
+    )
+    assert seen == [] and again.warm_start == {**info, "reused": True} and again.resumed_from == 1
+    assert (warm / "model.safetensors").stat().st_mtime_ns == stamp
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+    # A run directory whose warm start went missing says so instead of silently starting over.
+    shutil.rmtree(warm)
+    with pytest.raises(TrainConfigError, match="warm start .* is missing"):
+        asyncio.run(
+            BuiltinTrainer(_config(tiny_model, out, kl_coef=0.05, skip_uniform_groups=False, steps=3)).run()
+        )
+
+
+def test_warm_start_settings_are_validated_and_reach_the_cli(tmp_path: Path) -> None:
+    from trajforge.cli.main import app
+    from trajforge.endpoint import embedded_weights
+
+    with pytest.raises(ValueError, match="warm_start runs in the builtin trainer only"):
+        TrainConfig(env="tiny_tasks", model=embedded_weights(), trainer="trl", warm_start=WarmStart())
+    with pytest.raises(ValueError, match="Extra inputs are not permitted"):
+        TrainConfig.model_validate(
+            {"env": "tiny_tasks", "model": embedded_weights(), "warm_start": {"steps": 3}}
+        )
+    res = CliRunner().invoke(
+        app,
+        [
+            "rl",
+            "train",
+            "tiny_tasks",
+            "--trainer",
+            "trl",
+            "--warm-start-updates",
+            "5",
+            "--output-dir",
+            str(tmp_path),
+        ],
+    )
+    assert res.exit_code == 2 and "warm_start runs in the builtin trainer only" in res.output
+
+
+def test_rl_demo_reports_each_stage_of_the_closed_loop(tmp_path: Path) -> None:
+    """``trajforge rl demo --warm-start`` end to end, shrunk: the embedded policy evaluated,
+    warm-started, evaluated, trained one GRPO step, served again and evaluated; the report splits
+    the gain by stage and the figure is written."""
+    from trajforge.cli.main import app
+
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text(
+        "warm_start: {updates: 2, batch: 3}\ngroup_size: 2\ngroups_per_step: 1\nconcurrency: 4\nmax_batch: 4\n"
+    )
+    out = tmp_path / "demo"
+    res = CliRunner().invoke(
+        app,
+        [
+            "rl",
+            "demo",
+            "--output-dir",
+            str(out),
+            "--eval-n",
+            "5",
+            "--steps",
+            "1",
+            "--warm-start",
+            "--config",
+            str(cfg),
+        ],
+    )
+    assert res.exit_code == 0, (res.output, res.exception)
+    report = json.loads((out / "report.json").read_text())
+    head = report["headline"]
+    stages = [report[k]["all"] for k in ("before", "after_warm_start", "after")]
+    assert [s["items"] for s in stages] == [5, 5, 5]
+    assert [head["before_pass"], head["warm_start_pass"], head["after_pass"]] == [
+        s["pass"]["value"] for s in stages
+    ]
+    assert head["delta_points"] == pytest.approx(
+        head["delta_warm_start_points"] + head["delta_grpo_points"], abs=0.11
+    )
+    assert report["warm_start"]["updates"] == 2 and report["warm_start"]["demonstrations"] == 6
+    assert report["train_config"]["warm_start"]["batch"] == 3 and head["steps"] == 1
+    assert [p.get("stage") for p in report["progress"]] == [None, "warm start", None]
+    # the same items in every evaluation, each judged once per stage
+    ids = [
+        sorted(json.loads(x)["item_id"] for x in (out / d / "episodes.jsonl").read_text().splitlines())
+        for d in ("eval-before", "eval-warm-start", "eval-after")
+    ]
+    assert ids[0] == ids[1] == ids[2] and len(ids[0]) == 5
+    assert (out / "closed_loop.png").stat().st_size > 10_000
