@@ -63,3 +63,15 @@ def scripted_batch_config(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Cal
         return load_config(None, {**settings, **overrides})
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_chatml_model(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A tiny random Qwen2 (hidden 32, 2 layers) with a real byte-level BPE + ChatML tokenizer,
+    saved as a servable model directory: the policy the RL trainer tests train (built once)."""
+    from trajforge.testing.tiny import build_tiny_model, build_tiny_tokenizer
+
+    root = tmp_path_factory.mktemp("rl-policy")
+    tok = build_tiny_tokenizer(root / "tok", "chatml")
+    build_tiny_model(root / "model", tok, hidden=32, layers=2, seed=0)
+    return root / "model"

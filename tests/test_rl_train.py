@@ -56,14 +56,9 @@ class LettersEnv(BaseEnv):
         return RewardBreakdown(reward=min(sum(ch in item["word"] for ch in text), 10) / 10)
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trajforge.testing.tiny import build_tiny_model, build_tiny_tokenizer
-
-    root = tmp_path_factory.mktemp("rl-policy")
-    tok = build_tiny_tokenizer(root / "tok", "chatml")
-    build_tiny_model(root / "model", tok, hidden=32, layers=2, seed=0)
-    return root / "model"
+@pytest.fixture
+def tiny_model(tiny_chatml_model: Path) -> Path:
+    return tiny_chatml_model
 
 
 def _train(args: list[str]) -> Any:

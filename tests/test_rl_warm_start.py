@@ -26,7 +26,7 @@ from trajforge.rl.grpo import Sample, collate, token_logprobs
 from trajforge.rl.warm_start import INFO_FILE, collect_demonstrations, supervised_updates, warm_start
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
-from trajforge.testing.tiny import IM_END, build_tiny_model, build_tiny_tokenizer
+from trajforge.testing.tiny import IM_END
 from trajforge.tools.registry import default_registry
 
 pytestmark = [
@@ -59,12 +59,9 @@ class WrongOracleEnv(BaseEnv):
         return RewardBreakdown(reward=1.0 if last.strip() == "yes" else 0.0)
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("warm-policy")
-    tok = build_tiny_tokenizer(root / "tok", "chatml")
-    build_tiny_model(root / "model", tok, hidden=32, layers=2, seed=0)
-    return root / "model"
+@pytest.fixture
+def tiny_model(tiny_chatml_model: Path) -> Path:
+    return tiny_chatml_model
 
 
 def _config(model: Path, out: Path, **extra: Any) -> TrainConfig:
