@@ -73,7 +73,11 @@ def wilson(successes: float, n: int, z: float = 1.96) -> Interval:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return Interval(value=p, low=max(0.0, centre - half), high=min(1.0, centre + half))
+    # At p = 0 or 1 the bound is exactly p; in floats centre +- half lands 1e-16 short of it, and
+    # an interval that excludes its own point estimate misleads every "within the CI" check.
+    low = 0.0 if p <= 0.0 else max(0.0, min(p, centre - half))
+    high = 1.0 if p >= 1.0 else min(1.0, max(p, centre + half))
+    return Interval(value=p, low=low, high=high)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
