@@ -41,11 +41,14 @@ def plot_closed_loop(report: dict[str, Any], path: Path) -> Path:
         if p.get("stage") == "warm start":  # the supervised stage, before GRPO's step 1
             ax2.plot([p["step"]], [p["pass"]], "s", color="tab:orange", ms=8, label="after the warm start")
     before, after = report["before"], report["after"]
+    warm = report.get("after_warm_start") or {}
     for fam in sorted(k for k in before if k != "all"):
-        b, a = before[fam]["pass"], after[fam]["pass"]
-        ax2.plot(
-            [prog[0]["step"], prog[-1]["step"]], [b["value"], a["value"]], "--", lw=1, alpha=0.7, label=fam
-        )
+        xs = [prog[0]["step"], prog[-1]["step"]]
+        ys = [before[fam]["pass"]["value"], after[fam]["pass"]["value"]]
+        if fam in warm:  # the warm start's jump happens before GRPO's step 1
+            xs.insert(1, prog[0]["step"])
+            ys.insert(1, warm[fam]["pass"]["value"])
+        ax2.plot(xs, ys, "--", lw=1, alpha=0.7, label=fam)
     last = prog[-1]["step"]
     for x, res in ((prog[0]["step"], before["all"]["pass"]), (last, after["all"]["pass"])):
         ax2.errorbar(
