@@ -71,3 +71,53 @@ async def test_local_server_reports_a_child_that_fails(model_dir: Path, tmp_path
     with pytest.raises(LocalServerError, match="exited with code 2") as info:
         await server.start()
     assert "dtype" in str(info.value)  # the child's own error message, from its log
+
+
+def test_a_local_server_ends_with_the_process_that_started_it_even_on_sigkill(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    """A parent killed with SIGKILL runs no cleanup; its ``trajforge serve`` child must still go
+    (it did not: a killed ``rl demo`` left its policy server running for hours). The child's
+    stdin is a pipe only the parent holds; the kernel closes it with the parent."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import asyncio, sys\n"
+        "from pathlib import Path\n"
+        "from trajforge.serve.launcher import LocalServer\n"
+        "async def main():\n"
+        f"    server = LocalServer(Path({str(model_dir)!r}), max_batch=2, device='cpu', "
+        f"log_path=Path({str(tmp_path / 'serve.log')!r}))\n"
+        "    await server.start()\n"
+        "    print(server._proc.pid, flush=True)\n"
+        "    await asyncio.sleep(3600)\n"
+        "asyncio.run(main())\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        os.kill(child, 0)  # the server runs
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 60  # a liveness bound, not a timing claim
+        while time.monotonic() < deadline:
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            with open(f"/proc/{child}/stat") as f:  # reaped by init only once it has exited
+                if f.read().split(") ", 1)[1].startswith("Z"):
+                    break
+            time.sleep(0.1)
+        else:
+            os.kill(child, signal.SIGKILL)
+            raise AssertionError("trajforge serve outlived the process that started it")
+    finally:
+        if parent.poll() is None:
+            parent.kill()

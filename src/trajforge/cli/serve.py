@@ -56,6 +56,13 @@ def serve(
     served_model_name: ServedName = None,
     batch_wait_ms: BatchWait = 5.0,
     logprobs_mode: LogprobsMode = "raw",
+    exit_with_stdin: bool = typer.Option(
+        False,
+        "--exit-with-stdin",
+        hidden=True,
+        help="Stop when standard input closes (set by a parent process that owns this server, so "
+        "the server ends with it however the parent ends).",
+    ),
 ) -> None:
     """Serve a local model: /v1/chat/completions, /v1/completions, /generate, /v1/load_weights."""
     problem = missing_ml("`trajforge serve`")
@@ -76,7 +83,7 @@ def serve(
         )
     )
     _check_parser(config.parser)
-    _serve(config)
+    _serve(config, exit_with_stdin=exit_with_stdin)
 
 
 def _config(options: dict[str, Any]) -> ServeConfig:
@@ -101,14 +108,14 @@ def _check_parser(name: str | None) -> None:
             raise fail(str(exc)) from None
 
 
-def _serve(config: ServeConfig) -> None:
+def _serve(config: ServeConfig, *, exit_with_stdin: bool = False) -> None:
     from transformers.utils import logging as hf_logging
 
     from trajforge.serve.app import serve_until_stopped
 
     hf_logging.disable_progress_bar()
     try:
-        asyncio.run(serve_until_stopped(config))
+        asyncio.run(serve_until_stopped(config, exit_with_stdin=exit_with_stdin))
     except ValueError as exc:  # unloadable model, unusable device
         raise fail(str(exc)) from None
     except OSError as exc:  # port in use and the like

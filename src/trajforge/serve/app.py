@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -176,15 +177,33 @@ def _bound_address(runner: web.AppRunner, config: ServeConfig) -> tuple[str, int
     return config.host, config.port
 
 
-async def serve_until_stopped(config: ServeConfig, *, stop: asyncio.Event | None = None) -> None:
-    """Run the server until SIGINT/SIGTERM (or ``stop`` is set), printing the ready line first."""
+async def serve_until_stopped(
+    config: ServeConfig, *, stop: asyncio.Event | None = None, exit_with_stdin: bool = False
+) -> None:
+    """Run the server until SIGINT/SIGTERM (or ``stop`` is set), printing the ready line first.
+
+    ``exit_with_stdin``: also stop when standard input reaches end of file. A parent that starts
+    the server with a pipe as its stdin and never writes to it (``LocalServer``) thereby ties the
+    server's life to its own: the kernel closes the pipe when the parent exits however it exits
+    (SIGKILL included), where a signal-based stop needs the parent alive to send it -- a killed
+    ``rl demo`` left its policy server running (and holding its memory) for hours."""
     import signal
+    import threading
 
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    if exit_with_stdin:
+
+        def wait_for_eof() -> None:
+            with contextlib.suppress(OSError, ValueError):
+                while sys.stdin.buffer.read(65536):
+                    pass
+            loop.call_soon_threadsafe(stop.set)
+
+        threading.Thread(target=wait_for_eof, name="trajforge-serve-parent", daemon=True).start()
     async with run_server(config) as server:
         engine = server.engine
         print(

@@ -9,7 +9,9 @@ HTTP path as to any endpoint, so it needs a server it owns::
 Readiness is observed, never guessed: the child binds port 0 and prints the address it got (no
 race for a "free" port), then ``/health`` must answer. If the child dies first, the error carries
 the tail of its log. The child's log goes to a file (``log_path``) so a long run never blocks on
-a full pipe.
+a full pipe. The child's stdin is a pipe this process never writes to, and the child stops when
+it closes (``--exit-with-stdin``), so a server never outlives the process that started it, even
+one killed with SIGKILL.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class LocalServer:
             str(self.max_batch),
             "--device",
             self.device,
+            "--exit-with-stdin",
             *self.extra_args,
         ]
 
@@ -101,7 +104,7 @@ class LocalServer:
             *self.command(),
             stdout=asyncio.subprocess.PIPE,
             stderr=self._log,
-            stdin=asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.PIPE,  # never written: its end closing stops the child (--exit-with-stdin)
         )
         try:
             self.base_url = await asyncio.wait_for(self._read_address(), self.startup_timeout)
