@@ -90,7 +90,6 @@ class LocalServer:
             str(self.max_batch),
             "--device",
             self.device,
-            "--exit-with-stdin",
             *self.extra_args,
         ]
 
@@ -102,6 +101,7 @@ class LocalServer:
         self._log = self.log_path.open("wb")
         self._proc = await asyncio.create_subprocess_exec(
             *self.command(),
+            "--exit-with-stdin",  # with the pipe below; command() alone is a plain serve command
             stdout=asyncio.subprocess.PIPE,
             stderr=self._log,
             stdin=asyncio.subprocess.PIPE,  # never written: its end closing stops the child (--exit-with-stdin)
