@@ -243,8 +243,9 @@ class _SlowFactory:
         return sandbox
 
 
-async def test_sandbox_start_overlaps_the_first_model_call(registry):
-    factory = _SlowFactory()
+async def _one_tool_call(registry, factory, config=None, setup_files=None):
+    """A session whose model (with latency, like any endpoint) calls the terminal once and then
+    answers; returns the result and, per model call, whether the sandbox had started by then."""
     seen_started = []
 
     async def policy(messages, tools, sampling):
@@ -255,11 +256,19 @@ async def test_sandbox_start_overlaps_the_first_model_call(registry):
 
     result = await run_session(
         "go",
-        model=ScriptedModel(policy, delay_s=0.05),  # a model with latency, like any endpoint
+        model=ScriptedModel(policy, delay_s=0.05),
         registry=registry,
         toolsets=["terminal"],
         sandbox_factory=factory,
+        config=config,
+        setup_files=setup_files,
     )
+    return result, seen_started
+
+
+async def test_sandbox_start_overlaps_the_first_model_call(registry):
+    factory = _SlowFactory()
+    result, seen_started = await _one_tool_call(registry, factory)
     assert seen_started[0] is True  # the sandbox was starting while the first model call was in flight
     assert result.finished_naturally and result.tool_stats["terminal"].success == 1
     assert factory.closed == 1
@@ -280,22 +289,7 @@ async def test_lazy_sandbox_start_waits_for_the_first_tool_call(registry):
     rollout that calls no tool; setup files still force a start before the first turn."""
     factory = _SlowFactory()
     lazy = AgentConfig(sandbox_start="lazy")
-    seen_started = []
-
-    async def policy(messages, tools, sampling):
-        seen_started.append(factory.started.is_set())
-        if len(seen_started) == 1:
-            return tool_turn(("terminal", {"command": "echo ok"}))
-        return answer("done")
-
-    result = await run_session(
-        "go",
-        model=ScriptedModel(policy, delay_s=0.05),
-        registry=registry,
-        toolsets=["terminal"],
-        sandbox_factory=factory,
-        config=lazy,
-    )
+    result, seen_started = await _one_tool_call(registry, factory, lazy)
     assert seen_started == [False, True]  # built for the tool call, after the first answer
     assert result.finished_naturally and result.tool_stats["terminal"].success == 1
     assert factory.closed == 1
@@ -328,17 +322,7 @@ async def test_lazy_sandbox_start_waits_for_the_first_tool_call(registry):
     )
     assert inspected == ["seen\n"] and factory.closed == 1
 
-    factory = _SlowFactory()
-    seen_started.clear()
-    await run_session(
-        "go",
-        model=ScriptedModel(policy, delay_s=0.05),
-        registry=registry,
-        toolsets=["terminal"],
-        sandbox_factory=factory,
-        config=lazy,
-        setup_files={"task.txt": "data"},
-    )
+    _, seen_started = await _one_tool_call(registry, _SlowFactory(), lazy, setup_files={"task.txt": "data"})
     assert seen_started[0] is True  # the task's files are in place before the model could look
 
 

@@ -15,7 +15,7 @@ import json
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import typer
@@ -23,6 +23,9 @@ from rich.console import Console
 from rich.table import Table
 
 from trajforge.cli.errors import fail
+
+if TYPE_CHECKING:
+    from trajforge.envs.ray_backend import RayEvalConfig
 
 env_app = typer.Typer(help="RL and evaluation environments: list, show, eval, rescore.", no_args_is_help=True)
 _err = Console(stderr=True)
@@ -222,7 +225,7 @@ async def _eval(
     group_size: int,
     agent: str,
     *,
-    ray: tuple[str, Any] | None = None,
+    ray: tuple[str, RayEvalConfig] | None = None,
 ) -> Any:
     """Run the evaluation here, or with ``ray`` = (the env's reference, its ``RayEvalConfig``)
     on rollout actors of a Ray cluster; the ``EvalRun``."""

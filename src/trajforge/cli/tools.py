@@ -23,8 +23,7 @@ tools_app = typer.Typer(
     name="tools", help="The tools a model may call: readiness and backend checks.", no_args_is_help=True
 )
 
-TOOLS_CONFIG_HELP = "YAML file with the tools section (or a batch config holding one)"
-_CONFIG_HELP = TOOLS_CONFIG_HELP
+_CONFIG_HELP = "YAML file with the tools section (or a batch config holding one)"
 
 
 def load_tools_option(path: Path | None) -> ToolsConfig:

@@ -34,6 +34,7 @@ from trajforge.envs.episode import RolloutBackends, Rollouts
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.summary import EvalSummary, summarize
 from trajforge.envs.types import Episode, Item
+from trajforge.trajectory.save import read_complete_objects
 
 EPISODES_FILE = "episodes.jsonl"
 RUN_FILE = "run.json"
@@ -223,17 +224,7 @@ def _open_run(run_dir: Path, identity: dict[str, Any]) -> set[str]:
 def read_cluster_events(run_dir: Path) -> list[dict[str, Any]]:
     """The run's ``cluster_events.jsonl`` (none for a run that never lost an actor); a torn last
     line (the driver killed mid-write) is skipped."""
-    path = run_dir / CLUSTER_EVENTS_FILE
-    if not path.exists():
-        return []
-    data = path.read_bytes()
-    out = []
-    for line in data[: data.rfind(b"\n") + 1].splitlines():
-        with contextlib.suppress(orjson.JSONDecodeError):
-            event = orjson.loads(line)
-            if isinstance(event, dict):
-                out.append(event)
-    return out
+    return read_complete_objects(run_dir / CLUSTER_EVENTS_FILE)
 
 
 def write_summary(run_dir: Path, env: str) -> EvalSummary:

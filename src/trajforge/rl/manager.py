@@ -43,6 +43,7 @@ import yaml
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from trajforge.rl import procs
+from trajforge.trajectory.save import read_complete_objects
 
 STATE_FILE = "state.json"
 CONFIG_FILE = "config.yaml"
@@ -677,17 +678,7 @@ def _read_exit(path: Path) -> tuple[int | None, str | None]:
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The complete lines of a metrics file (a line being written is not read yet)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    rows = []
-    for line in data[: data.rfind(b"\n") + 1].splitlines():
-        with contextlib.suppress(orjson.JSONDecodeError):
-            row = orjson.loads(line)
-            if isinstance(row, dict):
-                rows.append(row)
-    return rows
+    return read_complete_objects(path)
 
 
 def find_checkpoints(run_dir: Path) -> list[Path]:

@@ -25,6 +25,7 @@ reference (the policy GRPO should stay near is the one it started from).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections import Counter
@@ -167,8 +168,6 @@ async def warm_start(
 ) -> tuple[Path, dict[str, Any]]:
     """The warm-started model directory and its report; runs the stage unless a complete one is
     already in ``run_dir`` (a resumed run)."""
-    import json
-
     ws = _settings(config)
     final = run_dir.warm_start_dir
     if (final / INFO_FILE).is_file():

@@ -81,6 +81,25 @@ def append_jsonl(path: Path, line: bytes) -> None:
         os.close(fd)  # closing releases the lock
 
 
+def read_complete_objects(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file that another process may be appending to (or died
+    appending to): only complete lines are read (a torn last one is not yet, or never, a record),
+    and a line that is not a JSON object is skipped. A missing file has none."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    rows = []
+    for line in data[: data.rfind(b"\n") + 1].splitlines():
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
 def trajectory_file(path_dir: str | os.PathLike[str], completed: bool) -> Path:
     """Where a trajectory with this outcome is appended."""
     return Path(path_dir) / (COMPLETED_FILE if completed else FAILED_FILE)
