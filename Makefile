@@ -45,8 +45,9 @@ demo: setup
 	$(VENV)/bin/trajforge batch examples/tasks.jsonl --run-name demo-$$(date +%Y%m%d-%H%M%S) --output-dir data \
 		--toolsets terminal,file --env tiny_tasks --progress plain
 
-# The closed loop (issue 12): held-out eval of the embedded policy, GRPO on CPU, the new checkpoint
-# served by `trajforge serve` and evaluated again; report.json + closed_loop.png in the run directory.
+# The closed loop (issue 12): held-out eval of the recipe's tiny policy, a supervised warm start on
+# the env's oracle trajectories and guided GRPO on CPU (20 minutes), the new checkpoint served by
+# `trajforge serve` and evaluated again; report.json + closed_loop.png in the run directory.
 rl-demo: setup
 	$(VENV)/bin/trajforge rl demo --output-dir data/rl-demo-$$(date +%Y%m%d-%H%M%S)
 

@@ -13,6 +13,9 @@ steps, a few guided samples of a family per step) cannot reach it.
     python benchmarks/rl_copy_probe.py --train write_file --lr 1e-3 --batch 8 --updates 100
     python benchmarks/rl_copy_probe.py --train write_file,write_file,arithmetic,count_lines,count_words \
         --lr 1e-3 --batch 10 --updates 150
+    # a phased warm start (WarmStart.phases; implies --source env) from another model:
+    python benchmarks/rl_copy_probe.py --model DIR --batch 10 --decay 0.1 \
+        --phases "write_file@200;find_value@250;write_file,find_value,arithmetic,count_lines,count_words@200"
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trajforge.endpoint import embedded_weights
 from trajforge.llm.chat_template import ChatTemplate
 from trajforge.models.tiny.data import solve_in_sandbox
-from trajforge.rl.config import TrainConfig, WarmStart
+from trajforge.rl.config import TrainConfig, WarmPhase, WarmStart
 from trajforge.rl.grpo import Sample, collate
 from trajforge.rl.guide import oracle_trace
 from trajforge.rl.warm_start import Demonstrations, collect_demonstrations, supervised_updates
@@ -60,12 +63,30 @@ async def conversations(tasks: list[Task]) -> list[list[dict[str, Any]]]:
     return out
 
 
-async def env_demonstrations(cfg: TrainConfig, n: int, template: ChatTemplate) -> Demonstrations:
+async def env_demonstrations(cfg: TrainConfig, template: ChatTemplate) -> list[Demonstrations]:
+    """Each warm-start phase's demonstrations, as ``rl train`` collects them."""
+    assert cfg.warm_start is not None
     factory = create_sandbox_factory(SandboxConfig(kind="bwrap", command_timeout_s=30))
     try:
-        return await collect_demonstrations(cfg, n, factory, default_registry(), template)
+        return [
+            await collect_demonstrations(
+                cfg, p.updates * cfg.warm_start.batch, factory, default_registry(), template, phase=i
+            )
+            for i, p in enumerate(cfg.warm_start.schedule())
+        ]
     finally:
         await close_factory(factory)
+
+
+def parse_phases(spec: str) -> list[WarmPhase]:
+    """``"a,b@N;c@M"`` -> two phases: N updates on families a and b, then M on c."""
+    out = []
+    for part in spec.split(";"):
+        families, _, updates = part.rpartition("@")
+        if not families or not updates.isdigit():
+            raise SystemExit(f"--phases: {part!r} is not FAMILY[,FAMILY...]@UPDATES")
+        out.append(WarmPhase(updates=int(updates), env_overrides={"families": families.split(",")}))
+    return out
 
 
 def main() -> None:
@@ -88,11 +109,17 @@ def main() -> None:
     )
     ap.add_argument("--focal", type=float, default=0.0, help="WarmStart.focal: (1-p)^g token weights")
     ap.add_argument("--seed", type=int, default=0, help="shifts the training items (and torch's seed)")
+    ap.add_argument(
+        "--phases",
+        default=None,
+        help="FAMILY[,FAMILY...]@UPDATES;... : a phased warm start in place of --train/--updates (env items)",
+    )
+    ap.add_argument("--model", type=Path, default=None, help="model directory (default: the embedded policy)")
     args = ap.parse_args()
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
 
-    weights = embedded_weights()
+    weights = str(args.model) if args.model else embedded_weights()
     tokenizer = AutoTokenizer.from_pretrained(weights)
     model = AutoModelForCausalLM.from_pretrained(weights)
     template = ChatTemplate(tokenizer, end_of_turn="<|im_end|>")
@@ -108,18 +135,23 @@ def main() -> None:
 
     mix = args.train.split(",")
     n = args.batch * args.updates
-    if args.source == "env":  # what `rl train`'s warm_start trains on (rl/warm_start.py)
+    ws_fields: dict[str, Any] = dict(batch=args.batch, lr=args.lr, decay=args.decay, focal=args.focal)
+    if args.phases:
+        ws = WarmStart(**ws_fields, phases=parse_phases(args.phases))
+    else:
+        ws = WarmStart(**ws_fields, updates=args.updates)
+    if args.source == "env" or args.phases:  # what `rl train`'s warm_start trains on (rl/warm_start.py)
         cfg = TrainConfig(
             env="tiny_tasks",
             model=weights,
             seed=args.seed,
             env_overrides={"families": mix},
-            warm_start=WarmStart(updates=args.updates, batch=args.batch),  # the items' count only
+            warm_start=ws,
         )
-        train = asyncio.run(env_demonstrations(cfg, n, template)).samples
+        train = [d.samples for d in asyncio.run(env_demonstrations(cfg, template))]
     else:
         train_tasks = [generate(mix[i % len(mix)], 1, seed=777 + args.seed + i)[0] for i in range(n)]
-        train = samples(asyncio.run(conversations(train_tasks)))
+        train = [samples(asyncio.run(conversations(train_tasks)))]
     held = {
         f: samples(asyncio.run(conversations(generate(f, args.held_out, seed=HELD_OUT_SEED))))
         for f in POLICY_FAMILIES
@@ -140,13 +172,12 @@ def main() -> None:
 
     began = time.time()
     report(0, began)
-    ws = WarmStart(updates=args.updates, batch=args.batch, lr=args.lr, decay=args.decay, focal=args.focal)
 
     def every(k: int, _loss: float) -> None:
         if k % args.every == 0:
             report(k, began)
 
-    supervised_updates(model, train[:n], ws, micro_batch=args.batch, pad_id=0, device="cpu", on_update=every)
+    supervised_updates(model, train, ws, micro_batch=args.batch, pad_id=0, device="cpu", on_update=every)
     if args.save is not None:
         model.save_pretrained(args.save)
         tokenizer.save_pretrained(args.save)

@@ -104,11 +104,11 @@ def _mean_nll_of(model_dir: Path, samples: list[Sample]) -> float:
     return _mean_nll(AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32), samples)
 
 
-async def _demos(cfg: TrainConfig, n: int) -> Any:
+async def _demos(cfg: TrainConfig, n: int, phase: int = 0) -> Any:
     factory = create_sandbox_factory(SandboxConfig(kind="bwrap", command_timeout_s=30))
     try:
         return await collect_demonstrations(
-            cfg, n, factory, default_registry(), ChatTemplate.from_path(str(cfg.model))
+            cfg, n, factory, default_registry(), ChatTemplate.from_path(str(cfg.model)), phase=phase
         )
     finally:
         await close_factory(factory)
@@ -139,7 +139,7 @@ def test_demonstrations_are_the_oracles_passing_turns_and_supervision_fits_them(
         seen: list[int] = []
         losses = supervised_updates(
             model,
-            demos.samples,
+            [demos.samples],
             WarmStart(updates=8, batch=2, lr=5e-3, decay=0.5, focal=focal),
             micro_batch=1,
             pad_id=0,
@@ -151,6 +151,40 @@ def test_demonstrations_are_the_oracles_passing_turns_and_supervision_fits_them(
         assert losses[0] == pytest.approx(_mean_nll_of(tiny_model, demos.samples[:2]), rel=1e-3)
         assert after < before * 0.9, (focal, before, after)
         assert any(not torch.equal(v, model.state_dict()[k]) for k, v in start.items())
+
+
+def test_a_phased_warm_start_trains_each_phase_on_its_own_mix_in_order(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """``phases``: each phase's demonstrations come from its own families and item stream, and its
+    updates run in order on them, cycling within the phase."""
+    from transformers import AutoModelForCausalLM
+
+    phases = [
+        {"updates": 3, "env_overrides": {"families": ["write_file"]}},
+        {"updates": 2, "env_overrides": {"families": ["count_lines"]}},
+    ]
+    cfg = _config(tiny_model, tmp_path / "run", warm_start={"batch": 1, "lr": 1e-12, "phases": phases})
+    assert cfg.warm_start is not None and cfg.warm_start.total_updates == 5
+    first, second = (asyncio.run(_demos(cfg, 2, phase=i)) for i in (0, 1))
+    assert dict(first.by_family) == {"write_file": 2} and dict(second.by_family) == {"count_lines": 2}
+    # phase 0 draws from the single-phase warm start's item stream, later phases from their own
+    plain = asyncio.run(
+        _demos(
+            _config(tiny_model, tmp_path / "p", warm_start={"env_overrides": phases[0]["env_overrides"]}), 2
+        )
+    )
+    assert [s.tokens for s in plain.samples] == [s.tokens for s in first.samples]
+
+    # lr ~0: the model does not move, so each update's loss is the NLL of the batch it trained on
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model), dtype=torch.float32)
+    losses = supervised_updates(
+        model, [first.samples, second.samples], cfg.warm_start, micro_batch=1, pad_id=0, device="cpu"
+    )
+    expected = [first.samples[0], first.samples[1], first.samples[0], second.samples[0], second.samples[1]]
+    assert losses == pytest.approx([_mean_nll(model, [s]) for s in expected], rel=1e-4)
+    with pytest.raises(ValueError, match=r"2 phase\(s\) need samples each; got \[2, 0\]"):
+        supervised_updates(model, [first.samples, []], cfg.warm_start, micro_batch=1, pad_id=0, device="cpu")
 
 
 def test_an_oracle_that_never_passes_is_a_clear_error(tiny_model: Path, tmp_path: Path) -> None:
@@ -240,6 +274,25 @@ def test_warm_start_settings_are_validated_and_reach_the_cli(tmp_path: Path) -> 
         TrainConfig.model_validate(
             {"env": "tiny_tasks", "model": embedded_weights(), "warm_start": {"steps": 3}}
         )
+    phased = {"phases": [{"updates": 4, "env_overrides": {"families": ["write_file"]}}, {"updates": 6}]}
+    ws = WarmStart.model_validate(phased)
+    assert ws.total_updates == 10 and [p.updates for p in ws.schedule()] == [4, 6]
+    assert WarmStart(updates=7).schedule()[0].updates == 7 and WarmStart().total_updates == 250
+    with pytest.raises(ValueError, match="either `updates` .* or `phases`"):
+        WarmStart.model_validate({**phased, "updates": 5})
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        WarmStart.model_validate({"phases": [{"updates": 0}]})
+    # a dumped phased config (config.json; the train.yaml a managed run hands `rl train --config`)
+    # validates again as written
+    import yaml
+
+    from trajforge.rl.run_config import TRAIN_FILE, train_run_spec
+
+    cfg = TrainConfig(env="tiny_tasks", model=embedded_weights(), warm_start=ws)
+    assert TrainConfig.model_validate(cfg.model_dump(mode="json")) == cfg
+    spec = train_run_spec({"env": "tiny_tasks", "model": str(embedded_weights()), "warm_start": phased})
+    again = TrainConfig.model_validate(yaml.safe_load(spec.files[TRAIN_FILE]))
+    assert again.warm_start is not None and again.warm_start.schedule() == ws.schedule()
     res = CliRunner().invoke(
         app,
         [
@@ -262,10 +315,12 @@ def test_rl_demo_reports_each_stage_of_the_closed_loop(tmp_path: Path) -> None:
     warm-started, evaluated, trained one GRPO step, served again and evaluated; the report splits
     the gain by stage and the figure is written."""
     from trajforge.cli.main import app
+    from trajforge.endpoint import recipe_weights
 
     cfg = tmp_path / "small.yaml"
     cfg.write_text(
-        "warm_start: {updates: 2, batch: 3}\ngroup_size: 2\ngroups_per_step: 1\nconcurrency: 4\nmax_batch: 4\n"
+        "warm_start: {batch: 3, phases: [{updates: 1, env_overrides: {families: [write_file]}}, {updates: 1}]}\n"
+        "group_size: 2\ngroups_per_step: 1\nconcurrency: 4\nmax_batch: 4\n"
     )
     out = tmp_path / "demo"
     res = CliRunner().invoke(
@@ -296,7 +351,14 @@ def test_rl_demo_reports_each_stage_of_the_closed_loop(tmp_path: Path) -> None:
         head["delta_warm_start_points"] + head["delta_grpo_points"], abs=0.11
     )
     assert report["warm_start"]["updates"] == 2 and report["warm_start"]["demonstrations"] == 6
+    assert [(p["updates"], p["demonstrations"]) for p in report["warm_start"]["phases"]] == [(1, 3), (1, 3)]
+    assert report["warm_start"]["phases"][0]["by_family"] == {"write_file": 3}
     assert report["train_config"]["warm_start"]["batch"] == 3 and head["steps"] == 1
+    # the loop starts from the recipe's weights (the 62-63% policy), not the committed result of it
+    assert (
+        report["train_config"]["model"] == str(recipe_weights())
+        and report["train_config"]["guide"] == "oracle"
+    )
     assert [p.get("stage") for p in report["progress"]] == [None, "warm start", None]
     # the same items in every evaluation, each judged once per stage
     ids = [

@@ -123,3 +123,20 @@ def test_tokenizer_gives_a_value_the_same_ids_in_prose_and_in_json() -> None:
     assert set(ids("yellow")) <= set(ids(" into yellow.txt")) & set(ids('"path": "yellow.txt"'))
     assert ids("paper apple 886")[-3:] == ids('"paper apple 886"')[-4:-1]  # digits one per token
     assert ids(" into yellow.txt") == ids(" ") + ids("into") + ids(" ") + ids("yellow.txt")
+
+
+def test_the_recipe_weights_are_the_closed_loops_start_and_differ_only_in_weights() -> None:
+    """``rl demo`` starts from the recipe's weights; the committed default is what that loop made
+    of them (its ``closed_loop.json`` names them by hash). Same architecture, tokenizer, template."""
+    import hashlib
+
+    from trajforge.endpoint import embedded_weights, recipe_weights
+
+    recipe, committed = recipe_weights(), embedded_weights()
+    provenance = json.loads((committed / "closed_loop.json").read_text())
+    assert (
+        hashlib.sha256((recipe / "model.safetensors").read_bytes()).hexdigest() == provenance["base_sha256"]
+    )
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        assert (recipe / name).read_bytes() == (committed / name).read_bytes(), name
+    assert (recipe / "model.safetensors").read_bytes() != (committed / "model.safetensors").read_bytes()

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the client (and the openai SDK) load when one is built, not
 EMBEDDED_MODEL_NAME = "trajforge-tiny"
 # Package data of ``trajforge.models.tiny`` (its recipe writes them), located without importing it.
 _EMBEDDED_WEIGHTS = Path(__file__).resolve().parent / "models" / "tiny" / "weights"
+_RECIPE_WEIGHTS = _EMBEDDED_WEIGHTS.parent / "recipe"
 
 
 class MissingExtraError(ValueError):
@@ -179,6 +180,17 @@ def embedded_weights() -> Path:
             f"`trajforge model build-tiny --out {_EMBEDDED_WEIGHTS}`"
         )
     return _EMBEDDED_WEIGHTS
+
+
+def recipe_weights() -> Path:
+    """Directory of the recipe's weights (``trajforge model build-tiny``'s output, before RL): the
+    closed loop's starting point (``trajforge rl demo``), not the default policy."""
+    if not (_RECIPE_WEIGHTS / "model.safetensors").is_file():
+        raise FileNotFoundError(
+            f"the recipe's tiny policy is missing from {_RECIPE_WEIGHTS}; rebuild it with "
+            f"`trajforge model build-tiny --out {_RECIPE_WEIGHTS}`"
+        )
+    return _RECIPE_WEIGHTS
 
 
 @contextlib.asynccontextmanager

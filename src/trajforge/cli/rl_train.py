@@ -131,8 +131,16 @@ def _train(cfg: object) -> object:
 def demo_cmd(
     output_dir: Path = typer.Option(Path("runs/rl-demo"), "--output-dir", help="Where the demo writes."),
     eval_n: int = typer.Option(200, "--eval-n", min=1, help="Held-out items evaluated before and after."),
-    steps: int = typer.Option(30, "--steps", min=1, help="GRPO steps."),
+    steps: int = typer.Option(
+        80, "--steps", min=1, help="GRPO steps (the time budget usually stops it first)."
+    ),
     config: Path | None = typer.Option(None, "--config", help="YAML/JSON TrainConfig fields to override."),
+    model: str = typer.Option(
+        "recipe",
+        "--model",
+        help="Weights to start from: recipe (the recipe's, 62-63% held-out: the loop's documented start), "
+        "embedded (the committed default, this loop's result) or a model directory.",
+    ),
     time_budget_min: float = typer.Option(
         20.0, "--time-budget-min", help="Stop training when the whole demo would pass this."
     ),
@@ -140,16 +148,19 @@ def demo_cmd(
         0, "--eval-every", min=0, help="Also evaluate the held-out set every N steps (0: only before/after)."
     ),
     guide: str | None = typer.Option(
-        None, "--guide", help="none or oracle (TrainConfig.guide); overrides --config."
+        None,
+        "--guide",
+        help="none or oracle (TrainConfig.guide; the demo's default: oracle); overrides --config.",
     ),
     warm: bool = typer.Option(
-        False,
-        "--warm-start",
-        help="Supervised updates on the env's oracle trajectories before GRPO (rl.demo.WARM_START; "
-        "a warm_start in --config wins).",
+        True,
+        "--warm-start/--no-warm-start",
+        help="Supervised updates on the env's oracle trajectories before GRPO (rl.demo.WARM_START, or "
+        "a warm_start in --config); --no-warm-start: GRPO alone.",
     ),
 ) -> None:
-    """The closed loop: evaluate the embedded policy, train it with GRPO, serve the result, evaluate."""
+    """The closed loop: evaluate a policy, train it (warm start + GRPO), serve the result, evaluate."""
+    from trajforge.endpoint import embedded_weights, recipe_weights
     from trajforge.rl.config import TrainConfigError, load_config_file
     from trajforge.rl.demo import DemoError, run_demo
 
@@ -157,10 +168,11 @@ def demo_cmd(
         overrides = load_config_file(config) if config else {}
         if guide is not None:
             overrides["guide"] = guide
-        if warm and "warm_start" not in overrides:
-            from trajforge.rl.demo import WARM_START
-
-            overrides["warm_start"] = WARM_START
+        if not warm:
+            overrides["warm_start"] = None
+        if "model" not in overrides or model != "recipe":
+            named = {"recipe": recipe_weights, "embedded": embedded_weights}
+            overrides["model"] = str(named[model]() if model in named else Path(model))
         report = run_demo(
             output_dir,
             eval_n=eval_n,

@@ -21,13 +21,34 @@ class TrainConfigError(ValueError):
     """A training config that cannot be used; the message says what to change."""
 
 
-class WarmStart(BaseModel):
-    """Supervised updates on the env's reference trajectories before the first GRPO step
-    (:mod:`trajforge.rl.warm_start`): how many, how large, how fast, on which item mix."""
+DEFAULT_WARM_UPDATES = 250
+
+
+class WarmPhase(BaseModel):
+    """One stage of a phased warm start: so many updates on demonstrations of one item mix."""
 
     model_config = ConfigDict(extra="forbid")
 
-    updates: int = Field(250, ge=1, description="optimizer updates (each on `batch` fresh demonstrations)")
+    updates: int = Field(ge=1, description="optimizer updates of this phase")
+    env_overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description="EnvConfig fields for this phase's items, applied over the warm start's own",
+    )
+
+
+class WarmStart(BaseModel):
+    """Supervised updates on the env's reference trajectories before the first GRPO step
+    (:mod:`trajforge.rl.warm_start`): how many, how large, how fast, on which item mix -- or, with
+    ``phases``, on which mixes in turn."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    updates: int | None = Field(
+        None,
+        ge=1,
+        description=f"optimizer updates (each on `batch` fresh demonstrations); {DEFAULT_WARM_UPDATES} "
+        "when there are no `phases`",
+    )
     batch: int = Field(10, ge=1, description="demonstrations per update")
     lr: float = Field(1e-3, gt=0, description="AdamW learning rate of the warm start")
     decay: float = Field(
@@ -45,6 +66,33 @@ class WarmStart(BaseModel):
         description="EnvConfig fields for the demonstration items, applied over the run's env_overrides "
         "(e.g. every family, so families GRPO does not train on are replayed, not forgotten)",
     )
+    phases: list[WarmPhase] = Field(
+        default_factory=list,
+        description="a curriculum in place of `updates`: each phase's updates on its own item mix, in "
+        "order, one optimizer and one lr schedule over all of them (e.g. a skill the mix drowns "
+        "alone first, then every family to win the others back)",
+    )
+
+    @model_validator(mode="after")
+    def _updates_or_phases(self) -> WarmStart:
+        # `updates` stays None beside `phases`, so a dumped config (config.json, a managed run's
+        # train.yaml) validates again as it was written.
+        if self.phases and self.updates is not None:
+            raise ValueError(
+                "warm_start: give either `updates` (one phase) or `phases` (each with its own updates), "
+                "not both"
+            )
+        if not self.phases and self.updates is None:
+            self.updates = DEFAULT_WARM_UPDATES
+        return self
+
+    def schedule(self) -> list[WarmPhase]:
+        """The phases to run: ``phases``, or one of ``updates`` on ``env_overrides``."""
+        return list(self.phases) or [WarmPhase(updates=self.updates or DEFAULT_WARM_UPDATES)]
+
+    @property
+    def total_updates(self) -> int:
+        return sum(p.updates for p in self.schedule())
 
 
 class TrainConfig(BaseModel):

@@ -1,13 +1,14 @@
 """The closed loop (issue 12, item 4): evaluate, train with GRPO, serve the result, evaluate again.
 
-1. **Before**: the embedded policy, served by ``trajforge serve``, on ``eval_n`` held-out
+1. **Before**: the starting policy -- the recipe's weights (:func:`~trajforge.endpoint.recipe_weights`,
+   62-63%) unless told otherwise -- served by ``trajforge serve``, on ``eval_n`` held-out
    ``tiny_tasks`` items (the items ``trajforge model eval`` uses), greedy, through the env
    runner (:func:`~trajforge.envs.runner.run_eval`) -- the path of ``trajforge env eval
    tiny_tasks --tokenizer auto --temperature 0``.
-2. **Train**: with ``warm_start`` set (``--warm-start``), supervised updates on the env's oracle
-   trajectories first (:mod:`trajforge.rl.warm_start`), evaluated the same way so the report
-   gives each stage its own gain; then the builtin GRPO trainer on *training* items (other
-   seeds), stopped early when the time budget would not leave room for the final evaluation.
+2. **Train**: supervised updates on the env's oracle trajectories first (the warm start,
+   :data:`WARM_START`, :mod:`trajforge.rl.warm_start`; ``--no-warm-start`` skips it), evaluated
+   the same way so the report gives each stage its own gain; then the builtin GRPO trainer with
+   oracle-guided groups on *training* items (other seeds), stopped early when the time budget would not leave room for the final evaluation.
 3. **After**: a fresh ``trajforge serve`` on the last checkpoint, the same items, the same path.
 4. ``report.json`` (before/after per family with 95% intervals, the training curve) and
    ``closed_loop.png`` (training reward per step, held-out success before/after and at the
@@ -18,9 +19,8 @@ signal, and a family no sample ever solves gives none (every group's rewards are
 every advantage is 0). The defaults weight the two weak families (``write_file``,
 ``find_value``) and keep arithmetic for the signal its occasional misses give. Measured from the
 recipe's weights: none of it moved write_file in 20 minutes (its copy appears in 1-2% of
-samples), nor did guided groups (``--guide oracle``); a supervised warm start first
-(``--warm-start``, :data:`WARM_START`) did, +17.5 points in 19.5 minutes in one run, with a gain
-that depends on the items drawn. docs/benchmarks.md has the figures. Everything is overridable
+samples), nor did guided groups (``--guide oracle``); a supervised warm start first did, once
+its write_file phase came first. docs/benchmarks.md has the figures. Everything is overridable
 with ``--config``.
 """
 
@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trajforge.endpoint import embedded_weights
+from trajforge.endpoint import recipe_weights
 from trajforge.envs.catalog import load_env
 from trajforge.envs.episode import RolloutBackends
 from trajforge.envs.runner import run_eval
@@ -65,6 +65,7 @@ DEMO_DEFAULTS: dict[str, Any] = {
     "max_batch": 72,
     "micro_batch": 16,
     "device": "cpu",
+    "guide": "oracle",
     # the weak families weighted up; count_lines/count_words (solved at T=1 too: uniform groups,
     # no signal) left out; arithmetic kept for the signal its occasional misses give
     "env_overrides": {
@@ -74,7 +75,6 @@ DEMO_DEFAULTS: dict[str, Any] = {
 
 
 WARM_START: dict[str, Any] = {
-    "updates": 450,
     "batch": 10,
     "lr": 1e-3,
     "decay": 0.1,
@@ -83,18 +83,25 @@ WARM_START: dict[str, Any] = {
             "write_file",
             "write_file",
             "find_value",
-            "find_value",
+            "arithmetic",
+            "arithmetic",
             "arithmetic",
             "count_lines",
             "count_words",
         ]
     },
+    "phases": [
+        {"updates": 250, "env_overrides": {"families": ["write_file"]}},
+        {"updates": 200},
+    ],
 }
-"""``rl demo --warm-start``: supervised updates on the oracle's trajectories before GRPO, every
-family replayed, the weak two weighted up. The run that made the committed weights (from the
-recipe's: 63.0 -> 78.5% after it -> 80.5% after GRPO). Not the default: the write_file copy it
-aims at appears after 150-350 such updates depending on the items drawn (docs/benchmarks.md), and
-the committed weights have it already."""
+"""``rl demo``'s warm start: supervised updates on the oracle's trajectories before GRPO. Two
+phases: write_file alone first -- its copy appeared after 80-175 such updates in each run measured,
+where with every family mixed in it took 150-350+ depending on the items drawn and sometimes
+not at all -- then every family, which wins back what the first phase overwrote within ~50
+updates. In that second phase write_file is weighted up (to keep its copy) and so is arithmetic
+(the family the first phase cost most, which GRPO did not always win back); find_value's copy was
+learned by no mix measured, so it gets a single share (docs/benchmarks.md)."""
 
 
 class DemoError(RuntimeError):
@@ -148,7 +155,7 @@ def run_demo(
     output_dir: Path,
     *,
     eval_n: int = 200,
-    steps: int = 30,
+    steps: int = 80,
     overrides: dict[str, Any] | None = None,
     time_budget_s: float = 1200.0,
     eval_every: int = 0,
@@ -172,8 +179,13 @@ async def _run(
     echo: Callable[[str], None],
 ) -> dict[str, Any]:
     began = time.monotonic()
-    base = embedded_weights()
-    data = {**DEMO_DEFAULTS, **overrides, "model": str(overrides.get("model", base)), "steps": steps}
+    data = {
+        **DEMO_DEFAULTS,
+        "warm_start": WARM_START,
+        **overrides,
+        "model": str(overrides.get("model") or recipe_weights()),
+        "steps": steps,
+    }
     data["output_dir"] = str(output_dir / "train")
     try:
         config = TrainConfig.model_validate(data)

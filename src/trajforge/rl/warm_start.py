@@ -17,6 +17,12 @@ assistant tokens. Items come from their own stream (the run's seed, derived with
 (:class:`~trajforge.rl.config.WarmStart.env_overrides`) so families GRPO does not train on are
 replayed rather than forgotten.
 
+``phases`` make it a curriculum: a skill the mix drowns -- write_file's copy appeared after
+80-175 updates of write_file alone in every probe run, and after 150-350+ (or not at all) with
+every family mixed in -- gets phases of its own, and a last phase on every family wins back
+what they overwrote. One optimizer and one lr schedule run over all the phases; each phase
+draws its items from its own stream.
+
 Resumable: the model goes to ``OUTPUT_DIR/warm_start/`` with ``warm_start.json``, renamed into
 place complete; a run that finds it skips the stage. GRPO starts from it and takes it as the KL
 reference (the policy GRPO should stay near is the one it started from).
@@ -71,14 +77,23 @@ class Demonstrations:
 
 
 async def collect_demonstrations(
-    config: TrainConfig, n: int, factory: SandboxFactory, registry: ToolRegistry, template: ChatTemplate
+    config: TrainConfig,
+    n: int,
+    factory: SandboxFactory,
+    registry: ToolRegistry,
+    template: ChatTemplate,
+    *,
+    phase: int = 0,
 ) -> Demonstrations:
-    """``n`` oracle episodes on fresh training items of the warm start's mix, run concurrently."""
+    """``n`` oracle episodes on fresh training items of the warm start's mix (of its ``phase``-th
+    phase), run concurrently. Each phase draws from its own item stream."""
     ws = _settings(config)
     overrides: dict[str, Any] = {
         **config.env_overrides,
         **ws.env_overrides,
-        "seed": derive_seed(config.seed, "warm-start") & ((1 << 63) - 1),
+        **ws.schedule()[phase].env_overrides,
+        "seed": derive_seed(config.seed, "warm-start" if phase == 0 else f"warm-start/{phase}")
+        & ((1 << 63) - 1),
         "max_concurrent_rollouts": config.concurrency,
     }
     env = load_env(config.env, overrides)
@@ -113,7 +128,7 @@ async def collect_demonstrations(
 
 def supervised_updates(
     model: Any,
-    samples: list[Sample],
+    phases: list[list[Sample]],
     ws: WarmStart,
     *,
     micro_batch: int,
@@ -121,10 +136,11 @@ def supervised_updates(
     device: str,
     on_update: Callable[[int, float], None] | None = None,
 ) -> list[float]:
-    """``ws.updates`` AdamW updates of ``ws.batch`` samples each (cycling through ``samples`` in
-    order), lr constant then linearly decayed over the last ``ws.decay`` share. Blocking: run it
-    in a worker thread. Returns the loss of every update (mean NLL per assistant token, before
-    the focal weights); ``on_update(k, loss)`` is called after update k (1-based).
+    """AdamW updates of ``ws.batch`` samples each: for each phase of ``ws.schedule()`` its
+    ``updates``, cycling through that phase's samples (``phases[i]``) in order; one optimizer,
+    lr constant then linearly decayed over the last ``ws.decay`` share of all the updates.
+    Blocking: run it in a worker thread. Returns the loss of every update (mean NLL per assistant
+    token, before the focal weights); ``on_update(k, loss)`` is called after update k (1-based).
 
     With ``ws.focal = g > 0`` each token's NLL is weighted by ``(1 - p)^g`` (p: the model's
     probability of the demonstrated token, no gradient through the weight): the few tokens the
@@ -136,29 +152,36 @@ def supervised_updates(
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=ws.lr, weight_decay=0.0
     )
-    decay_from = int(ws.updates * (1 - ws.decay))
+    schedule = ws.schedule()
+    if len(phases) != len(schedule) or not all(phases):
+        raise ValueError(f"{len(schedule)} phase(s) need samples each; got {[len(p) for p in phases]}")
+    order = [
+        (samples, j) for samples, phase in zip(phases, schedule, strict=True) for j in range(phase.updates)
+    ]
+    total = len(order)
+    decay_from = int(total * (1 - ws.decay))
     losses: list[float] = []
-    for k in range(ws.updates):
-        lr = ws.lr if k < decay_from else ws.lr * (ws.updates - k) / max(1, ws.updates - decay_from)
+    for k, (samples, j) in enumerate(order):
+        lr = ws.lr if k < decay_from else ws.lr * (total - k) / max(1, total - decay_from)
         for group in optimizer.param_groups:
             group["lr"] = lr
         model.train()  # (an on_update callback may have evaluated)
-        batch = [samples[(k * ws.batch + i) % len(samples)] for i in range(ws.batch)]
+        batch = [samples[(j * ws.batch + i) % len(samples)] for i in range(ws.batch)]
         tokens = float(sum(s.num_sampled for s in batch)) or 1.0
         optimizer.zero_grad(set_to_none=True)
-        total = 0.0
+        loss = 0.0
         for micro in chunks(batch, -(-len(batch) // micro_batch)):
             b = collate(micro, pad_id, device)
             lp, _ = token_logprobs(model, b)
             nll = -(lp * b.loss_mask)
             weight = (1.0 - lp.detach().exp()).clamp_min(0.0) ** ws.focal if ws.focal else 1.0
             (nll * weight).sum().div(tokens).backward()  # type: ignore[no-untyped-call]
-            total += float(nll.detach().sum()) / tokens
+            loss += float(nll.detach().sum()) / tokens
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        losses.append(total)
+        losses.append(loss)
         if on_update is not None:
-            on_update(k + 1, total)
+            on_update(k + 1, loss)
     optimizer.zero_grad(set_to_none=True)
     return losses
 
@@ -174,18 +197,21 @@ async def warm_start(
         return final, {**json.loads((final / INFO_FILE).read_text()), "reused": True}
     began = time.monotonic()
     template = await asyncio.to_thread(ChatTemplate.from_path, str(config.model))
-    n = ws.updates * ws.batch
-    demos = await collect_demonstrations(config, n, factory, registry, template)
-    if not demos.samples:
-        raise TrainConfigError(
-            f"warm_start: none of {n} oracle episodes gave a demonstration ({demos.failed} failed the "
-            f"verifier, {demos.untraceable} could not be rendered by the policy's template): "
-            f"{'; '.join(demos.reasons)}"
-        )
+    schedule = ws.schedule()
+    phases: list[Demonstrations] = []
+    for i, phase in enumerate(schedule):
+        n = phase.updates * ws.batch
+        demos = await collect_demonstrations(config, n, factory, registry, template, phase=i)
+        where = f"phase {i + 1} of {len(schedule)}: " if len(schedule) > 1 else ""
+        if not demos.samples:
+            raise TrainConfigError(
+                f"warm_start: {where}none of {n} oracle episodes gave a demonstration ({demos.failed} "
+                f"failed the verifier, {demos.untraceable} could not be rendered by the policy's "
+                f"template): {'; '.join(demos.reasons)}"
+            )
+        log.info("warm start: %s%d demonstrations (%s)", where, len(demos.samples), dict(demos.by_family))
+        phases.append(demos)
     collected_s = time.monotonic() - began
-    log.info(
-        "warm start: %d demonstrations in %.0fs (%s)", len(demos.samples), collected_s, dict(demos.by_family)
-    )
 
     def train() -> tuple[Any, Any, list[float]]:
         import torch
@@ -197,31 +223,48 @@ async def warm_start(
         model = model.to(device)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         losses = supervised_updates(
-            model, demos.samples, ws, micro_batch=config.micro_batch, pad_id=pad_id, device=device
+            model,
+            [d.samples for d in phases],
+            ws,
+            micro_batch=config.micro_batch,
+            pad_id=pad_id,
+            device=device,
         )
         return model, tokenizer, losses
 
     model, tokenizer, losses = await asyncio.to_thread(train)
     head = losses[: max(1, len(losses) // 10)]
     tail = losses[-max(1, len(losses) // 10) :]
+    by_family: Counter[str] = sum((d.by_family for d in phases), Counter())
     info: dict[str, Any] = {
-        "updates": ws.updates,
+        "updates": ws.total_updates,
         "batch": ws.batch,
         "lr": ws.lr,
         "decay": ws.decay,
         "focal": ws.focal,
-        "oracle_episodes": n,
-        "demonstrations": len(demos.samples),
-        "by_family": dict(sorted(demos.by_family.items())),
-        "oracle_failed": demos.failed,
-        "untraceable": demos.untraceable,
-        "reasons": demos.reasons,
+        "oracle_episodes": sum(p.updates for p in schedule) * ws.batch,
+        "demonstrations": sum(len(d.samples) for d in phases),
+        "by_family": dict(sorted(by_family.items())),
+        "oracle_failed": sum(d.failed for d in phases),
+        "untraceable": sum(d.untraceable for d in phases),
+        "reasons": [r for d in phases for r in d.reasons][:5],
         "loss_first_tenth": round(sum(head) / len(head), 4),
         "loss_last_tenth": round(sum(tail) / len(tail), 4),
         "collect_s": round(collected_s, 1),
         "seconds": round(time.monotonic() - began, 1),
         "device": device,
     }
+    if ws.phases:
+        info["phases"] = [
+            {
+                "updates": phase.updates,
+                "env_overrides": phase.env_overrides,
+                "demonstrations": len(d.samples),
+                "by_family": dict(sorted(d.by_family.items())),
+                "loss_last": round(losses[sum(p.updates for p in schedule[: i + 1]) - 1], 4),
+            }
+            for i, (phase, d) in enumerate(zip(schedule, phases, strict=True))
+        ]
     await asyncio.to_thread(save_model_dir, final, model, tokenizer, None, INFO_FILE, info)
     log.info("warm start: %s", info)
     return final, info
