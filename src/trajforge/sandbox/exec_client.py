@@ -181,7 +181,9 @@ class ExecAgent:
                 answer = await self._call({"op": "stop"})
         except (TimeoutError, AgentError, OSError) as exc:
             await self.kill()
-            raise SandboxBrokenError(f"could not stop the sandbox's processes: {exc or type(exc).__name__}") from exc
+            raise SandboxBrokenError(
+                f"could not stop the sandbox's processes: {exc or type(exc).__name__}"
+            ) from exc
         if answer.get("stopped") is not True:
             await self.kill()
             raise SandboxBrokenError(f"could not stop the sandbox's processes: {answer!r}")
