@@ -310,8 +310,22 @@ def test_warm_start_settings_are_validated_and_reach_the_cli(tmp_path: Path) -> 
     assert res.exit_code == 2 and "warm_start runs in the builtin trainer only" in res.output
 
 
+def test_rl_demo_names_the_weights_it_cannot_start_from(tmp_path: Path) -> None:
+    """``--model DIR`` that is no model directory stops the demo before anything is served or
+    written, with the path and what to do."""
+    from trajforge.cli.main import app
+
+    missing = tmp_path / "no-such-model"
+    res = CliRunner().invoke(
+        app, ["rl", "demo", "--output-dir", str(tmp_path / "d"), "--model", str(missing)]
+    )
+    assert res.exit_code == 2, (res.output, res.exception)
+    assert str(missing) in res.output and "not a local transformers model directory" in res.output
+    assert not (tmp_path / "d" / "report.json").exists()
+
+
 def test_rl_demo_reports_each_stage_of_the_closed_loop(tmp_path: Path) -> None:
-    """``trajforge rl demo --warm-start`` end to end, shrunk: the embedded policy evaluated,
+    """``trajforge rl demo`` end to end, shrunk: the recipe's policy evaluated,
     warm-started, evaluated, trained one GRPO step, served again and evaluated; the report splits
     the gain by stage and the figure is written."""
     from trajforge.cli.main import app
