@@ -282,6 +282,22 @@ def test_warm_start_settings_are_validated_and_reach_the_cli(tmp_path: Path) -> 
         WarmStart.model_validate({**phased, "updates": 5})
     with pytest.raises(ValueError, match="greater than or equal to 1"):
         WarmStart.model_validate({"phases": [{"updates": 0}]})
+    # rl demo's own warm start is a valid one: each weak family alone, then every family
+    from trajforge.rl.demo import WARM_START
+
+    demo_ws = WarmStart.model_validate(WARM_START)
+    assert [p.env_overrides.get("families") for p in demo_ws.schedule()] == [
+        ["find_value"],
+        ["write_file"],
+        None,
+    ]
+    assert set(demo_ws.env_overrides["families"]) == {
+        "arithmetic",
+        "count_lines",
+        "count_words",
+        "find_value",
+        "write_file",
+    }
     # a dumped phased config (config.json; the train.yaml a managed run hands `rl train --config`)
     # validates again as written
     import yaml
@@ -381,3 +397,39 @@ def test_rl_demo_reports_each_stage_of_the_closed_loop(tmp_path: Path) -> None:
     ]
     assert ids[0] == ids[1] == ids[2] and len(ids[0]) == 5
     assert (out / "closed_loop.png").stat().st_size > 10_000
+
+
+def test_the_closed_loop_figure_gives_the_warm_start_its_own_stretch(tmp_path: Path) -> None:
+    """The held-out panel draws the evaluation before the warm start left of step 0 and the one
+    after it at 0 (at the same x, the jump was a vertical line hidden under GRPO's first point);
+    without a warm start the evaluations sit at their steps. Both figures render."""
+    from trajforge.rl.plot import plot_closed_loop, progress_x
+
+    def fams(p: float) -> dict[str, Any]:
+        cell = {"items": 40, "pass": {"value": p, "low": max(0.0, p - 0.1), "high": min(1.0, p + 0.1)}}
+        return {"all": {**cell, "items": 80}, "arithmetic": cell, "write_file": cell}
+
+    metrics = [
+        {"step": k, "reward_mean": 0.5, "reward_by_category": {"arithmetic": 0.6}} for k in range(1, 41)
+    ]
+    plain = {
+        "before": fams(0.6),
+        "after": fams(0.7),
+        "after_warm_start": None,
+        "metrics": metrics,
+        "progress": [{"step": 0, "pass": 0.6}, {"step": 20, "pass": 0.65}, {"step": 40, "pass": 0.7}],
+    }
+    warm = {
+        **plain,
+        "after_warm_start": fams(0.9),
+        "warm_start": {"updates": 700},
+        "progress": [
+            plain["progress"][0],
+            {"step": 0, "stage": "warm start", "pass": 0.9},
+            *plain["progress"][1:],
+        ],
+    }
+    assert progress_x(plain) == [0.0, 20.0, 40.0]
+    assert progress_x(warm) == [-10.0, 0.0, 20.0, 40.0]
+    for name, report in (("plain", plain), ("warm", warm)):
+        assert plot_closed_loop(report, tmp_path / f"{name}.png").stat().st_size > 10_000

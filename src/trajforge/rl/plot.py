@@ -9,6 +9,17 @@ from pathlib import Path
 from typing import Any
 
 
+def progress_x(report: dict[str, Any]) -> list[float]:
+    """Where each held-out evaluation of ``report["progress"]`` sits on the step axis. The warm
+    start (supervised, before GRPO's step 1) gets a stretch of its own left of step 0, so its jump
+    is not drawn as a vertical line on top of GRPO's first point: the evaluation before it at
+    minus a quarter of the GRPO steps, the one after it at 0."""
+    prog = report["progress"]
+    if not report.get("after_warm_start"):
+        return [float(p["step"]) for p in prog]
+    return [-max(1.0, 0.25 * prog[-1]["step"])] + [float(p["step"]) for p in prog[1:]]
+
+
 def plot_closed_loop(report: dict[str, Any], path: Path) -> Path:
     import matplotlib
 
@@ -30,27 +41,28 @@ def plot_closed_loop(report: dict[str, Any], path: Path) -> Path:
     ax1.legend(fontsize=8)
 
     prog = report["progress"]
-    ax2.plot(
-        [p["step"] for p in prog],
-        [p["pass"] for p in prog],
-        "o-",
-        color="tab:blue",
-        label="held-out pass@1 (greedy)",
-    )
-    for p in prog:
-        if p.get("stage") == "warm start":  # the supervised stage, before GRPO's step 1
-            ax2.plot([p["step"]], [p["pass"]], "s", color="tab:orange", ms=8, label="after the warm start")
     before, after = report["before"], report["after"]
     warm = report.get("after_warm_start") or {}
+    xs = progress_x(report)
+    x_before, last = xs[0], xs[-1]
+    ax2.plot(xs, [p["pass"] for p in prog], "o-", color="tab:blue", label="held-out pass@1 (greedy)")
+    if warm:
+        updates = (report.get("warm_start") or {}).get("updates")
+        ax2.axvspan(x_before, 0, color="tab:orange", alpha=0.08)
+        ax2.text(x_before / 2, 0.02, f"warm start\n({updates} updates)", ha="center", fontsize=8)
+        ax2.plot(
+            [0], [warm["all"]["pass"]["value"]], "s", color="tab:orange", ms=8, label="after the warm start"
+        )
     for fam in sorted(k for k in before if k != "all"):
-        xs = [prog[0]["step"], prog[-1]["step"]]
-        ys = [before[fam]["pass"]["value"], after[fam]["pass"]["value"]]
-        if fam in warm:  # the warm start's jump happens before GRPO's step 1
-            xs.insert(1, prog[0]["step"])
-            ys.insert(1, warm[fam]["pass"]["value"])
-        ax2.plot(xs, ys, "--", lw=1, alpha=0.7, label=fam)
-    last = prog[-1]["step"]
-    for x, res in ((prog[0]["step"], before["all"]["pass"]), (last, after["all"]["pass"])):
+        fx, fy = [x_before, last], [before[fam]["pass"]["value"], after[fam]["pass"]["value"]]
+        if fam in warm:
+            fx.insert(1, 0)
+            fy.insert(1, warm[fam]["pass"]["value"])
+        ax2.plot(fx, fy, "--", lw=1, alpha=0.7, label=fam)
+    points = [(x_before, before["all"]["pass"]), (last, after["all"]["pass"])]
+    if warm:
+        points.insert(1, (0, warm["all"]["pass"]))
+    for x, res in points:
         ax2.errorbar(
             [x],
             [res["value"]],
@@ -58,7 +70,7 @@ def plot_closed_loop(report: dict[str, Any], path: Path) -> Path:
             color="tab:blue",
             capsize=4,
         )
-    ax2.set_xlabel("GRPO step")
+    ax2.set_xlabel("GRPO step" + (" (left of 0: before, the warm start)" if warm else ""))
     ax2.set_ylabel("held-out success")
     ax2.set_ylim(-0.02, 1.02)
     ax2.set_title(f"held-out tiny_tasks ({before['all']['items']} items, 95% CI)")
