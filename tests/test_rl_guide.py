@@ -150,22 +150,24 @@ async def test_group_without_success_gets_one_oracle_sample(tmp_path: Path) -> N
 async def test_oracle_writes_in_the_embedded_policys_own_style(family: str) -> None:
     """A guided sample must differ from what the policy writes only where the policy is wrong.
 
-    The embedded policy was taught on ``models/tiny/data.py``'s conversations (a ``<think>`` block
+    The tiny policy was taught on ``models/tiny/data.py``'s conversations (a ``<think>`` block
     per turn, arguments laid out by ``json.dumps``). The tiny_tasks oracle's conversation for the
     same task, rendered by the policy's own chat template, must be the same text; before this was
     so, every guided sample also taught the policy to stop thinking and to write compact JSON
-    (the closed loop's count_lines, never trained on, lost 17.5 points). And under the embedded
-    policy only the copied value is unlikely: every other sampled token has p > 0.5.
+    (the closed loop's count_lines, never trained on, lost 17.5 points). And under the recipe's
+    policy -- the closed loop's start, where the guide is used -- only the copied value is
+    unlikely: every other sampled token has p > 0.5. (The committed weights, the loop's result,
+    are likely everywhere and would not test it.)
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trajforge.endpoint import embedded_weights
+    from trajforge.endpoint import recipe_weights
     from trajforge.models.tiny.data import solve_in_sandbox
     from trajforge.rl.guide import oracle_trace
     from trajforge.tasks import Task, setup_task
     from trajforge.tools.base import ToolContext
 
-    weights = embedded_weights()
+    weights = recipe_weights()
     tokenizer = AutoTokenizer.from_pretrained(weights)
     template = ChatTemplate(tokenizer, end_of_turn=IM_END)
     env = load_env("tiny_tasks", {"families": [family], "sandbox": "bwrap"})
