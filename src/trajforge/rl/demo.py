@@ -104,8 +104,8 @@ write_file's after 80-175 of write_file alone, where with every family mixed in 
 find_value first, since as a phase after write_file it did not appear -- then every family, which
 wins back what each phase overwrote (a phase alone makes the policy forget the others). In the last
 phase write_file is weighted up and so is arithmetic (the family the phases cost most). Measured:
-63.0 -> 99.0% (default seed) and 63.0 -> 80.5% (seed 1) in 20 minutes; docs/benchmarks.md has the
-probe runs and the demo's results."""
+63.0 -> 99.0% (default seed), 80.5% (seed 1) and 81.0% (seed 2) in 20 minutes; docs/benchmarks.md
+has the probe runs and the demo's results."""
 
 
 class DemoError(RuntimeError):

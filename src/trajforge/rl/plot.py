@@ -45,23 +45,29 @@ def plot_closed_loop(report: dict[str, Any], path: Path) -> Path:
     warm = report.get("after_warm_start") or {}
     xs = progress_x(report)
     x_before, last = xs[0], xs[-1]
+    x_warm = xs[1] if warm else None  # the evaluation after the warm start (step 0)
     ax2.plot(xs, [p["pass"] for p in prog], "o-", color="tab:blue", label="held-out pass@1 (greedy)")
-    if warm:
+    if x_warm is not None:
         updates = (report.get("warm_start") or {}).get("updates")
-        ax2.axvspan(x_before, 0, color="tab:orange", alpha=0.08)
-        ax2.text(x_before / 2, 0.02, f"warm start\n({updates} updates)", ha="center", fontsize=8)
+        ax2.axvspan(x_before, x_warm, color="tab:orange", alpha=0.08)
+        ax2.text((x_before + x_warm) / 2, 0.02, f"warm start\n({updates} updates)", ha="center", fontsize=8)
         ax2.plot(
-            [0], [warm["all"]["pass"]["value"]], "s", color="tab:orange", ms=8, label="after the warm start"
+            [x_warm],
+            [warm["all"]["pass"]["value"]],
+            "s",
+            color="tab:orange",
+            ms=8,
+            label="after the warm start",
         )
     for fam in sorted(k for k in before if k != "all"):
         fx, fy = [x_before, last], [before[fam]["pass"]["value"], after[fam]["pass"]["value"]]
-        if fam in warm:
-            fx.insert(1, 0)
+        if x_warm is not None and fam in warm:
+            fx.insert(1, x_warm)
             fy.insert(1, warm[fam]["pass"]["value"])
         ax2.plot(fx, fy, "--", lw=1, alpha=0.7, label=fam)
     points = [(x_before, before["all"]["pass"]), (last, after["all"]["pass"])]
-    if warm:
-        points.insert(1, (0, warm["all"]["pass"]))
+    if x_warm is not None:
+        points.insert(1, (x_warm, warm["all"]["pass"]))
     for x, res in points:
         ax2.errorbar(
             [x],
