@@ -302,7 +302,7 @@ def test_terminal_test_partial_credit_is_documented_and_applied() -> None:
     assert _score("a b\n", b"a b\n")[0] == 1.0
     assert _score("a b\n", b"a b")[0] == 1.0
     assert _score("a b\nc\n", b"a b  \nc\n\n\n")[0] == 0.5
-    assert _score("a b\n", b"zzz")[0] == 0.25
+    assert _score("a b\n", b"zzz")[0] == 0.0  # existing is not progress (no credit for junk)
     assert _score("a b\n", None)[0] == 0.0
 
 
