@@ -75,7 +75,8 @@ async def judge(
                 await ctx.exec(["rm", "-rf", "--", f"{ctx.workdir}/{top}"])
             for path, content in files.items():
                 await ctx.write_file(path, content)
-            await ctx.exec(SCRUB_GIT_CONFIG)
+            if await ctx.exists(".git/HEAD") or await ctx.exists(".git"):  # a repo, or a gitdir file
+                await ctx.exec(SCRUB_GIT_CONFIG)
             judged.breakdown = RewardBreakdown.of(await env.compute_reward(item, result, ctx))
             judged.kept = await env.keep(item, result, ctx)
     except SandboxUnavailableError:
