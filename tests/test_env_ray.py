@@ -51,7 +51,8 @@ def _first_user(body: dict[str, Any]) -> str:
 
 def solver(body: dict[str, Any]) -> Reply:
     """A deterministic model for terminal_test: solves two kinds of item, botches one, gives up on
-    the rest; a tool call, then ``done``. Rewards 1.0, 0.25 and 0.0 whichever node runs it."""
+    the rest; a tool call, then ``done``. Rewards 1.0, 0.5 (right lines, trailing spaces) and 0.0
+    whichever node runs it."""
     if count_assistant_turns(body) > 0:
         return Reply(content="done")
     prompt = _first_user(body)
@@ -59,8 +60,9 @@ def solver(body: dict[str, Any]) -> Reply:
         return Reply(tool_calls=[ToolCallSpec("write_file", {"path": m[1], "content": m[2] + "\n"})])
     if "sorted.txt" in prompt:
         return Reply(tool_calls=[ToolCallSpec("terminal", {"command": "sort -n numbers.txt > sorted.txt"})])
-    if "matches.txt" in prompt:
-        return Reply(tool_calls=[ToolCallSpec("terminal", {"command": "echo wrong > matches.txt"})])
+    if m := re.search(r"contains the word (\S+) into matches.txt", prompt):
+        command = f"grep -w {m[1]} log.txt | sed 's/$/ /' > matches.txt"
+        return Reply(tool_calls=[ToolCallSpec("terminal", {"command": command})])
     return Reply(content="done")
 
 
@@ -148,7 +150,7 @@ async def test_env_eval_on_ray_loses_a_node_mid_run_and_every_episode_lands_once
         ray_rewards = {f"{e['item_id']}#{e['rollout']}": e["reward"] for e in episodes}
         local_rewards = {f"{e['item_id']}#{e['rollout']}": e["reward"] for e in _episodes(tmp_path / "local")}
         assert ray_rewards == local_rewards
-        assert set(ray_rewards.values()) == {1.0, 0.25, 0.0}
+        assert set(ray_rewards.values()) == {1.0, 0.5, 0.0}
         assert local.summary.mean_reward.value == summary["mean_reward"]["value"]
         local_summary = orjson.loads((tmp_path / "local" / "summary.json").read_bytes())
         assert local_summary["requeued"] == 0 and local_summary["actors_lost"] == 0

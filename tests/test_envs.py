@@ -232,6 +232,70 @@ async def test_verifier_files_search_quoting_and_call_tool(bwrap: Any) -> None:
     assert ep.reward_components["hits"] == 2
 
 
+class VerifierEnvProbe(BaseEnv):
+    """What a verifier command runs in, after a rollout that planted dotfiles, a user site, a
+    conftest beside the hidden tests, a git hook and a leftover process (the policy below)."""
+
+    name: ClassVar[str] = "verifier_env"
+    description: ClassVar[str] = "test env"
+
+    def generate(self, index: int, *, split: str) -> Item:
+        return {"id": "v", "prompt": "plant"}
+
+    def verifier_files(self, item: Item) -> dict[str, str]:
+        return {"tests/check.py": "import sys\nprint('ok', sys.flags.no_user_site, sys.pycache_prefix)\n"}
+
+    async def compute_reward(self, item: Item, result: AgentResult, ctx: VerifierContext) -> RewardBreakdown:
+        env = (await ctx.exec("env")).text
+        home = next(v.split("=", 1)[1] for v in env.splitlines() if v.startswith("HOME="))
+        run = await ctx.exec(["bash", "-lc", "python3 tests/check.py; ls -A tests; git status --short"])
+        leftover = await ctx.exec("(sleep 100 &) ; echo started")
+        after = await ctx.exec("ps -eo args | grep -c '^sleep 100' || true")
+        checks = {
+            "fresh_home": not home.startswith(ctx.workdir) and "PYTHONNOUSERSITE=1" in env,
+            "system_path": "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in env,
+            "no_usercustomize": run.text.startswith("ok 1 "),
+            "pycache_elsewhere": "/pycache" in run.text.splitlines()[0],
+            "conftest_gone": "conftest.py" not in run.text and "__pycache__" not in run.text,
+            "no_hook": not await ctx.exists("HOOKED") and not await ctx.exists("PROFILED"),
+            "leftover_killed": leftover.ok and after.text.strip() == "0",
+        }
+        return RewardBreakdown(
+            reward=float(all(checks.values())),
+            components={k: float(v) for k, v in checks.items()},
+            reason=env[-300:] + run.text + run.stderr.decode(),
+        )
+
+
+def _planter(messages: list[dict[str, Any]], tools: Any, sampling: Any) -> Any:
+    if _turns(messages) == 0:
+        return tool_turn(
+            (
+                "terminal",
+                {
+                    "command": "mkdir -p .local/lib/python3.11/site-packages tests/__pycache__ && "
+                    "echo 'import os; os._exit(3)' > .local/lib/python3.11/site-packages/usercustomize.py && "
+                    "echo 'raise SystemExit(4)' > tests/conftest.py && cp tests/conftest.py tests/__pycache__/x.pyc && "
+                    "echo 'touch PROFILED' > .profile && cp .profile .bashrc && "
+                    "printf '#!/bin/sh\\ntouch HOOKED\\n' > hook && chmod +x hook && git init -q . && "
+                    "git config core.fsmonitor $PWD/hook && git config core.pager $PWD/hook && "
+                    "git config alias.st '!touch HOOKED' && printf '[core]\\n\\tfsmonitor = %s/hook\\n' $PWD > .gitconfig"
+                },
+            )
+        )
+    return answer("done")
+
+
+async def test_verifier_commands_get_a_fresh_home_and_environment(bwrap: Any) -> None:
+    """Before: HOME was the workdir, so ~/.local's usercustomize.py, ~/.profile (bash -l) and
+    ~/.gitconfig were the model's; a conftest.py beside the hidden tests survived them."""
+    env = VerifierEnvProbe(EnvConfig(enabled_toolsets=["terminal"]))
+    rollouts = Rollouts(env, RolloutBackends(ScriptedModel(_planter), bwrap, default_registry()))
+    ep = await rollouts.episode(env.generate(0, split="eval"))
+    assert ep.reward_error is None, ep.reward_error
+    assert ep.reward == 1.0, (ep.reward_components, ep.reward_reason)
+
+
 class RaisingEnv(BaseEnv):
     name: ClassVar[str] = "raising"
     description: ClassVar[str] = "test env"
@@ -302,7 +366,7 @@ def test_terminal_test_partial_credit_is_documented_and_applied() -> None:
     assert _score("a b\n", b"a b\n")[0] == 1.0
     assert _score("a b\n", b"a b")[0] == 1.0
     assert _score("a b\nc\n", b"a b  \nc\n\n\n")[0] == 0.5
-    assert _score("a b\n", b"zzz")[0] == 0.25
+    assert _score("a b\n", b"zzz")[0] == 0.0  # existing is not progress (no credit for junk)
     assert _score("a b\n", None)[0] == 0.0
 
 

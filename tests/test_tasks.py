@@ -84,6 +84,24 @@ async def test_answer_checkers_without_sandbox() -> None:
     assert (await check(value, "The value of color is lemonade.")).reward == 0.0
 
 
+async def test_checkers_accept_the_answer_not_a_list_containing_it() -> None:
+    """Before: find_value accepted any answer containing the value, so listing every value of the
+    file scored 1.0; a number answer was its last integer, so a list ending right passed."""
+    task = generate("find_value", 1, seed=3)[0]
+    values = [line.split("=", 1)[1] for line in task.setup_files[task.metadata["path"]].splitlines()]
+    assert task.expected in values and len(set(values)) > 1
+    every = await check(task, "It is one of: " + " ".join(values))
+    assert every.reward == 0.0 and "of the file's values" in every.reason
+    assert (await check(task, f"The value of {task.metadata['key']} is {task.expected}.")).reward == 1.0
+    arith = Task(id="a", family="arithmetic", prompt="What is 12 * 34?", expected="408", metadata={})
+    assert (await check(arith, "12 * 34 = 408")).reward == 1.0  # the operands are not candidates
+    listed = await check(arith, "407 or 408")
+    assert listed.reward == 0.0 and "2 numbers" in listed.reason
+    count = generate("count_lines", 1, seed=3)[0]
+    assert (await check(count, " ".join(map(str, range(1, 41))))).reward == 0.0
+    assert (await check(count, f"It has {count.expected} lines.")).reward == 1.0
+
+
 @needs_bwrap
 @pytest.mark.bwrap
 @pytest.mark.parametrize("family", list(FAMILIES))

@@ -3,7 +3,8 @@ do, in the ``inspect`` hook of :func:`trajforge.agent.run_session` (after the lo
 sandbox is closed or reset).
 
 In order: stop what the rollout left running (unless the env opted out: a service it must test),
-clear the verifier's scratch space, put the verifier files in place, call ``compute_reward`` and
+clear the verifier's scratch space, put the verifier files in place (each top-level directory
+they go into removed whole first: see :func:`hidden_dirs`), call ``compute_reward`` and
 ``keep`` under the env's reward deadline. A reward that raises (or times out) scores 0 with the
 reason kept; a broken sandbox is re-raised (infrastructure: the sample fails and may be retried,
 it is never scored).
@@ -17,6 +18,7 @@ import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 from trajforge.agent.result import AgentResult
@@ -62,9 +64,19 @@ async def judge(
                     await sandbox.stop_processes()
                 scratch = shlex.quote(f"{sandbox.scratch_dir}/{_SCRATCH}")
                 await sandbox.exec_fresh(f"rm -rf -- {scratch}", timeout=60)
-            ctx = VerifierContext(sandbox, tools=tools, default_timeout_s=cfg.reward_timeout_s)
-            for path, content in env.verifier_files(item).items():
+            ctx = VerifierContext(
+                sandbox,
+                tools=tools,
+                default_timeout_s=cfg.reward_timeout_s,
+                stop_leftovers=cfg.stop_processes_before_reward,
+            )
+            files = env.verifier_files(item)
+            for top in hidden_dirs(files, ctx.workdir):
+                await ctx.exec(["rm", "-rf", "--", f"{ctx.workdir}/{top}"])
+            for path, content in files.items():
                 await ctx.write_file(path, content)
+            if await ctx.exists(".git/HEAD") or await ctx.exists(".git"):  # a repo, or a gitdir file
+                await ctx.exec(SCRUB_GIT_CONFIG)
             judged.breakdown = RewardBreakdown.of(await env.compute_reward(item, result, ctx))
             judged.kept = await env.keep(item, result, ctx)
     except SandboxUnavailableError:
@@ -75,6 +87,36 @@ async def judge(
         log.warning("reward of %s failed: %s", env.item_id(item), judged.error)
     judged.seconds = time.monotonic() - t0
     return judged
+
+
+# The repository's own git config is the model's: settings in it that make git run a program
+# (fsmonitor, hooks, pager, editor, external diff, diff/filter/merge drivers, includes, aliases,
+# credential helpers, ...) are removed before any verifier command runs, so a verifier that
+# runs ``git diff`` or ``git status`` in the workdir runs no model code. (Every verifier command
+# also overrides the fixed-name ones itself: ``verifier.GIT_OVERRIDES``.)
+SCRUB_GIT_CONFIG = r"""
+[ -e .git ] || exit 0
+git config --local --no-includes --name-only --list 2>/dev/null \
+  | grep -iE '^(core\.(fsmonitor|hookspath|pager|editor|sshcommand|askpass|gitproxy|attributesfile|excludesfile)|diff\.external|diff\..+\.(command|textconv)|filter\..+|merge\..+\.driver|include\.path|includeif\..+|alias\..+|pager\..+|credential\..*|gpg\..*program|sequence\.editor|interactive\.difffilter|uploadpack\..+|receive\..+|sendemail\..+)$' \
+  | sort -u | while read -r key; do git config --local --unset-all "$key"; done
+exit 0
+"""
+
+
+def hidden_dirs(files: Mapping[str, Any], workdir: str) -> list[str]:
+    """The workdir's top-level directories that verifier files go into: each is removed whole
+    before they are written, so nothing the rollout put beside them survives (a ``conftest.py``,
+    an ``__init__.py``, a ``__pycache__`` of planted bytecode, another test file)."""
+    tops = set()
+    for path in files:
+        p = PurePosixPath(path)
+        if p.is_absolute():
+            if not p.is_relative_to(workdir):
+                continue
+            p = p.relative_to(workdir)
+        if len(p.parts) > 1 and p.parts[0] not in ("..", "."):
+            tops.add(p.parts[0])
+    return sorted(tops)
 
 
 def registry_tools(registry: Any) -> dict[str, Tool]:

@@ -6,7 +6,9 @@ user, without its network), file paths resolve inside its workdir race-free. Unl
 tools nothing is capped: a verifier reads 50 MB of test output whole.
 
 Commands never inherit the rollout's shell session (``exec_fresh``): a rollout that exported
-``PATH=/tmp/evil:$PATH`` or ``PYTHONPATH`` does not choose the interpreter its tests run with.
+``PATH=/tmp/evil:$PATH`` or ``PYTHONPATH`` does not choose the interpreter its tests run with;
+nor its home directory (the workdir): each command gets a fresh ``HOME`` and the hardened
+environment of :func:`verifier_env`.
 Arguments given as a list are quoted with :func:`shlex.join`, so a path or pattern from the
 model's output is data, never shell code.
 """
@@ -27,6 +29,81 @@ from trajforge.tools.base import Tool, ToolContext, ToolOutput
 from trajforge.tools.limits import ToolLimits
 
 _SCRATCH = ".trajforge-verifier"  # under the sandbox scratch dir, never the workdir
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# Git settings that would run a program, neutralised for every verifier command: repository
+# config (.git/config) is the model's, and it outranks nothing set this way (GIT_CONFIG_COUNT is
+# git's command-line scope). Not coverable by name: filter/diff/merge drivers the repository's
+# own .gitattributes and .git/config define (docs/envs.md, "What a verifier trusts").
+GIT_OVERRIDES = {
+    "core.fsmonitor": "false",
+    "core.hooksPath": "/dev/null",
+    "core.pager": "cat",
+    "core.editor": "true",
+    "sequence.editor": "true",
+    "core.sshCommand": "false",
+    "core.askPass": "",
+    "core.gitProxy": "",
+    "credential.helper": "",
+    "gpg.program": "false",
+    "core.untrackedCache": "false",
+}
+UNSET_VARS = (
+    "BASH_ENV",
+    "ENV",
+    "CDPATH",
+    "GLOBIGNORE",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONSTARTUP",
+    "PYTHONUSERBASE",
+    "PYTHONINSPECT",
+    "PYTHONBREAKPOINT",
+    "PYTHONWARNINGS",
+    "PERL5LIB",
+    "PERL5OPT",
+    "RUBYOPT",
+    "RUBYLIB",
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_ASKPASS",
+    "GIT_EXEC_PATH",
+    "GIT_TEMPLATE_DIR",
+)
+
+
+def verifier_env(box: str) -> dict[str, str]:
+    """What every verifier command's environment is set to (over the sandbox's start
+    environment, which the operator chose and the rollout cannot change): ``HOME`` and
+    ``TMPDIR`` fresh directories of its own outside the workdir (so no dotfile of the model's is
+    read: ``.gitconfig``, ``.bashrc``/``.profile``, ``~/.local`` user site-packages, ...), the
+    system ``PATH``, no Python user site, bytecode cached only in a fresh directory (a planted
+    ``__pycache__/*.pyc`` beside a hidden module is never read), git without system or global
+    config and with every program-running setting off."""
+    env = {
+        "HOME": f"{box}/home",
+        "TMPDIR": f"{box}/tmp",
+        "PATH": SYSTEM_PATH,
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONPYCACHEPREFIX": f"{box}/pycache",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_PAGER": "cat",
+        "PAGER": "cat",
+        "GIT_CONFIG_COUNT": str(len(GIT_OVERRIDES)),
+    }
+    for i, (key, value) in enumerate(GIT_OVERRIDES.items()):
+        env[f"GIT_CONFIG_KEY_{i}"] = key
+        env[f"GIT_CONFIG_VALUE_{i}"] = value
+    return env
 
 
 class VerifierError(RuntimeError):
@@ -69,6 +146,7 @@ class VerifierContext:
         tools: Mapping[str, Tool] | None = None,
         limits: ToolLimits | None = None,
         default_timeout_s: float = 300.0,
+        stop_leftovers: bool = False,
     ) -> None:
         if not isinstance(sandbox, SupportsVerification):
             raise VerifierError(
@@ -80,6 +158,7 @@ class VerifierContext:
         self._tools = dict(tools or {})
         self._limits = limits or ToolLimits()
         self._timeout = default_timeout_s
+        self.stop_leftovers = stop_leftovers
         self._tool_ctx: ToolContext | None = None
 
     @property
@@ -96,23 +175,38 @@ class VerifierContext:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> VerifierExec:
-        """Run ``command`` (shell text, or an argv list that is quoted for you) in the sandbox,
-        in its start environment plus ``env``, from ``cwd`` (default: the workdir)."""
-        text = command if isinstance(command, str) else shlex.join(list(command))
-        if env:
-            for name in env:
-                if not name.isidentifier():
-                    raise ValueError(f"not an environment variable name: {name!r}")
-            text = "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + "\n" + text
+        """Run ``command`` (shell text, or an argv list that is quoted for you and ``exec``-ed, so
+        it is the only process between the sandbox's agent and what it starts) in the sandbox,
+        from ``cwd`` (default: the workdir), in :func:`verifier_env` plus ``env``.
+
+        Each command gets its own fresh ``HOME``, ``TMPDIR`` and Python bytecode cache outside
+        the workdir, removed afterwards; with ``stop_leftovers`` (the judge sets it when the
+        rollout's processes were stopped) whatever the command left running is killed after it,
+        so nothing it started can tamper with the next command."""
         box = f"{_SCRATCH}/{secrets.token_hex(8)}"
-        abs_box = shlex.quote(f"{self._verify.scratch_dir}/{box}")
-        script = f"mkdir -p -- {abs_box} && (\n{text}\n) >{abs_box}/out 2>{abs_box}/err"
+        abs_box = f"{self._verify.scratch_dir}/{box}"
+        q = shlex.quote
+        variables = {**verifier_env(abs_box), **(env or {})}
+        for name in variables:
+            if not name.isidentifier():
+                raise ValueError(f"not an environment variable name: {name!r}")
+        exports = "export " + " ".join(f"{k}={q(v)}" for k, v in variables.items())
+        unsets = "unset " + " ".join(UNSET_VARS)
+        dirs = " ".join(q(f"{abs_box}/{d}") for d in ("home", "tmp", "pycache"))
+        redirect = f">{q(abs_box + '/out')} 2>{q(abs_box + '/err')}"
+        if isinstance(command, str):
+            run = f"(\n{command}\n) {redirect}"
+        else:
+            run = f"exec {shlex.join(list(command))} {redirect}"
+        script = f"mkdir -p -- {dirs} && {unsets} && {exports} && {run}"
         try:
             res = await self._verify.exec_fresh(script, timeout=timeout or self._timeout, cwd=cwd)
+            if self.stop_leftovers:
+                await self._verify.stop_processes()
             stdout = await self._scratch_or_empty(f"{box}/out")
             stderr = await self._scratch_or_empty(f"{box}/err")
         finally:
-            await self._verify.exec_fresh(f"rm -rf -- {abs_box}", timeout=60)
+            await self._verify.exec_fresh(f"rm -rf -- {q(abs_box)}", timeout=60)
         return VerifierExec(res.exit_code, stdout, stderr, res.timed_out)
 
     async def _scratch_or_empty(self, path: str) -> bytes:

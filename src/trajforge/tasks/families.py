@@ -86,12 +86,28 @@ def last_integer(text: str | None) -> int | None:
     return int(found[-1]) if found else None
 
 
+def _integers(text: str) -> list[int]:
+    found = [m.replace(",", "") for m in _INT.findall(text)]
+    return [int(f) for f in found if f not in {"", "-"}]
+
+
 def _check_number(task: Task, answer: str | None) -> CheckResult:
+    """The answer must name exactly one number besides those of the prompt (the operands of
+    ``12 + 30 = 42`` are fine): an answer listing several candidates scores 0, whichever is
+    last."""
     if not answer or not answer.strip():
         return CheckResult(reward=0.0, reason="no final answer")
-    got = last_integer(answer)
-    if got is None:
+    found = _integers(answer)
+    if not found:
         return CheckResult(reward=0.0, reason="the final answer contains no number")
+    given = set(_integers(task.prompt))
+    candidates = list(dict.fromkeys(n for n in found if n not in given)) or [found[-1]]
+    if len(candidates) > 1:
+        listed = ", ".join(map(str, candidates[:5])) + (", ..." if len(candidates) > 5 else "")
+        return CheckResult(
+            reward=0.0, reason=f"the answer names {len(candidates)} numbers ({listed}), not one"
+        )
+    got = candidates[0]
     if str(got) == task.expected:
         return CheckResult(reward=1.0, reason=f"answer {got} is correct")
     return CheckResult(reward=0.0, reason=f"answer {got} is wrong; expected {task.expected}")
@@ -305,11 +321,24 @@ def _value_after_equals(output: str) -> str:
     return line.split("=", 1)[1].strip() if "=" in line else line
 
 
+def _file_values(task: Task) -> set[str]:
+    text = task.setup_files.get(str(task.metadata.get("path")), "")
+    return {line.split("=", 1)[1].strip() for line in text.splitlines() if "=" in line} | {task.expected}
+
+
 async def _check_find_value(task: Task, answer: str | None, sandbox: Sandbox | None = None) -> CheckResult:
+    """The answer must name the value and no other value of the file: listing every value (or
+    several) scores 0."""
     if not answer or not answer.strip():
         return CheckResult(reward=0.0, reason="no final answer")
-    if task.expected in _WORD.findall(answer):
+    values = _file_values(task)
+    named = list(dict.fromkeys(w for w in _WORD.findall(answer) if w in values))
+    if named == [task.expected]:
         return CheckResult(reward=1.0, reason=f"answer names the value {task.expected!r}")
+    if task.expected in named:
+        return CheckResult(
+            reward=0.0, reason=f"answer names {len(named)} of the file's values, not only {task.expected!r}"
+        )
     return CheckResult(reward=0.0, reason=f"answer does not contain the value {task.expected!r}")
 
 

@@ -16,15 +16,18 @@ Reward: 1.0 when every listed test passes, else 0.0. With ``partial_credit`` the
 fraction of ``fail_to_pass`` tests that pass, and 0.0 whenever a ``pass_to_pass`` test fails
 (breaking what worked earns nothing). ``components`` always hold both fractions.
 
-The tests run with the stdlib runner of :mod:`trajforge.envs.library.swe_runner` (see there why
-not pytest, and what it defends against) in a fresh environment, never the rollout's shell.
+The tests run with the runner of :mod:`trajforge.envs.library.swe_runner`, which keeps the rule
+"the tests and the code that records their result never share an interpreter or a writable
+location with the model's code": the hidden tests' assertions run in the runner's interpreter
+(non-dumpable, its result signed with a nonce only it held), and the repository's code runs in
+a separate interpreter per test, reached over a pipe with data-only values. See there for what
+that allows and forbids. (A SWE-bench-style verifier that runs pytest *in process* over the
+repository cannot keep that rule: the code under test can rewrite pytest's report of itself.)
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import secrets
 import tomllib
 from functools import cached_property
 from importlib import resources
@@ -37,6 +40,7 @@ from trajforge.envs.agents import write_files_command
 from trajforge.envs.base import BaseEnv, EnvDataError
 from trajforge.envs.config import EnvConfig
 from trajforge.envs.library import swe_runner
+from trajforge.envs.library.trusted_run import run_trusted
 from trajforge.envs.types import Item, RewardBreakdown
 
 if TYPE_CHECKING:
@@ -163,30 +167,21 @@ class SweEnv(BaseEnv):
 async def run_hidden_tests(
     ctx: VerifierContext, test_files: list[str], timeout: float
 ) -> dict[str, Any] | str:
-    """Run ``test_files`` (workdir-relative) with the shipped runner; its parsed result, or why
+    """Run ``test_files`` (workdir-relative) with the shipped runner; its verified result, or why
     there is none."""
-    box = f".trajforge-swe-{secrets.token_hex(8)}"
-    nonce = secrets.token_hex(16)
-    runner_src = resources.files("trajforge.envs.library").joinpath("swe_runner.py").read_bytes()
-    await ctx.write_file(f"{box}/runner.py", runner_src)
-    await ctx.write_file(f"{box}/nonce", nonce)
     root = ctx.workdir
-    try:
-        res = await ctx.exec(
-            ["python3", "-I", "-S", f"{root}/{box}/runner.py", root, f"{root}/{box}/nonce"]
-            + [f"{root}/{f}" for f in test_files],
-            timeout=timeout,
-        )
-    finally:
-        await ctx.exec(["rm", "-rf", "--", f"{root}/{box}"])
-    prefix = f"{swe_runner.MARKER} {nonce} "
-    for line in reversed(res.text.splitlines()):
-        if line.startswith(prefix):
-            data: dict[str, Any] = json.loads(line[len(prefix) :])
-            return data
-    tail = (res.stderr or res.stdout).decode(errors="replace").strip()[-800:]
-    why = "timed out" if res.timed_out else f"exit code {res.exit_code}"
-    return f"the hidden tests produced no result ({why}): {tail}"
+    ran = await run_trusted(
+        ctx,
+        root,
+        "swe_runner.py",
+        [root, *(f"{root}/{f}" for f in test_files)],
+        marker=swe_runner.MARKER,
+        timeout=timeout,
+        extra_files=("swe_repo.py",),
+    )
+    if ran.data is None:
+        return f"the hidden tests produced no result: {ran.why}"
+    return ran.data
 
 
 def score(item: Item, ran: dict[str, Any], *, partial_credit: bool) -> RewardBreakdown:

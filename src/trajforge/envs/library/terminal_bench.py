@@ -35,6 +35,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import secrets
 import shlex
 import tomllib
@@ -49,7 +50,9 @@ from pydantic import Field
 from trajforge.envs.agents import write_files_command
 from trajforge.envs.base import BaseEnv, EnvDataError
 from trajforge.envs.config import EnvConfig
+from trajforge.envs.library import tb_verify
 from trajforge.envs.library.dockerfile import NEEDS_MORE, DockerPlan, parse_dockerfile, rewrite_paths
+from trajforge.envs.library.trusted_run import run_trusted
 from trajforge.envs.types import Item, RewardBreakdown
 
 if TYPE_CHECKING:
@@ -333,31 +336,68 @@ class TerminalBenchEnv(BaseEnv):
     # ---------------------------------------------------------------- verification
 
     async def compute_reward(self, item: Item, result: AgentResult, ctx: VerifierContext) -> RewardBreakdown:
+        """test.sh under :mod:`tb_verify` (the trusted wrapper); the reward from the files it read
+        after every process test.sh started was gone, or from test.sh's exit code."""
         task = self._task(item)
         verify_dir = f"{VERIFY_PREFIX}{secrets.token_hex(12)}" if self._bwrap else ""
         tests, logs = f"{verify_dir}/tests", f"{verify_dir}/logs"
         mapping = self._mapping(task, verify_dir)
         if not self._bwrap:  # the real paths: whatever the agent left there goes first
             await ctx.exec(["rm", "-rf", "--", tests, f"{logs}/verifier"])
-        for rel, data in _text_files(task.path / "tests").items():
-            await ctx.write_file(f"{tests}/{rel}", _rewrite_bytes(data, mapping))
-        await ctx.exec(["mkdir", "-p", "--", f"{logs}/verifier"])
+        files = {rel: _rewrite_bytes(data, mapping) for rel, data in _text_files(task.path / "tests").items()}
+        for rel, data in files.items():
+            await ctx.write_file(f"{tests}/{rel}", data)
+        timeout = task.verifier_timeout or self.cfg.verifier_timeout_s
         try:
-            res = await ctx.exec(
-                ["bash", f"{tests}/test.sh"],
+            ran = await run_trusted(
+                ctx,
+                verify_dir or "/tmp",
+                "tb_verify.py",
+                [f"{logs}/verifier", str(timeout), f"{tests}/test.sh"],
+                marker=tb_verify.MARKER,
+                timeout=timeout + 60,
                 cwd=self._workdir(task),
                 env=self._env(task),
-                timeout=task.verifier_timeout or self.cfg.verifier_timeout_s,
             )
-            reward, source = await _read_reward(ctx, f"{logs}/verifier")
         finally:
             if verify_dir:
                 await ctx.exec(["rm", "-rf", "--", verify_dir])
-        output = (res.stdout + res.stderr).decode(errors="replace").strip()[-600:]
-        if reward is None:
-            reward = 1.0 if res.exit_code == 0 else 0.0
-            source = "timed out" if res.timed_out else f"test.sh exit code {res.exit_code}"
-        return RewardBreakdown(reward=reward, components={"tests": reward}, reason=f"{source}; {output}")
+        output = (ran.run.stdout + ran.run.stderr).decode(errors="replace")
+        output = output.split(f"\n{tb_verify.MARKER} ")[0].strip()[-600:]
+        if ran.data is None:
+            return RewardBreakdown(reward=0.0, components={"tests": 0.0}, reason=f"no verdict: {ran.why}")
+        return _verdict(ran.data, _named_reward_files(files), output)
+
+
+def _named_reward_files(tests: dict[str, bytes]) -> tuple[str, ...]:
+    """The reward files the task's tests name (reward.txt, reward.json): only those count. A
+    program the tests run could write the other one, which test.sh would never overwrite."""
+    blob = b"\n".join(tests.values())
+    return tuple(n for n in tb_verify.REWARD_FILES if n.encode() in blob)
+
+
+def _verdict(data: dict[str, Any], named: tuple[str, ...], output: str) -> RewardBreakdown:
+    comps = {"survivors": float(data.get("survivors") or 0), "others": float(data.get("others") or 0)}
+    if data.get("timed_out"):
+        return RewardBreakdown(
+            reward=0.0, components={"tests": 0.0, **comps}, reason=f"test.sh timed out; {output}"
+        )
+    if data.get("survivors"):
+        return RewardBreakdown(
+            reward=0.0,
+            components={"tests": 0.0, **comps},
+            reason=(
+                f"{data['survivors']} process(es) started by the tests were still running when test.sh "
+                f"exited: killed, and the reward not trusted (they could have rewritten it); {output}"
+            ),
+        )
+    files = data.get("files")
+    texts: dict[str, Any] = files if isinstance(files, dict) else {}
+    reward, source = _read_reward({n: t if isinstance(t := texts.get(n), str) else None for n in named})
+    if reward is None:
+        code = data.get("exit_code")
+        reward, source = (1.0 if code == 0 else 0.0), f"test.sh exit code {code}"
+    return RewardBreakdown(reward=reward, components={"tests": reward, **comps}, reason=f"{source}; {output}")
 
 
 async def _checked(fresh: Any, command: str, timeout: float, cwd: str | None, what: str) -> None:
@@ -396,22 +436,24 @@ def _executable(path: Path) -> bool:
     return bool(path.stat().st_mode & 0o111)
 
 
-async def _read_reward(ctx: VerifierContext, verifier_dir: str) -> tuple[float | None, str]:
-    try:
-        text = (await ctx.read_file(f"{verifier_dir}/reward.txt")).decode(errors="replace").strip()
-    except FileNotFoundError:
-        text = None
+def _read_reward(texts: dict[str, str | None]) -> tuple[float | None, str]:
+    """Harbor's rule on the files the wrapper read: reward.txt (a number), else reward.json's
+    ``"reward"``; (None, "") when neither was written. A reward must be a finite number."""
+    text = texts.get("reward.txt")
     if text is not None:
         try:
-            return float(text.split()[0]), "reward.txt"
+            value = float(text.split()[0])
         except (ValueError, IndexError):
             return 0.0, f"reward.txt holds no number ({text[:80]!r})"
-    try:
-        data = json.loads(await ctx.read_file(f"{verifier_dir}/reward.json"))
-    except FileNotFoundError:
+        return (value, "reward.txt") if math.isfinite(value) else (0.0, f"reward.txt holds {value}")
+    raw = texts.get("reward.json")
+    if raw is None:
         return None, ""
+    try:
+        data = json.loads(raw)
     except json.JSONDecodeError:
         return 0.0, "reward.json is not JSON"
-    if isinstance(data, dict) and isinstance(data.get("reward"), int | float):
-        return float(data["reward"]), "reward.json"
-    return 0.0, "reward.json has no numeric 'reward'"
+    given = data.get("reward") if isinstance(data, dict) else None
+    if isinstance(given, int | float) and not isinstance(given, bool) and math.isfinite(float(given)):
+        return float(given), "reward.json"
+    return 0.0, "reward.json has no finite numeric 'reward'"

@@ -6,8 +6,9 @@ file, averaged over the item's files:
 
 - 1.0  the file holds exactly the expected bytes (one trailing newline is forgiven),
 - 0.5  the same lines after stripping whitespace at line ends and blank lines at the end,
-- 0.25 the file exists but holds something else,
-- 0.0  the file is missing (or is not a regular file).
+- 0.0  the file holds something else, is missing, or is not a regular file. (A file that merely
+  exists earns nothing: credit for existence pays a policy for writing anything -- every
+  candidate line, say -- at every path the prompt names.)
 
 An item's reward is 1.0 only when every file is exact; ``components`` records each file.
 """
@@ -109,7 +110,7 @@ def _score(expected: str, actual: bytes | None) -> tuple[float, str]:
 
     if norm(text) == norm(expected):
         return 0.5, "same lines, different whitespace"
-    return 0.25, "wrong content"
+    return 0.0, "wrong content"
 
 
 class TerminalTestEnv(BaseEnv):

@@ -9,7 +9,9 @@ Reward (from the messages alone, so ``env rescore`` needs nothing kept):
 
 - correctness: 1.0 when the normalized answer equals the normalized expected answer or an alias;
   ``contains_credit`` (0.8) when a short answer (at most ``max_answer_words``) contains one as
-  whole words; else 0. Normalization: lower case, punctuation and thousands separators removed,
+  whole words and the rest of it only restates the question (no other number, no "or"/"and"
+  list, no word absent from the question but a few fillers: :func:`restates`); else 0. An
+  answer that lists candidates earns nothing. Normalization: lower case, punctuation and thousands separators removed,
   articles dropped, whitespace collapsed. The answer is the text after the last ``Answer:``
   of the final message (the whole message when there is none).
 - citation: the final message names a URL that a ``web_extract`` call of this rollout fetched
@@ -155,7 +157,7 @@ class WebResearchEnv(BaseEnv):
         targets = [t for t in (normalize(e) for e in expected) if t]
         exact = norm_given in targets
         short = len(norm_given.split()) <= cfg.max_answer_words
-        contains = short and any(re.search(rf"(?<!\S){re.escape(t)}(?!\S)", norm_given) for t in targets)
+        contains = short and not exact and restates(norm_given, targets, str(item.get("question", "")))
         correct = 1.0 if exact else cfg.contains_credit if contains else 0.0
         fetched = fetched_urls(messages)
         cited = sorted(u for u in cited_urls(final) if _url_key(u) in fetched)
@@ -201,6 +203,49 @@ def normalize(text: str) -> str:
     text = text.translate(_PUNCT)
     text = _ARTICLES.sub(" ", text)
     return " ".join(text.split())
+
+
+_FILLER = frozenset(
+    [
+        "in",
+        "on",
+        "at",
+        "of",
+        "is",
+        "was",
+        "were",
+        "it",
+        "its",
+        "by",
+        "from",
+        "year",
+        "about",
+        "around",
+        "approximately",
+        "roughly",
+        "circa",
+        "ca",
+        "c",
+    ]
+)
+_LIST_WORDS = frozenset({"or", "and", "nor", "vs", "versus", "either", "maybe", "perhaps", "possibly"})
+
+
+def restates(norm_given: str, targets: list[str], question: str) -> bool:
+    """Contains credit: the (normalized) answer holds a target as whole words and the rest of it
+    only restates the question -- no other number, no list word (or/and/nor/vs, maybe), no word
+    that is neither in the question nor a filler ("in", "about", "year", ...). So "rebuilt in
+    1911" earns it, and "1887 1888 1889" or "Guido van Rossum or Larry Wall" does not: an answer
+    listing candidates is not the answer."""
+    allowed = set(normalize(question).split()) | _FILLER
+    for target in targets:
+        for m in re.finditer(rf"(?<!\S){re.escape(target)}(?!\S)", norm_given):
+            rest = (norm_given[: m.start()] + " " + norm_given[m.end() :]).split()
+            if any(c.isdigit() for w in rest for c in w) or _LIST_WORDS & set(rest):
+                continue
+            if set(rest) <= allowed:
+                return True
+    return False
 
 
 def _final_answer(messages: list[dict[str, Any]]) -> str:

@@ -1,0 +1,295 @@
+"""Rewards no rollout can forge: the adversarial agent (``reward_hacks.py``) against every shipped
+env, and the defences one by one.
+
+Before the fixes of this suite's commit (the table in docs/security.md, "Reward hacks"): the
+runner patch scored 1.0 on all 11 swe tasks and planted .pyc on 7 of them; a program the tests
+ran wrote terminal_bench's reward file (greet-tool, fix-backup-script: 1.0); listing every value
+scored 1.0 on tiny_tasks find_value (and opd over it); web_research paid 0.8 for a list of years;
+terminal_test paid 0.25 for junk at the expected paths; a user verifier was fooled by a
+usercustomize.py in ~/.local, a ~/.profile / .git/config hook and a planted .pyc (1.0 each).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from reward_hacks import COLUMNS, HACKS, HERE, column, play
+
+from trajforge.envs import RolloutBackends, Rollouts, load_env
+from trajforge.envs.library import trusted_proc
+from trajforge.envs.library.web_research import normalize, restates
+from trajforge.sandbox import close_factory, create_sandbox_factory
+from trajforge.sandbox.types import SandboxConfig
+from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
+from trajforge.tools.registry import default_registry
+
+pytestmark = [
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
+
+# Hacks that cannot be prevented by design, per column, with the outcome the docs state.
+# (Empty: every hack scores 0 on every shipped env.)
+KNOWN: dict[tuple[str, str], float] = {}
+
+
+@pytest.fixture
+async def factory() -> AsyncIterator[Any]:
+    f = create_sandbox_factory(SandboxConfig(kind="bwrap", reuse=True))
+    try:
+        yield f
+    finally:
+        await close_factory(f)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", COLUMNS)
+async def test_every_hack_scores_zero(name: str, factory: Any) -> None:
+    """One column of the table: every hack, played through the env's real rollout and verifier."""
+    async with AsyncExitStack() as stack, column(name, stack) as col:
+        for hack in HACKS.values():
+            got = await play(col, hack, factory)
+            want = KNOWN.get((hack.name, name), 0.0)
+            for item, reward, reason in got:
+                assert reward == want, f"{hack.name} x {name} [{item}]: {reward} ({reason[:400]})"
+                assert "reward error" not in reason and not reason.startswith(("failed", "error")), reason
+
+
+# ------------------------------------------------------------------------ trusted_proc, directly
+
+
+def _as_nobody() -> None:
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+_TARGET = textwrap.dedent(
+    """
+    import sys, time
+    sys.path.insert(0, sys.argv[2])
+    secret = "S3CRET-" + "x" * 20
+    if sys.argv[1] == "hardened":
+        import trusted_proc
+        trusted_proc.harden()
+    print("ready", flush=True)
+    time.sleep(30)
+    """
+)
+_READER = textwrap.dedent(
+    """
+    import re, sys
+    pid = int(sys.argv[1])
+    try:
+        with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+            for line in maps:
+                span, perm = line.split()[:2]
+                lo, hi = (int(x, 16) for x in span.split("-"))
+                if "rw" in perm and hi - lo < 64 << 20:
+                    try:
+                        mem.seek(lo); data = mem.read(hi - lo)
+                    except OSError:
+                        continue
+                    if b"S3CRET-" + b"x" * 20 in data:
+                        print("FOUND"); sys.exit(0)
+        print("NOT FOUND")
+    except OSError as exc:
+        print("DENIED", exc.errno)
+    """
+)
+
+
+SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run both processes as nobody")
+@pytest.mark.parametrize("mode", ["plain", "hardened"])
+def test_a_same_uid_process_reads_a_runner_only_when_it_is_not_hardened(mode: str, tmp_path: Path) -> None:
+    """No Yama here: a same-uid process reads another's memory -- unless it is non-dumpable."""
+    shutil.copy(trusted_proc.__file__, tmp_path / "trusted_proc.py")
+    (tmp_path / "t.py").write_text(_TARGET)
+    (tmp_path / "r.py").write_text(_READER)
+    for p in (tmp_path, *tmp_path.parents):
+        if p == Path("/"):
+            break
+        os.chmod(p, os.stat(p).st_mode | 0o005)  # nobody must reach the scripts
+    target = subprocess.Popen(
+        [SYSTEM_PYTHON, "-I", str(tmp_path / "t.py"), mode, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=_as_nobody,
+    )
+    try:
+        assert target.stdout is not None and target.stdout.readline().strip() == "ready"
+        out = subprocess.run(
+            [SYSTEM_PYTHON, "-I", str(tmp_path / "r.py"), str(target.pid)],
+            capture_output=True,
+            text=True,
+            preexec_fn=_as_nobody,
+            timeout=60,
+        ).stdout.strip()
+    finally:
+        target.kill()
+        target.wait()
+    if mode == "plain":
+        assert out == "FOUND"  # the attack works on an ordinary process
+    else:
+        assert out.startswith("DENIED"), out
+
+
+def test_kill_descendants_finds_a_double_forked_daemon() -> None:
+    """A subreaper sees a process that double-forked and called setsid, and kills it."""
+    script = textwrap.dedent(
+        f"""
+        import os, sys, time
+        sys.path.insert(0, {str(Path(trusted_proc.__file__).parent)!r})
+        import trusted_proc
+        trusted_proc.harden()
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(60); os._exit(0)
+            os._exit(0)
+        time.sleep(0.3)
+        print(len(trusted_proc.children()), trusted_proc.kill_descendants(), len(trusted_proc.children()))
+        """
+    )
+    out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["1", "1", "0"], out.stderr
+
+
+# ------------------------------------------------------------------------------------ swe, directly
+
+
+def _swe_task(root: Path, repo: str, test: str) -> Path:
+    task = root / "probe"
+    for sub in ("repo", "tests", "solution"):
+        (task / sub).mkdir(parents=True)
+    (task / "repo" / "probe.py").write_text(repo)
+    (task / "solution" / "probe.py").write_text(repo)
+    (task / "tests" / "test_hidden.py").write_text(test)
+    (task / "task.toml").write_text('instruction = "x"\nfail_to_pass = ["tests/test_hidden.py::test_it"]\n')
+    return root
+
+
+PROBE = textwrap.dedent(
+    """
+    import ctypes, gc, os, sys
+
+    def attempts():
+        got = {}
+        pid = os.getppid()
+        for what in ("mem", "environ", "maps", "cmdline"):
+            try:
+                with open(f"/proc/{pid}/{what}", "rb") as fh:
+                    got[what] = len(fh.read(4096))
+            except OSError as exc:
+                got[what] = exc.errno
+        libc = ctypes.CDLL(None, use_errno=True)
+        got["ptrace"] = libc.ptrace(16, pid, 0, 0) == 0 or ctypes.get_errno()  # PTRACE_ATTACH
+        f, names = sys._getframe(), set()
+        while f is not None:
+            names |= set(f.f_locals)
+            f = f.f_back
+        got["nonce_in_frames"] = "nonce" in names
+        got["runner_in_gc"] = any(getattr(o, "__name__", "") == "run_one" for o in gc.get_objects())
+        return got
+    """
+)
+
+
+async def test_swe_repository_code_cannot_read_trace_or_walk_into_the_runner(
+    tmp_path: Path, factory: Any
+) -> None:
+    """The probe runs in the repository's interpreter and reports what it reached of the runner
+    (its parent): /proc/PID/mem and environ refused, ptrace refused, no nonce in its frames."""
+    tests = "from probe import attempts\n\ndef test_it():\n    got = attempts()\n    print(got)\n    raise AssertionError(repr(got))\n"
+    env = load_env("swe", {"tasks_dir": str(_swe_task(tmp_path / "t", PROBE, tests))})
+    model = ScriptedModel([answer("done")])
+    ep = await Rollouts(env, RolloutBackends(model, factory, default_registry())).episode(
+        env.eval_items(1)[0]
+    )
+    got = eval(ep.reward_reason.split("AssertionError: ")[-1].strip())  # noqa: S307 (our own probe's repr)
+    assert got["mem"] == 13 and got["environ"] == 13  # EACCES: the runner is non-dumpable
+    assert got["ptrace"] == 1  # EPERM
+    assert got["nonce_in_frames"] is False and got["runner_in_gc"] is False
+
+
+async def test_swe_an_object_equal_to_everything_is_not_a_right_answer(factory: Any) -> None:
+    """``assert to_roman(4) == "IV"`` compares values in the runner: a repository object whose
+    ``__eq__`` says True to everything (which passes the same assert under pytest) fails."""
+    env = load_env("swe")
+    task = next(t for t in env.eval_items(100) if t["id"] == "roman_subtractive")
+    cheat = (
+        "class _Any(str):\n    def __eq__(self, other):\n        return True\n    __hash__ = str.__hash__\n\n"
+        "def to_roman(n):\n    if not 0 < n < 4000:\n        raise ValueError(n)\n    return _Any('?')\n"
+    )
+    assert eval("_Any('?') == 'IV'", {}, _exec(cheat))  # noqa: S307 (in one interpreter it is "equal")
+    model = ScriptedModel(
+        [tool_turn(("write_file", {"path": "numerals.py", "content": cheat})), answer("ok")]
+    )
+    ep = await Rollouts(env, RolloutBackends(model, factory, default_registry())).episode(task)
+    assert ep.reward == 0.0 and ep.reward_components["fail_to_pass"] == 0.0, ep.reward_reason
+
+
+def _exec(src: str) -> dict[str, Any]:
+    ns: dict[str, Any] = {}
+    exec(src, ns)  # noqa: S102 (test data)
+    return ns
+
+
+# ------------------------------------------------------------------------- terminal_bench, directly
+
+
+async def test_terminal_bench_a_program_the_tests_run_cannot_write_the_reward(factory: Any) -> None:
+    """greet-tool's test.sh writes reward.json; a greet that writes reward.txt (which Harbor
+    reads first) is ignored, because the task's tests never name reward.txt. A greet that leaves
+    a process behind gets the reward distrusted."""
+    env = load_env("terminal_bench")
+    task = next(t for t in env.eval_items(100) if t["id"] == "greet-tool")
+    write = 'for d in /tmp/trajforge-verify-*/logs/verifier; do echo 1 > "$d/reward.txt"; done'
+    for body, why in (
+        (write, "reward.json"),
+        (f"({write}; sleep 30) >/dev/null 2>&1 &", "still running when test.sh exited"),
+    ):
+        greet = f"#!/bin/bash\n{body}\necho nope\n"
+        calls = [
+            ("write_file", {"path": "bin/greet", "content": greet}),
+            ("terminal", {"command": "chmod +x bin/greet"}),
+        ]
+        model = ScriptedModel([*(tool_turn(c) for c in calls), answer("ok")])
+        ep = await Rollouts(env, RolloutBackends(model, factory, default_registry())).episode(task)
+        assert ep.reward == 0.0 and why in ep.reward_reason, ep.reward_reason
+
+
+# ------------------------------------------------------------------------------ answers, directly
+
+
+def test_web_research_contains_credit_needs_one_candidate() -> None:
+    q = "In what year was the Skerry Point lamp rebuilt?"
+    t = [normalize("1911")]
+    assert restates(normalize("rebuilt in 1911"), t, q)
+    assert restates(normalize("In 1911."), t, q)
+    assert not restates(normalize("1887 1888 1911 1952"), t, q)
+    assert not restates(normalize("1911 or 1912"), t, q)
+    assert not restates(normalize("1911 and many other years"), t, q)
+    g = [normalize("Guido van Rossum")]
+    assert not restates(normalize("Guido van Rossum, Larry Wall"), g, "Who created Python?")
+
+
+def test_the_table_in_the_docs_is_this_suite() -> None:
+    """docs/security.md lists exactly the hacks and envs this suite runs."""
+    doc = (HERE.parent.parent / "docs" / "security.md").read_text()
+    for hack in HACKS:
+        assert f"| {hack} |" in doc, hack
+    for name in COLUMNS:
+        assert name.replace("tiny_tasks/", "tiny/") in doc, name
