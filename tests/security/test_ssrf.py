@@ -545,10 +545,24 @@ def read_net_log(path: Path) -> NetLog:
     return log
 
 
+async def settle(done: Callable[[], bool], *, patience_s: float = 30.0, grace_s: float = 2.0) -> None:
+    """Wait until ``done()`` (the page's vectors have fired), then ``grace_s`` more for stragglers
+    (beacons, ICE gathering, CSP reports); give up waiting after ``patience_s``: the assertions
+    then say what did not happen. Never a timing assertion."""
+    for _ in range(int(patience_s / 0.25)):
+        if done():
+            break
+        await asyncio.sleep(0.25)
+    await asyncio.sleep(grace_s)
+
+
 async def open_attack(
     policy: NetPolicy, canary: Canary, origin: str, tmp_path: Path, *, isolate: bool
 ) -> tuple[BrowserHost, NetLog, str]:
-    """The attack page through browser_navigate; returns the host, the net-log and the console."""
+    """The attack page through browser_navigate; returns the host, the net-log and the console.
+
+    It waits until the routed vectors have each been answered (refused, or fetched), so the page
+    has really run before anything is concluded from silence."""
     config = BrowserConfig(
         policy=policy,
         navigation_timeout_s=5,
@@ -562,7 +576,13 @@ async def open_attack(
     try:
         out = await tools["browser_navigate"]({"url": f"{origin}/attack?port={canary.port}"}, ctx)
         assert out.ok, out.content
-        await asyncio.sleep(4)  # beacons, prefetches, workers, ICE gathering, CSP reports
+        session = ctx.state["browser_session"]
+
+        def answered() -> bool:
+            said = " ".join(m["text"] for m in session.console)
+            return all(f"/hit/{v}" in said for v in ROUTED) or vectors_hit(canary) >= ROUTED
+
+        await settle(answered)
         console = (await tools["browser_console"]({}, ctx)).content
     finally:
         await ctx.aclose()
@@ -580,7 +600,7 @@ async def test_the_attack_page_is_live_in_a_plain_chromium(canary: Canary, origi
         try:
             page = await (await browser.new_context()).new_page()
             await page.goto(f"{origin}/attack?port={canary.port}")
-            await asyncio.sleep(4)
+            await settle(lambda: vectors_hit(canary) >= ROUTED | UNROUTED)
         finally:
             await browser.close()
     hit = vectors_hit(canary)
