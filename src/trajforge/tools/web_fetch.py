@@ -4,8 +4,10 @@ Every host-side fetch a tool makes on a model's behalf goes through here: ``web_
 result and endpoint requests of ``web_search``, the image URLs of ``vision_analyze`` and
 ``image_generate`` (:mod:`~trajforge.tools.host_fetch`), and every request the browser's pages
 make (its route fulfils them from a fetcher, so Chromium itself never connects anywhere). No
-other module of the tools opens an HTTP client (``tests/security/test_ssrf.py`` checks the
-imports), so no tool can fetch without the gate.
+other module of the tools opens a connection (``tests/security/test_ssrf.py`` scans their
+imports and calls); the only exceptions are the clients of endpoints the *operator* configured
+(the vision, MoA and image-generation models), each listed there with why, so no tool can fetch
+a model's URL without the gate.
 
 What a fetch does: the URL goes through :meth:`NetPolicy.gate
 <trajforge.tools.netpolicy.NetPolicy.gate>`, which parses it once into the
