@@ -185,3 +185,13 @@ async def test_browser_vision_sends_the_screenshot_to_the_vision_model(
         await ctx.aclose()
     finally:
         await model.aclose()
+
+
+def test_isolation_needs_bubblewrap_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chromium runs in a network namespace of its own by default; without bwrap the browser is
+    not offered, with the reason and the way out."""
+    chromium = find_chromium()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    why = BrowserConfig(executable=chromium).unready()
+    assert why is not None and "bubblewrap" in why and "isolate_network: false" in why
+    assert BrowserConfig(executable=chromium, isolate_network=False).unready() is None

@@ -29,10 +29,10 @@ async def ctx(tmp_path) -> AsyncIterator[ToolContext]:
         await sandbox.close()
 
 
-def _tool(base_url: str, **image_gen):
+def _tool(base_url: str, *, network: dict | None = None, **image_gen):
     cfg = parse_tools_config(
         {
-            "network": {"allow_cidrs": ["127.0.0.0/8"]},
+            "network": {"allow_cidrs": ["127.0.0.0/8"]} if network is None else network,
             "image_gen": {"base_url": base_url, "model": "scripted-image", "max_retries": 0, **image_gen},
         }
     )
@@ -73,6 +73,15 @@ async def test_url_answer_is_fetched_and_a_second_image_gets_its_own_name(ctx):
         assert srv.image_fetches == 2
     assert first["path"] == "images/cat-1.png" and second["path"] == "images/cat-2.png"
     assert await ctx.ready_sandbox.read_bytes(second["path"]) == prompt_png("cat")
+
+
+async def test_a_url_answer_goes_through_the_url_gate(ctx):
+    """The provider's API is the operator's (outside the policy); the image URL it answers is
+    fetched like any other host fetch: on loopback, under the default policy, it is refused."""
+    async with ScriptedImageServer() as srv:
+        out = await _tool(srv.base_url, network={}, response_format="url")({"prompt": "cat"}, ctx)
+        assert srv.requests and srv.image_fetches == 0  # generated, never fetched
+    assert not out.ok and "refused" in out.content and "loopback" in out.content
 
 
 async def test_provider_errors_are_tool_errors_without_the_key(ctx, monkeypatch):

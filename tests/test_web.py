@@ -148,3 +148,21 @@ def test_config_errors_say_what_to_change() -> None:
     with pytest.raises(ValidationError, match="name\\* of an environment variable"):
         WebConfig(provider="brave", api_key_env="sk-abc-123")
     assert WebConfig(provider="tavily").key_env == "TAVILY_API_KEY"
+
+
+async def test_the_search_endpoint_is_admitted_and_its_redirects_are_not(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search API is the operator's (on loopback here, under the default policy): it is
+    fetched through the same gate with its own host admitted; its results stay held to the
+    policy, and a redirect it answers is checked like any other."""
+    out, body = await _call(
+        _tools(WebConfig(provider="searxng", endpoint=site.base))["web_search"], query="k"
+    )
+    assert out.ok and body["results"] == []  # the endpoint answered; its loopback results are refused
+    assert {r["url"] for r in body["refused"]} >= {site.url("/page1"), site.url("/doc.pdf")}
+    monkeypatch.setenv("BRAVE_API_KEY", "k")
+    to_metadata = site.url("/redirect-to?target=http://169.254.169.254/latest/meta-data/")
+    out, _ = await _call(_tools(WebConfig(provider="brave", endpoint=to_metadata))["web_search"], query="k")
+    assert not out.ok and "refused by the network policy" in out.content and "cloud metadata" in out.content
+    assert "q=k" not in out.content  # the query part of a URL stays out of the error

@@ -6,12 +6,22 @@ first use and shared by the rollouts' contexts; each rollout gets its own
 ``ToolContext.state`` and closed through ``ToolContext.on_close`` when the rollout ends.
 
 Network: the browser never connects anywhere by itself. Every request of its pages (documents,
-subresources, form posts, each redirect hop) is intercepted and fetched by the host through a
-:class:`~trajforge.tools.web_fetch.SafeFetcher` under the configured
-:class:`~trajforge.tools.netpolicy.NetPolicy`, then fulfilled; a refused one is aborted and
-recorded (the model sees the reason). Anything that would escape interception (service workers,
-WebSockets, WebRTC, DNS prefetch) is blocked or pointed at a dead proxy, so there is no second
-path around the policy and no DNS rebinding window.
+subresources, form posts, workers' fetches, each redirect hop) is intercepted and fetched by the
+host through a :class:`~trajforge.tools.web_fetch.SafeFetcher`, the same URL gate as every other
+host fetch, under the configured :class:`~trajforge.tools.netpolicy.NetPolicy`, then fulfilled; a
+refused one is aborted and recorded (the model sees the reason). The route sees Chromium's own
+canonical URL, and the gate parses that again into what it fetches, so a spelling Chromium and
+the gate read differently cannot name one host to the check and another to the connection.
+What interception does not cover is closed apart. Chromium runs in a network namespace of its
+own (``isolate_network``, bubblewrap ``--unshare-net``): Playwright drives it over pipes and the
+route fulfils its pages from here, so it needs no network, and what it sends by itself (shared
+workers' fetches, workers' WebSockets, preconnects, WebRTC's STUN datagrams, its updater) reaches
+nothing. Inside, its proxy is a sink of ours on loopback (:class:`_ProxySink`, unreachable from
+the namespace; when isolation is off, it records the request line and hangs up), with no bypass
+(not even for loopback); its resolver is given no name; service workers are blocked, WebSockets
+refused, WebRTC's constructors removed from every frame, HTTPS-upgrade fallbacks, prefetch and
+network prediction off. ``tests/security/test_ssrf.py`` tries each way against a canary, with
+Chromium's net-log as the witness, isolated and not.
 
 Refs: ``browser_snapshot`` returns Playwright's accessibility snapshot in its "ai" mode, where
 each element carries ``[ref=eN]``; the other tools take such a ref and resolve it through
@@ -26,12 +36,13 @@ import contextlib
 import html
 import os
 import re
+import shlex
 import shutil
+import tempfile
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urljoin
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,7 +50,7 @@ from yarl import URL
 
 from trajforge.tools._args import ArgumentError, opt_bool, opt_str, req_str
 from trajforge.tools.base import FunctionTool, Handler, ToolContext, ToolOutput
-from trajforge.tools.netpolicy import NetPolicy, NetPolicyError
+from trajforge.tools.netpolicy import NetPolicy, NetPolicyError, Resolve, join_location
 from trajforge.tools.toolsets import TOOLSETS
 from trajforge.tools.web_fetch import FetchError, SafeFetcher
 
@@ -94,6 +105,17 @@ class BrowserConfig(BaseModel):
     max_console_messages: int = Field(200, ge=1)
     max_images: int = Field(100, ge=1)
     policy: NetPolicy = Field(default_factory=NetPolicy, description="where the pages may fetch from")
+    isolate_network: bool = Field(
+        True,
+        description="run Chromium in a network namespace of its own (bubblewrap --unshare-net): "
+        "whatever Chromium sends by itself (WebRTC, workers, prefetch, its updater) reaches no "
+        "network at all; the route is its only way out. Needs bwrap, as the sandbox does",
+    )
+    net_log_path: str | None = Field(
+        None,
+        description="write Chromium's net-log here (every socket, lookup and request Chromium made "
+        "itself, written when the browser closes): for auditing that nothing bypassed the policy",
+    )
 
     def chromium_path(self) -> str | None:
         return self.executable or find_chromium()
@@ -103,11 +125,48 @@ class BrowserConfig(BaseModel):
         path = self.chromium_path()
         if path is None or not os.access(path, os.X_OK):
             return "chromium is not installed (apt-get install chromium; `make system-deps` does it)"
+        if self.isolate_network and shutil.which("bwrap") is None:
+            return (
+                "bubblewrap (bwrap) is not installed, and the browser runs Chromium in a network "
+                "namespace of its own (apt-get install bubblewrap; or set tools.browser.isolate_network: false)"
+            )
         try:
             import playwright  # noqa: F401
         except ImportError:
             return "playwright is not installed (pip install 'trajforge[tools]')"
         return None
+
+
+class _ProxySink:
+    """Chromium's proxy: a loopback port that records the first line of whatever reaches it and
+    hangs up. Every request the route fulfils never gets here; anything that escaped
+    interception does, and goes no further (``escaped`` says what it was)."""
+
+    def __init__(self, keep: int = 200) -> None:
+        self.escaped: deque[str] = deque(maxlen=keep)
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        if self._server is None:
+            self._server = await asyncio.start_server(self._answer, "127.0.0.1", 0)
+            self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await asyncio.wait_for(reader.readline(), 5)
+        except (TimeoutError, OSError):
+            line = b""
+        self.escaped.append(line[:300].decode(errors="replace").strip() or "(a connection, no request)")
+        writer.close()
+
+    async def close(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+            with contextlib.suppress(Exception):
+                await server.wait_closed()
 
 
 class BrowserHost:
@@ -117,17 +176,21 @@ class BrowserHost:
     ``asyncio.run``), the host launches a new browser there.
     """
 
-    def __init__(self, config: BrowserConfig) -> None:
+    def __init__(self, config: BrowserConfig, *, resolve: Resolve | None = None) -> None:
         self.config = config
+        self.resolve = resolve  # the fetchers' resolver (None: the system's); tests inject names
+        self.sink = _ProxySink()
         self._pw: Playwright | None = None
         self._browser: Browser | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock: asyncio.Lock | None = None
+        self._wrapper_dir: str | None = None
 
     async def browser(self) -> Browser:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
             self._pw, self._browser, self._loop, self._lock = None, None, loop, asyncio.Lock()
+            self.sink = _ProxySink()
         assert self._lock is not None
         async with self._lock:
             if self._browser is not None and self._browser.is_connected():
@@ -145,24 +208,63 @@ class BrowserHost:
         sandbox = self.config.chromium_sandbox
         if sandbox is None:
             sandbox = os.geteuid() != 0
+        port = await self.sink.start()
         args = [
-            # Nothing may leave except through the intercepting route: a dead proxy catches
-            # whatever bypasses it (with loopback not exempted), no prefetch, no WebRTC UDP.
-            "--proxy-server=http://127.0.0.1:9",
+            # Nothing may leave except through the intercepting route: whatever bypasses it goes
+            # to our sink (loopback not exempted), Chromium resolves no name itself, nothing is
+            # prefetched or predicted, and WebRTC sends no UDP outside the proxy.
+            f"--proxy-server=http://127.0.0.1:{port}",
             "--proxy-bypass-list=<-loopback>",
+            "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
             "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
             "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-domain-reliability",
+            "--disable-sync",
+            "--no-pings",
             "--dns-prefetch-disable",
-            "--disable-features=NetworkPrediction,AutofillServerCommunication,OptimizationHints",
+            # HttpsUpgrades: Chromium retries a failed https:// upgrade as http:// on a request
+            # that the route never sees (it went to the proxy; caught by the SSRF test's sink).
+            "--disable-features=NetworkPrediction,AutofillServerCommunication,OptimizationHints,"
+            "HttpsUpgrades,HttpsFirstBalancedModeAutoEnable,HttpsFirstModeV2ForTypicallySecureUsers,"
+            "PrivacySandboxSettings4,InterestFeedContentSuggestions,MediaRouter,OptimizationGuideModelDownloading,"
+            "NetworkTimeServiceQuerying",
             "--disable-dev-shm-usage",
         ]
+        if self.config.net_log_path is not None:
+            args.append(f"--log-net-log={self.config.net_log_path}")
+        executable = self.config.chromium_path()
+        if self.config.isolate_network:
+            executable = self._netns_wrapper(executable)
         self._pw = await async_playwright().start()
         return await self._pw.chromium.launch(
-            executable_path=self.config.chromium_path(),
+            executable_path=executable,
             headless=self.config.headless,
             chromium_sandbox=sandbox,
             args=args,
         )
+
+    def _netns_wrapper(self, chromium: str | None) -> str:
+        """A script that runs ``chromium`` in an empty network namespace (only its own loopback),
+        with the filesystem as it is: Playwright talks to it over inherited pipes, and every
+        request of its pages comes back to us through the route, so it needs no network."""
+        assert chromium is not None
+        if self._wrapper_dir is None:
+            self._wrapper_dir = tempfile.mkdtemp(prefix="trajforge-chromium-")
+        path = os.path.join(self._wrapper_dir, "chromium-netns")
+        argv = [
+            shutil.which("bwrap") or "bwrap",
+            "--dev-bind",
+            "/",
+            "/",
+            "--unshare-net",
+            "--die-with-parent",
+        ]
+        script = f'#!/bin/sh\nexec {shlex.join(argv)} -- {shlex.quote(chromium)} "$@"\n'
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o700)
+        with os.fdopen(fd, "w") as f:
+            f.write(script)
+        return path
 
     async def _stop(self) -> None:
         browser, pw = self._browser, self._pw
@@ -172,6 +274,10 @@ class BrowserHost:
                 await browser.close()
         if pw is not None:
             await pw.stop()
+        await self.sink.close()
+        if self._wrapper_dir is not None:
+            shutil.rmtree(self._wrapper_dir, ignore_errors=True)
+            self._wrapper_dir = None
 
     async def aclose(self) -> None:
         """Close the browser (call at worker exit, on the loop that used it)."""
@@ -200,12 +306,13 @@ class BrowserSession:
             service_workers="block",
             accept_downloads=False,
         )
-        fetcher = SafeFetcher(cfg.policy, user_agent=USER_AGENT_SUFFIX, max_redirects=0)
+        fetcher = SafeFetcher(cfg.policy, user_agent=USER_AGENT_SUFFIX, resolve=host.resolve)
         try:
             context.set_default_timeout(cfg.action_timeout_s * 1000)
             context.set_default_navigation_timeout(cfg.navigation_timeout_s * 1000)
             page = await context.new_page()
             session = cls(cfg, context, fetcher, page, deque(maxlen=cfg.max_console_messages))
+            await context.add_init_script(_NO_WEBRTC)
             await context.route("**/*", session._route)
             await context.route_web_socket("**/*", session._refuse_websocket)
             context.on("page", session._adopt)
@@ -271,15 +378,13 @@ class BrowserSession:
             )
             location = resp.headers.get("Location")
             if navigation and resp.status in _REDIRECT_CODES and location:
-                target = urljoin(resp.url, location)
                 try:
-                    host, port = self.config.policy.check_url(target)
-                    await self.config.policy.resolve_checked(host, port)
+                    target = await self.fetcher.preflight(join_location(resp.url, location))
                 except NetPolicyError as exc:
                     raise NetPolicyError(f"{exc} (reached by a redirect from {url})") from None
-                self.redirect_target = target
+                self.redirect_target = str(target.url)
                 await route.fulfill(
-                    status=200, headers={"content-type": "text/html"}, body=_moving_page(target)
+                    status=200, headers={"content-type": "text/html"}, body=_moving_page(self.redirect_target)
                 )
                 return
         except NetPolicyError as exc:
@@ -342,6 +447,19 @@ class BrowserSession:
             await self.context.close()
         finally:
             await self.fetcher.aclose()
+
+
+# WebRTC sends STUN/TURN datagrams from Chromium's own sockets, to any address a page names,
+# outside the route (and, on this Chromium, despite --force-webrtc-ip-handling-policy): a page
+# gets no peer connection. The network namespace is what closes it; this is for a browser run
+# without one (isolate_network: false), in every frame before any page script.
+_NO_WEBRTC = """(() => {
+  for (const name of ["RTCPeerConnection", "webkitRTCPeerConnection", "RTCDataChannel",
+                      "RTCRtpSender", "RTCRtpReceiver", "RTCIceCandidate", "RTCSessionDescription"]) {
+    try { Object.defineProperty(globalThis, name, {value: undefined, writable: false, configurable: false}); }
+    catch (e) {}
+  }
+})();"""
 
 
 def _moving_page(target: str) -> bytes:
@@ -447,8 +565,8 @@ class _BrowserTools:
             if "://" in url or url.lower().startswith(("file:", "data:", "javascript:", "chrome:", "about:")):
                 return ToolOutput.failure(f"only http and https URLs may be opened, not {url[:100]!r}")
             url = "https://" + url
-        try:
-            s.config.policy.check_url(url)
+        try:  # the route gates every request again; this is for a clear answer up front
+            url = str(s.config.policy.gate(url).url)
         except NetPolicyError as exc:
             return ToolOutput.failure(str(exc))
         try:

@@ -62,7 +62,7 @@ VISION_SCHEMA: dict[str, Any] = {
 async def image_bytes(source: str, ctx: ToolContext, max_bytes: int, fetch: UrlFetcher) -> bytes:
     """The bytes ``source`` names (URL, data URL or sandbox path), at most ``max_bytes``."""
     lowered = source.lower()
-    if lowered.startswith(("http://", "https://")):
+    if lowered.startswith(("http:", "https:")):  # the gate reads it as a browser would
         data = await fetch(source, max_bytes)
     elif lowered.startswith("data:"):
         return decode_data_url(source, max_bytes)

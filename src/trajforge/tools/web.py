@@ -3,8 +3,9 @@
 Both run in the host process (the sandbox has no network). Every URL a model or a search result
 names is fetched through :class:`~trajforge.tools.web_fetch.SafeFetcher` under the configured
 :class:`~trajforge.tools.netpolicy.NetPolicy`, so neither can reach the operator's own network.
-The search endpoint itself is the operator's choice (a SearXNG on the intranet is normal) and is
-not held to that policy; the results it returns are.
+The search endpoint itself is the operator's choice (a SearXNG on the intranet is normal): it is
+fetched through the same fetcher with its own host admitted (:meth:`NetPolicy.trusting`), so a
+redirect it answers is checked like any other; the results it returns are held to the policy.
 
 Providers: ``searxng`` (its JSON API, ``format=json`` enabled on the instance), ``brave`` (Brave
 Search API) and ``tavily`` (Tavily Search API). The hosted ones read their key from the
@@ -17,16 +18,17 @@ import asyncio
 import functools
 import io
 import os
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
-import aiohttp
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
+from yarl import URL
 
 from trajforge.tools._args import ArgumentError, req_str
 from trajforge.tools.base import FunctionTool, ToolContext, ToolOutput
-from trajforge.tools.netpolicy import NetPolicy, NetPolicyError
+from trajforge.tools.netpolicy import NetPolicy, NetPolicyError, Resolve
 from trajforge.tools.toolsets import TOOLSETS
 from trajforge.tools.web_fetch import FetchError, FetchResponse, SafeFetcher
 
@@ -113,27 +115,63 @@ class SearchError(Exception):
 # search providers: (config, query, key) -> results
 
 
-async def _provider_request(method: str, url: str, *, timeout_s: float, **kwargs: Any) -> Any:
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
+async def _provider_request(
+    cfg: WebConfig,
+    method: str,
+    url: str,
+    *,
+    resolve: Resolve | None,
+    params: dict[str, str] | None = None,
+    headers: dict[str, str] | None = None,
+    json: Any = None,
+) -> Any:
+    """One request to the search API, through the same fetcher as everything else: the
+    operator's endpoint is admitted by name (:meth:`NetPolicy.trusting`), its redirects are not."""
+    if params:
+        url = str(URL(url).update_query(params))
+    body = None
+    if json is not None:
+        body = orjson.dumps(json)
+        headers = {**(headers or {}), "Content-Type": "application/json"}
+    policy = cfg.policy.trusting(url)
     try:
-        async with (
-            aiohttp.ClientSession(timeout=timeout, headers={"User-Agent": USER_AGENT}) as session,
-            session.request(method, url, **kwargs) as resp,
-        ):
-            if resp.status != 200:
-                raise SearchError(f"the search API answered HTTP {resp.status}")
-            return orjson.loads(await resp.read())
-    except (aiohttp.ClientError, OSError, orjson.JSONDecodeError) as exc:
-        raise SearchError(f"the search API failed: {type(exc).__name__}") from None
-    except TimeoutError:
-        raise SearchError(f"the search API did not answer within {timeout_s:g}s") from None
+        async with SafeFetcher(
+            policy, user_agent=USER_AGENT, max_redirects=cfg.max_redirects, resolve=resolve
+        ) as f:
+            resp = await f.fetch(
+                url,
+                method=method,
+                headers=headers,
+                data=body,
+                max_bytes=cfg.max_bytes,
+                timeout_s=cfg.timeout_s,
+            )
+    except NetPolicyError as exc:
+        raise SearchError(f"the search API was refused by the network policy: {_keyless(exc)}") from None
+    except FetchError as exc:
+        raise SearchError(f"the search API failed: {_keyless(exc)}") from None
+    if resp.status != 200:
+        raise SearchError(f"the search API answered HTTP {resp.status}")
+    try:
+        return orjson.loads(resp.body)
+    except orjson.JSONDecodeError:
+        raise SearchError("the search API did not answer JSON") from None
 
 
-async def _searxng(cfg: WebConfig, query: str, key: str | None) -> list[SearchResult]:
+def _keyless(exc: Exception) -> str:
+    """An error about the search API without what a URL may carry besides its place: userinfo
+    and the query (the search terms, and for some self-hosted endpoints a token)."""
+    text = re.sub(r"//[^/@\s']*@", "//", str(exc))
+    return re.sub(r"\?[^\s']*", "?...", text)
+
+
+async def _searxng(
+    cfg: WebConfig, query: str, key: str | None, resolve: Resolve | None
+) -> list[SearchResult]:
     assert cfg.search_url is not None
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     data = await _provider_request(
-        "GET", cfg.search_url, timeout_s=cfg.timeout_s, params={"q": query, "format": "json"}, headers=headers
+        cfg, "GET", cfg.search_url, resolve=resolve, params={"q": query, "format": "json"}, headers=headers
     )
     items = data.get("results", []) if isinstance(data, dict) else []
     return [
@@ -143,12 +181,13 @@ async def _searxng(cfg: WebConfig, query: str, key: str | None) -> list[SearchRe
     ]
 
 
-async def _brave(cfg: WebConfig, query: str, key: str | None) -> list[SearchResult]:
+async def _brave(cfg: WebConfig, query: str, key: str | None, resolve: Resolve | None) -> list[SearchResult]:
     assert cfg.search_url is not None
     data = await _provider_request(
+        cfg,
         "GET",
         cfg.search_url,
-        timeout_s=cfg.timeout_s,
+        resolve=resolve,
         params={"q": query, "count": str(min(cfg.max_results, 20))},
         headers={"X-Subscription-Token": key or "", "Accept": "application/json"},
     )
@@ -163,12 +202,13 @@ async def _brave(cfg: WebConfig, query: str, key: str | None) -> list[SearchResu
     ]
 
 
-async def _tavily(cfg: WebConfig, query: str, key: str | None) -> list[SearchResult]:
+async def _tavily(cfg: WebConfig, query: str, key: str | None, resolve: Resolve | None) -> list[SearchResult]:
     assert cfg.search_url is not None
     data = await _provider_request(
+        cfg,
         "POST",
         cfg.search_url,
-        timeout_s=cfg.timeout_s,
+        resolve=resolve,
         json={"query": query, "max_results": cfg.max_results},
         headers={"Authorization": f"Bearer {key or ''}"},
     )
@@ -180,19 +220,20 @@ async def _tavily(cfg: WebConfig, query: str, key: str | None) -> list[SearchRes
     ]
 
 
-_PROVIDERS: dict[str, Callable[[WebConfig, str, str | None], Awaitable[list[SearchResult]]]] = {
+_PROVIDERS: dict[
+    str, Callable[[WebConfig, str, str | None, Resolve | None], Awaitable[list[SearchResult]]]
+] = {
     "searxng": _searxng,
     "brave": _brave,
     "tavily": _tavily,
 }
 
 
-async def _refusal(policy: NetPolicy, url: str) -> str | None:
-    """Why the policy refuses a result's URL, or None (an unresolvable host is not a refusal)."""
+async def _refusal(fetcher: SafeFetcher, url: str) -> str | None:
+    """Why the gate refuses a result's URL, or None (an unresolvable host is not a refusal)."""
     try:
-        host, port = policy.check_url(url)
         async with asyncio.timeout(5):
-            await policy.resolve_checked(host, port)
+            await fetcher.preflight(url)
     except NetPolicyError as exc:
         return str(exc)
     except (OSError, TimeoutError):
@@ -200,15 +241,16 @@ async def _refusal(policy: NetPolicy, url: str) -> str | None:
     return None
 
 
-async def search(cfg: WebConfig, query: str) -> dict[str, Any]:
+async def search(cfg: WebConfig, query: str, *, resolve: Resolve | None = None) -> dict[str, Any]:
     """Results of ``query``, those pointing at refused addresses listed apart with the reason."""
     if cfg.provider is None:
         raise SearchError("no search provider is configured")
     key = os.environ.get(cfg.key_env) if cfg.key_env else None
     if cfg.provider in DEFAULT_KEY_ENVS and not key:
         raise SearchError(f"the {cfg.provider} API key variable {cfg.key_env} is not set")
-    results = (await _PROVIDERS[cfg.provider](cfg, query, key))[: cfg.max_results]
-    refusals = await asyncio.gather(*(_refusal(cfg.policy, r.url) for r in results))
+    results = (await _PROVIDERS[cfg.provider](cfg, query, key, resolve))[: cfg.max_results]
+    async with SafeFetcher(cfg.policy, user_agent=USER_AGENT, resolve=resolve) as fetcher:
+        refusals = await asyncio.gather(*(_refusal(fetcher, r.url) for r in results))
     kept = [r.model_dump() for r, why in zip(results, refusals, strict=True) if why is None]
     out: dict[str, Any] = {"query": query, "results": kept}
     refused = [{"url": r.url, "error": why} for r, why in zip(results, refusals, strict=True) if why]
@@ -316,8 +358,10 @@ def _urls(args: dict[str, Any], limit: int) -> list[str]:
     return urls
 
 
-def web_tools(config: WebConfig) -> list[FunctionTool]:
-    """The web tools for ``config``: ``web_extract`` always, ``web_search`` when a provider is set."""
+def web_tools(config: WebConfig, *, resolve: Resolve | None = None) -> list[FunctionTool]:
+    """The web tools for ``config``: ``web_extract`` always, ``web_search`` when a provider is set.
+
+    ``resolve`` replaces the system resolver of every fetch (tests map names onto loopback)."""
     names = TOOLSETS["web"]
 
     async def web_search(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -328,7 +372,7 @@ def web_tools(config: WebConfig) -> list[FunctionTool]:
         except ArgumentError as exc:
             return ToolOutput.failure(str(exc))
         try:
-            out = await search(config, query)
+            out = await search(config, query, resolve=resolve)
         except SearchError as exc:
             return ToolOutput.failure(str(exc))
         return ToolOutput(content=orjson.dumps(out).decode())
@@ -338,7 +382,9 @@ def web_tools(config: WebConfig) -> list[FunctionTool]:
             urls = _urls(args, config.max_urls)
         except ArgumentError as exc:
             return ToolOutput.failure(str(exc))
-        async with SafeFetcher(config.policy, user_agent=USER_AGENT, max_redirects=config.max_redirects) as f:
+        async with SafeFetcher(
+            config.policy, user_agent=USER_AGENT, max_redirects=config.max_redirects, resolve=resolve
+        ) as f:
             results = await asyncio.gather(*(extract_one(config, f, u) for u in urls))
         body = orjson.dumps({"results": results}).decode()
         failed = [r for r in results if "error" in r]
