@@ -1,5 +1,7 @@
 """Host memory while reward code reads what a rollout left: each scenario runs in a process of its
-own (``ru_maxrss`` is a high-water mark of the whole process) and prints one JSON line.
+own and prints one JSON line. Peak memory is the kernel's high-water mark of this process's RSS
+(``VmHWM``), reset before each measured step (``/proc/self/clear_refs``), so what a warm-up did
+cannot hide what the step does.
 
 A sparse file costs the sandbox no disk (``truncate -s 1G``), but a host that reads it whole holds
 its full size in memory: 4 concurrent rollouts with a 1 GB file each cost the unbounded reader
@@ -25,8 +27,20 @@ from trajforge.tools.registry import default_registry
 GB = 1_000_000_000
 
 
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1024
+
+
+def reset_peak() -> float:
+    """Start a new high-water mark here; returns the RSS now (MiB)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return _status_mb("VmRSS")
+
+
 def peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return _status_mb("VmHWM")
 
 
 def safety_net(extra_bytes: int) -> None:
@@ -98,7 +112,7 @@ async def big_output(root: str) -> dict[str, Any]:
         ctx = VerifierContext(sb)
         small = await ctx.exec(["echo", "hello"])  # warm
         safety_net(3 << 30)
-        base = peak_mb()
+        base = reset_peak()
         out: dict[str, Any] = {"small": small.stdout.decode()}
         cmd = "python3 -c 'import os; os.lseek(1, 10 << 30, 0); os.write(1, b\"x\")'"
         try:
@@ -107,8 +121,8 @@ async def big_output(root: str) -> dict[str, Any]:
         except BaseException as exc:
             out["error"] = {"type": type(exc).__name__, "message": str(exc)[:500]}
         out["growth_mb"] = peak_mb() - base
-        # the sandbox is still usable afterwards: the scratch file of the big output is gone
-        out["after"] = (await ctx.exec("ls -A /tmp/.trajforge-verifier 2>/dev/null | wc -l; echo ok")).text
+        # the sandbox is still usable afterwards, and the scratch file of the big output is gone
+        out["after"] = (await ctx.exec(f"find {sb.scratch_dir} -size +1M | wc -l; echo ok")).text
         return out
     finally:
         await sb.close()

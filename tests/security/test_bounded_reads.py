@@ -98,7 +98,7 @@ async def test_every_verifier_read_of_a_sparse_file_is_refused(sandbox, tmp_path
     await sandbox.exec(f"truncate -s {GB} {scratch}")
     ctx = VerifierContext(sandbox)
     for path in ("big", f"{sandbox.workdir}/big", scratch):
-        with pytest.raises(OSError, match=r"max_read_bytes.*64 MiB") as info:
+        with pytest.raises(OSError, match=r"64 MiB.*max_read_bytes") as info:
             await ctx.read_file(path)
         assert "env config" in str(info.value)
         with pytest.raises(OSError, match="max_read_bytes"):

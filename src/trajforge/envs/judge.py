@@ -62,7 +62,12 @@ async def judge(
                     await sandbox.stop_processes()
                 scratch = shlex.quote(f"{sandbox.scratch_dir}/{_SCRATCH}")
                 await sandbox.exec_fresh(f"rm -rf -- {scratch}", timeout=60)
-            ctx = VerifierContext(sandbox, tools=tools, default_timeout_s=cfg.reward_timeout_s)
+            ctx = VerifierContext(
+                sandbox,
+                tools=tools,
+                default_timeout_s=cfg.reward_timeout_s,
+                max_read_bytes=cfg.max_read_bytes,
+            )
             for path, content in env.verifier_files(item).items():
                 await ctx.write_file(path, content)
             judged.breakdown = RewardBreakdown.of(await env.compute_reward(item, result, ctx))
