@@ -488,3 +488,31 @@ async def test_env_item_with_bad_setup_file_names_fails_as_bad_data(factory):
     assert ep.status == "failed" and ep.reward == 0.0
     assert "bad item" in (ep.reason or "") and "NUL" in (ep.reason or ""), ep.reason
     assert not (ep.reason or "").startswith("sandbox"), ep.reason
+
+
+def test_copy_in_keeps_modes_and_times_drops_set_id_bits_and_refuses_special_files(tmp_path):
+    root = tmp_path / "data"
+    (root / "proj" / "bin").mkdir(parents=True)
+    tool = root / "proj" / "bin" / "tool"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o4755)
+    os.utime(tool, ns=(1_000_000_000, 2_000_000_000))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    copy_in(f"{root}/./proj", dest)
+    st = (dest / "bin" / "tool").lstat()
+    assert oct(st.st_mode & 0o7777) == oct(0o755) and st.st_mtime_ns == 2_000_000_000
+    os.mkfifo(root / "proj" / "fifo")  # opening it would block the copy forever
+    again = tmp_path / "again"
+    again.mkdir()
+    with pytest.raises(ValueError, match="not a regular file"):
+        copy_in(f"{root}/./proj", again)
+
+
+def test_a_fifo_in_a_task_is_never_opened(tmp_path):
+    tasks = tmp_path / "tasks"
+    task = _tb_task(tasks, "t")
+    (task / "instruction.md").unlink()
+    os.mkfifo(task / "instruction.md")  # a read would block the loader forever
+    env = TerminalBenchEnv(TerminalBenchConfig(tasks_dir=str(tasks)))
+    assert "not a regular file" in env.skipped["t"], env.skipped

@@ -41,7 +41,7 @@ import fnmatch
 import os
 import posixpath
 import stat
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Generator, Iterator
 from dataclasses import dataclass
 
 _MAX_LINKS = 40
@@ -210,18 +210,24 @@ class ConfinedDir:
         a link, FIFO, socket or device anywhere in the tree raises :class:`DataPathError`."""
         self._no_links_only("files")
         out: list[tuple[str, bytes, int]] = []
-        with self._opened_dir(path) as fd:
-            self._tree(fd, path, "", skip, lambda rel, st, f: out.append((rel, read_fd(f, rel), st.st_mode)))
+        with self._opened_dir(path) as fd, contextlib.closing(_entries(fd, skip)) as entries:
+            for event, rel, st, pfd in entries:
+                if event == "file":
+                    out.append((rel, read_fd(_reopen(pfd, os.O_RDONLY | os.O_CLOEXEC), rel), st.st_mode))
+                elif event in ("link", "other"):
+                    raise DataPathError(self._refusal(_join(path, rel), rel, st.st_mode))
         return out
 
     def first_problem(self, path: str = "") -> str | None:
         """The first thing in the tree at ``path`` that :meth:`files` would refuse (a link, a
-        FIFO, ...), as a sentence; None when the whole tree is plain directories and files. Reads
+        FIFO, ...), as a sentence; None when the whole tree is plain directories and files. Opens
         no file."""
         self._no_links_only("first_problem")
         try:
-            with self._opened_dir(path) as fd:
-                self._tree(fd, path, "", (), None)
+            with self._opened_dir(path) as fd, contextlib.closing(_entries(fd)) as entries:
+                for event, rel, st, _ in entries:
+                    if event in ("link", "other"):
+                        return self._refusal(_join(path, rel), rel, st.st_mode)
         except DataPathError as exc:
             return str(exc)
         return None
@@ -232,12 +238,16 @@ class ConfinedDir:
         are the copy's, resolved later by whoever reads it: never by this walk). A FIFO, socket
         or device raises :class:`DataPathError`; so does a link on the way *to* ``path``."""
         self._no_links_only("copy_tree")
-        dest_fd = os.open(dest, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        dirs = [os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)]
         try:
-            with self._opened_dir(path) as fd:
-                _copy_dir(fd, dest_fd, path)
+            with self._opened_dir(path) as fd, contextlib.closing(_entries(fd)) as entries:
+                for event, rel, st, pfd in entries:
+                    _copy_entry(event, posixpath.basename(rel), st, pfd, dirs)
+                    if event == "other":
+                        raise DataPathError(self._refusal(_join(path, rel), rel, st.st_mode))
         finally:
-            os.close(dest_fd)
+            for fd in dirs:
+                os.close(fd)
 
     def _no_links_only(self, what: str) -> None:
         if self.follow_links:
@@ -257,37 +267,6 @@ class ConfinedDir:
             yield fd
         finally:
             os.close(fd)
-
-    def _tree(
-        self,
-        fd: int,
-        base: str,
-        prefix: str,
-        skip: Collection[str],
-        on_file: Callable[[str, os.stat_result, int], None] | None,
-    ) -> None:
-        """Visit the tree under the readable directory ``fd``: each regular file is opened (an
-        ``O_PATH`` fd first: its inode decides) and handed to ``on_file`` (which owns the fd)."""
-        for name in sorted(os.listdir(fd)):
-            rel = f"{prefix}{name}"
-            pfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            try:
-                st = os.fstat(pfd)
-                if stat.S_ISDIR(st.st_mode):
-                    if name in skip:
-                        continue
-                    sub = _reopen(pfd, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                    try:
-                        self._tree(sub, base, f"{rel}/", skip, on_file)
-                    finally:
-                        os.close(sub)
-                elif stat.S_ISREG(st.st_mode):
-                    if on_file is not None:
-                        on_file(rel, st, _reopen(pfd, os.O_RDONLY | os.O_CLOEXEC))
-                else:
-                    raise DataPathError(self._refusal(_join(base, rel), rel, st.st_mode))
-            finally:
-                os.close(pfd)
 
     def _refusal(self, path: str, part: str, mode: int) -> str:
         what = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file or directory"
@@ -483,52 +462,68 @@ def _join(base: str, rel: str) -> str:
     return f"{base.rstrip('/')}/{rel}" if base.strip("/.") else rel
 
 
-def _copy_dir(src: int, dest: int, base: str) -> None:
-    """Copy the contents of the readable directory ``src`` into the directory ``dest``."""
-    for name in sorted(os.listdir(src)):
-        pfd = os.open(name, _DIR_FLAGS, dir_fd=src)
+def _entries(
+    fd: int, skip: Collection[str] = (), prefix: str = ""
+) -> Generator[tuple[str, str, os.stat_result, int], None, None]:
+    """The tree under the readable directory ``fd``, depth first, names sorted, no link ever
+    followed: ``(event, relative path, stat, O_PATH fd)``, the fd valid until the next step. Events:
+    "dir" (before its contents), "end" (after them), "file", "link", "other" (FIFO, socket,
+    device). Each entry is opened ``O_PATH | O_NOFOLLOW`` and judged by its inode; a directory is
+    entered through that fd (``/proc/self/fd``), so a name swapped meanwhile changes nothing."""
+    for name in sorted(os.listdir(fd)):
+        rel = f"{prefix}{name}"
+        pfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
         try:
             st = os.fstat(pfd)
-            mode = stat.S_IMODE(st.st_mode) & 0o777
             if stat.S_ISDIR(st.st_mode):
-                os.mkdir(name, 0o700, dir_fd=dest)
-                sub_src = _reopen(pfd, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                sub_dest = os.open(
-                    name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dest
-                )
+                if name in skip:
+                    continue
+                yield "dir", rel, st, pfd
+                sub = _reopen(pfd, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                 try:
-                    _copy_dir(sub_src, sub_dest, _join(base, name))
-                    os.chmod(sub_dest, mode)
-                    os.utime(sub_dest, ns=(st.st_atime_ns, st.st_mtime_ns))
+                    yield from _entries(sub, skip, f"{rel}/")
                 finally:
-                    os.close(sub_src)
-                    os.close(sub_dest)
+                    os.close(sub)
+                yield "end", rel, st, pfd
             elif stat.S_ISREG(st.st_mode):
-                rfd = _reopen(pfd, os.O_RDONLY | os.O_CLOEXEC)
-                try:
-                    wfd = os.open(
-                        name,
-                        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                        0o600,
-                        dir_fd=dest,
-                    )
-                    try:
-                        while chunk := os.read(rfd, 1 << 20):
-                            os.write(wfd, chunk)
-                        os.chmod(wfd, mode)
-                        os.utime(wfd, ns=(st.st_atime_ns, st.st_mtime_ns))
-                    finally:
-                        os.close(wfd)
-                finally:
-                    os.close(rfd)
-            elif stat.S_ISLNK(st.st_mode):
-                os.symlink(os.readlink("", dir_fd=pfd), name, dir_fd=dest)
+                yield "file", rel, st, pfd
             else:
-                raise DataPathError(
-                    f"{_join(base, name)} is not a regular file, directory or link: special files are not copied"
-                )
+                yield ("link" if stat.S_ISLNK(st.st_mode) else "other"), rel, st, pfd
         finally:
             os.close(pfd)
+
+
+def _copy_entry(event: str, name: str, st: os.stat_result, pfd: int, dirs: list[int]) -> None:
+    """One step of a tree copy into ``dirs[-1]`` (the stack of open destination directories)."""
+    dest = dirs[-1]
+    mode = stat.S_IMODE(st.st_mode) & 0o777
+    times = (st.st_atime_ns, st.st_mtime_ns)
+    if event == "dir":
+        os.mkdir(name, 0o700, dir_fd=dest)
+        dirs.append(os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dest))
+    elif event == "end":  # its contents are in: now its own mode and times
+        done = dirs.pop()
+        try:
+            os.chmod(done, mode)
+            os.utime(done, ns=times)
+        finally:
+            os.close(done)
+    elif event == "file":
+        rfd = _reopen(pfd, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            wfd = os.open(name, flags, 0o600, dir_fd=dest)
+            try:
+                while chunk := os.read(rfd, 1 << 20):
+                    os.write(wfd, chunk)
+                os.chmod(wfd, mode)
+                os.utime(wfd, ns=times)
+            finally:
+                os.close(wfd)
+        finally:
+            os.close(rfd)
+    elif event == "link":
+        os.symlink(os.readlink("", dir_fd=pfd), name, dir_fd=dest)
 
 
 @dataclass(frozen=True)
