@@ -516,3 +516,30 @@ def test_a_fifo_in_a_task_is_never_opened(tmp_path):
     os.mkfifo(task / "instruction.md")  # a read would block the loader forever
     env = TerminalBenchEnv(TerminalBenchConfig(tasks_dir=str(tasks)))
     assert "not a regular file" in env.skipped["t"], env.skipped
+
+
+@bwrap_only
+async def test_verifier_uploads_follow_no_link_out_of_the_tree(tmp_path, factory):
+    """``VerifierContext.upload_dir``/``upload_file`` (a reward putting task files in place): the
+    tree, its own name and a file's name are walked without following links."""
+    host = _host(tmp_path)
+    tests = tmp_path / "task" / "tests"
+    tests.mkdir(parents=True)
+    (tests / "t.sh").write_text("true\n")
+    os.symlink(host / "dir", tmp_path / "task" / "linked")  # the tree's own name is a link
+    os.symlink(host / "secret.txt", tmp_path / "task" / "key")
+    sb = await factory.create("upload")
+    try:
+        ctx = VerifierContext(sb)
+        assert await ctx.upload_dir(tests, "up") == ["up/t.sh"]
+        with pytest.raises(ValueError, match="symbolic link"):
+            await ctx.upload_dir(tmp_path / "task" / "linked", "bad")
+        with pytest.raises(ValueError, match="symbolic link"):
+            await ctx.upload_file(tmp_path / "task" / "key", "k")
+        os.symlink(host / "secret.txt", tests / "inner")
+        with pytest.raises(ValueError, match="symbolic link"):
+            await ctx.upload_dir(tests, "up2")
+        found = await sb.exec(f"grep -rs {SECRET} /workspace /tmp; true")
+        assert SECRET not in found.output
+    finally:
+        await sb.close()

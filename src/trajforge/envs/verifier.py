@@ -29,7 +29,7 @@ from typing import Any
 
 from trajforge.envs.config import MAX_READ_BYTES
 from trajforge.protocols import Sandbox, SupportsVerification
-from trajforge.sandbox.confined import FileTooLargeError, HostPath
+from trajforge.sandbox.confined import DataPathError, FileTooLargeError, HostPath
 from trajforge.sandbox.types import ExecResult
 from trajforge.tools.base import Tool, ToolContext, ToolOutput
 from trajforge.tools.limits import ToolLimits
@@ -293,14 +293,14 @@ class VerifierContext:
 
     async def upload_file(self, local: str | os.PathLike[str], remote: str) -> None:
         """Copy a host file into the sandbox; a link as its last component is not followed."""
-        here = Path(local)
-        data = await asyncio.to_thread((HostPath.of(here.parent) / here.name).read_bytes)
+        data = await asyncio.to_thread(_host_file, Path(local))
         await self.write_file(remote, data)
 
     async def upload_dir(self, local: str | os.PathLike[str], remote: str) -> list[str]:
         """Copy a host directory tree into the sandbox; returns the sandbox paths written. The
-        tree is walked from its directory's fd without following any link: a link (or FIFO,
-        device) in it raises ``DataPathError`` (a task directory must not leak the host)."""
+        tree is walked from its parent's fd without following any link: ``local`` itself being a
+        link, or a link (FIFO, device) in it, raises ``DataPathError`` (a task directory must not
+        leak the host)."""
         files = await asyncio.to_thread(_host_files, Path(local))
         written = []
         for rel, data, executable in files:
@@ -376,10 +376,19 @@ class VerifierContext:
         return await tool(args, self._tool_ctx)
 
 
+def _host_file(path: Path) -> bytes:
+    """A host file's bytes, read from its directory's fd: a link as its name is refused."""
+    here = path.absolute()
+    return (HostPath.of(here.parent) / here.name).read_bytes()
+
+
 def _host_files(root: Path) -> list[tuple[str, bytes, bool]]:
-    """(relative path, bytes, executable) of a host tree's regular files, walked from the root's
-    fd; a link or special file anywhere in it raises ``DataPathError``."""
-    tree = HostPath.of(root)
+    """(relative path, bytes, executable) of a host tree's regular files, walked from its parent's
+    fd; the tree's own name being a link, or a link or special file anywhere in it, raises
+    ``DataPathError``."""
+    tree = HostPath.of(root.absolute().parent) / root.name
+    if tree.kind() == "link":
+        raise DataPathError(tree.first_problem())
     if not tree.is_dir():
         raise NotADirectoryError(f"{root} is not a directory")
     return [(rel, data, bool(mode & 0o111)) for rel, data, mode in tree.files()]
