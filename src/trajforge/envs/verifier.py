@@ -67,6 +67,11 @@ class SearchHit:
     text: str
 
 
+def _shown(command: str | Sequence[str]) -> str:
+    text = command if isinstance(command, str) else shlex.join(list(command))
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
 def _size(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n} bytes"
 
@@ -192,14 +197,15 @@ class VerifierContext:
         script = f"mkdir -p -- {abs_box} && (\n{text}\n) >{abs_box}/out 2>{abs_box}/err"
         try:
             res = await self._verify.exec_fresh(script, timeout=timeout or self._timeout, cwd=cwd)
-            stdout = await self._scratch_or_empty(f"{box}/out", "stdout", text)
-            stderr = await self._scratch_or_empty(f"{box}/err", "stderr", text)
+            stdout = await self._scratch_or_empty(f"{box}/out", "stdout", command)
+            stderr = await self._scratch_or_empty(f"{box}/err", "stderr", command)
         finally:
             await self._verify.exec_fresh(f"rm -rf -- {abs_box}", timeout=60)
         return VerifierExec(res.exit_code, stdout, stderr, res.timed_out)
 
-    async def _scratch_or_empty(self, path: str, stream: str, command: str) -> bytes:
-        """A command's output, read back bounded: over ``max_read_bytes`` it is refused unread."""
+    async def _scratch_or_empty(self, path: str, stream: str, command: str | Sequence[str]) -> bytes:
+        """A command's output, read back bounded: over ``max_read_bytes`` it is refused unread.
+        (The error names the command as given, never the ``env`` exported before it.)"""
         try:
             return await self._verify.read_scratch_bytes(path, max_bytes=self._max_read)
         except FileNotFoundError:
@@ -207,7 +213,7 @@ class VerifierContext:
         except FileTooLargeError as exc:
             raise over_limit(
                 FileTooLargeError(
-                    f"the {stream} of the verifier command {command[-200:]!r} is too large ({exc}); "
+                    f"the {stream} of the verifier command {_shown(command)!r} is too large ({exc}); "
                     "send it to a file in the sandbox and read what you need of it"
                 ),
                 self._max_read,
