@@ -278,13 +278,15 @@ class _RecordingFactory:
 async def test_per_row_image_and_cwd_reach_the_sandbox(tmp_path: Path, scripted_server: Callable) -> None:
     srv = await scripted_server(echo_policy)
     rows = [
-        orjson.dumps({"prompt": "a", "image": "img:1", "cwd": "/src"}),
+        orjson.dumps({"prompt": "a", "image": "img:1", "cwd": "src"}),
         orjson.dumps({"prompt": "b", "docker_image": "img:2"}),
     ]
     (tmp_path / "prompts.jsonl").write_bytes(b"\n".join(rows) + b"\n")
     factory = _RecordingFactory()
     await run_batch(_cfg(tmp_path, srv, require_reasoning=False, concurrency=1), sandbox_factory=factory)
-    assert factory.calls == [("img:1", "/src"), ("img:2", None)]
+    # the cwd is resolved under the data root (the dataset's directory): ROOT/./REL for the copy-in
+    (image, cwd), second = factory.calls
+    assert image == "img:1" and cwd.endswith(f"/{tmp_path.name}/./src") and second == ("img:2", None)
 
 
 async def test_one_model_and_one_sandbox_factory_per_run(

@@ -71,7 +71,7 @@ def test_keys_are_content_based_and_count_duplicates(tmp_path: Path) -> None:
     a = load_dataset(
         _write(
             tmp_path / "a.jsonl",
-            [b'{"prompt": "x", "cwd": "/w"}', b'{"prompt": "y"}', b'{"prompt": "x", "cwd": "/w"}'],
+            [b'{"prompt": "x", "cwd": "w"}', b'{"prompt": "y"}', b'{"prompt": "x", "cwd": "w"}'],
         )
     )
     b = load_dataset(
@@ -79,9 +79,9 @@ def test_keys_are_content_based_and_count_duplicates(tmp_path: Path) -> None:
             tmp_path / "b.jsonl",
             [
                 b'{"prompt":"y"}',
-                b'{"cwd": "/w", "prompt": "x"}',
+                b'{"cwd": "w", "prompt": "x"}',
                 b'{"prompt": "z"}',
-                b'{"cwd":"/w","prompt":"x"}',
+                b'{"cwd":"w","prompt":"x"}',
             ],
         )
     )
@@ -89,7 +89,7 @@ def test_keys_are_content_based_and_count_duplicates(tmp_path: Path) -> None:
     keys_b = {s.key for s in b.samples}
     assert len(keys_a) == 3  # the duplicate is a second sample
     assert keys_a <= keys_b  # reordered + extended dataset maps back to the same keys
-    assert a.samples[0].cwd == "/w"
+    assert a.samples[0].cwd == f"{tmp_path.resolve()}/./w"  # under the data root (the dataset's dir)
 
 
 @pytest.mark.parametrize(
@@ -233,7 +233,7 @@ def test_setup_files_rows_are_validated(tmp_path):
     assert data.samples[0].setup_files == {"data/a.txt": "x\ny\n"}
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "ok"}\n{"prompt": "escape", "setup_files": {"../x": "boom"}}\n')
-    with pytest.raises(DatasetError, match="line 2.*must be relative"):
+    with pytest.raises(DatasetError, match="line 2.*goes up with '..'"):
         load_dataset(bad)
 
 

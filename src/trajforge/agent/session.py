@@ -10,6 +10,7 @@ from trajforge.agent.config import AgentConfig
 from trajforge.agent.loop import AgentLoop
 from trajforge.agent.result import AgentResult
 from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
+from trajforge.sandbox.confined import DataPathError, name_problem
 from trajforge.tools.base import Tool, ToolContext
 from trajforge.tools.registry import ToolRegistry
 
@@ -40,6 +41,9 @@ async def run_session(
     ``toolsets``.
 
     ``setup_files`` (relative path -> text or bytes) are written into the sandbox before the first turn.
+    Their names come from data (a dataset row, an env item): one the sandbox cannot hold (a NUL, a
+    component over 255 bytes, ``..``, absolute, no file named) raises ``DataPathError`` before
+    anything starts -- the data's fault, not the sandbox's, so never retried as one.
     A sandbox that fails to start raises ``SandboxStartError`` (an infrastructure failure the
     caller may retry); everything else ends up in the returned result.
 
@@ -55,6 +59,11 @@ async def run_session(
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
     cfg = config or AgentConfig()
     files = setup_files or {}
+    for name in files:
+        problem = name_problem(name)
+        if problem:
+            shown = repr(name) if len(name) <= 80 else f"{name[:60]!r}... ({len(name)} characters)"
+            raise DataPathError(f"setup file name {shown} {problem}")
 
     def start() -> Coroutine[Any, Any, Sandbox]:
         return _start(sandbox_factory, task_id, image, cwd, files)

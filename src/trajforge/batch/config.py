@@ -127,6 +127,12 @@ class BatchConfig(BaseModel):
     request_timeout: float = Field(120.0, gt=0, description="timeout of one model request, s")
     request_retries: int = Field(5, ge=0, description="client retries of one transient request failure")
     skip_bad_rows: bool = Field(False, description="record bad dataset rows as failed samples")
+    data_root: Path | None = Field(
+        None,
+        description="directory a row's cwd must lie under (default: the dataset file's own directory); a "
+        "row whose cwd is outside it is a bad row, and no link beneath it is followed when the cwd is "
+        "copied in",
+    )
     fsync: bool = Field(True, description="fsync shards before the ledger marks their samples done")
     merge_interval: float = Field(
         30.0,

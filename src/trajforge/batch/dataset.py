@@ -12,6 +12,14 @@ directory (:func:`save_index`). A saved index is used only for the bytes it was 
 stores a hash of the dataset prefix it covers (whole lines only) and is checked against the
 file on every load, so an edited, reordered or truncated file is re-parsed, an appended file
 re-parses only its new tail, and a corrupt or foreign index file is ignored.
+
+Rows are data, and the process that runs them is often root: a row's ``cwd`` resolves only under
+the data root (``--data-root``, default: the dataset file's own directory) and becomes a
+``ROOT/./REL`` path that the sandbox's copy-in walks from the root without following links; a
+``cwd`` outside it, and a setup file name the sandbox cannot hold (NUL, a component over 255 bytes,
+``..``, absolute, no file named), make the row a bad row with its line number, before anything
+runs (never an infrastructure failure that is retried). The saved index records the root it was
+built under: another root re-parses.
 """
 
 from __future__ import annotations
@@ -31,13 +39,15 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from trajforge.sandbox.confined import DataPathError, beneath, name_problem
+
 if TYPE_CHECKING:
     from _hashlib import HASH
 
 INDEX_FILE = "dataset.index"
 _INDEX_MAGIC = b"trajforge-dataset-index\n"
 # Bump whenever a row's key, the row rules or the file layout change: older files are ignored.
-_INDEX_VERSION: Final = 1
+_INDEX_VERSION: Final = 2
 
 
 class DatasetError(ValueError):
@@ -82,8 +92,9 @@ def _digest(data: bytes) -> str:
 _ROW_FIELDS = frozenset({"prompt", "image", "docker_image", "cwd", "setup_files"})
 
 
-def _check_row(row: object) -> tuple[str, str | None, str | None, dict[str, str] | None]:
-    """(prompt, image, cwd, setup_files) of a row, or ValueError with what is wrong."""
+def _check_row(row: object, root: str) -> tuple[str, str | None, str | None, dict[str, str] | None]:
+    """(prompt, image, cwd, setup_files) of a row, or ValueError with what is wrong. ``cwd`` comes
+    back as ``ROOT/./REL`` under the data root ``root`` (see :func:`beneath`)."""
     if not isinstance(row, dict):
         raise ValueError(f"expected a JSON object, got {type(row).__name__}")
     prompt = row.get("prompt")
@@ -94,14 +105,24 @@ def _check_row(row: object) -> tuple[str, str | None, str | None, dict[str, str]
     for name, value in (("image", image), ("cwd", cwd)):
         if value is not None and not isinstance(value, str):
             raise ValueError(f"'{name}' must be a string")
+    if cwd is not None:
+        try:
+            cwd = beneath(root, cwd, "cwd").marked()
+        except DataPathError as exc:
+            raise ValueError(
+                f"{exc}: a row's cwd must name a directory under the data root (--data-root, default: "
+                "the dataset's own directory)"
+            ) from None
     files = row.get("setup_files")
     if files is not None and (
         not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values())
     ):
         raise ValueError("'setup_files' must be an object of relative path -> text content")
     for path in files or {}:
-        if not path or path.startswith("/") or ".." in path.split("/"):
-            raise ValueError(f"setup_files path {path!r} must be relative and stay inside the task directory")
+        problem = name_problem(path)
+        if problem:
+            shown = repr(path) if len(path) <= 80 else f"{path[:60]!r}... ({len(path)} characters)"
+            raise ValueError(f"setup_files name {shown} {problem}")
     return prompt, image, cwd, files or None
 
 
@@ -116,11 +137,11 @@ def _parse(raw: bytes) -> object:
         raise ValueError(f"malformed JSON ({exc.msg})") from None
 
 
-def _key_base(raw: bytes) -> str:
+def _key_base(raw: bytes, root: str) -> str:
     """A row's key without its occurrence number; ValueError for a bad row."""
     row = _parse(raw)
     if not _prompt_only(row):
-        _check_row(row)  # the common one-field row needs no further checks
+        _check_row(row, root)  # the common one-field row needs no further checks
     return _digest(orjson.dumps(row, option=orjson.OPT_SORT_KEYS))
 
 
@@ -180,6 +201,8 @@ class DatasetIndex:
     offsets: array[int]
     bad: dict[int, str]
     """row index -> reason ("line N: ...") of each bad row (only with ``skip_bad_rows``)"""
+    root: str = ""
+    """the data root (absolute; a link in it is the operator's) a row's ``cwd`` must lie under"""
     cached_rows: int = 0
     """leading rows whose keys came from a saved index (0: every row was parsed)"""
     covered: int = 0
@@ -206,7 +229,7 @@ class DatasetIndex:
         if 0 <= parsed < len(self._prompts) and (prompt := self._prompts[parsed]) is not None:
             return Sample(self.keys[index], index, prompt)
         row = _parse(self.line(index))
-        prompt, image, cwd, files = _check_row(row)
+        prompt, image, cwd, files = _check_row(row, self.root)
         assert isinstance(row, dict)  # _check_row said so
         extra = {k: v for k, v in row.items() if k not in _ROW_FIELDS}
         return Sample(self.keys[index], index, prompt, image, cwd, files, extra or None)
@@ -260,12 +283,13 @@ class _IndexHeader(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    version: Literal[1]
+    version: Literal[2]
     byteorder: str
     covered: int = Field(ge=0)
     lines: int = Field(ge=0)
     rows: int = Field(ge=0)
     keys_bytes: int = Field(ge=0)
+    root: str
     content: str
     payload: int
     bad: list[tuple[int, str]]
@@ -283,19 +307,20 @@ class _Saved:
     """the BLAKE2b state after ``keys_blob``, once a fingerprint was asked for"""
 
 
-def _read_index(cache: Path, data: bytes) -> _Saved | None:
-    """The saved index for ``data``, or None when there is none or it cannot be trusted."""
+def _read_index(cache: Path, data: bytes, root: str) -> _Saved | None:
+    """The saved index for ``data`` under the data root ``root``, or None when there is none or
+    it cannot be trusted."""
     try:
         blob = cache.read_bytes()
     except OSError:
         return None
     try:
-        return _decode_index(blob, data)
+        return _decode_index(blob, data, root)
     except (ValueError, TypeError, IndexError, ValidationError):
         return None  # corrupt, foreign, stale or from another version: parse instead
 
 
-def _decode_index(blob: bytes, data: bytes) -> _Saved | None:
+def _decode_index(blob: bytes, data: bytes, root: str) -> _Saved | None:
     view = memoryview(blob)
     start = len(_INDEX_MAGIC)
     if view[:start] != _INDEX_MAGIC:
@@ -307,6 +332,7 @@ def _decode_index(blob: bytes, data: bytes) -> _Saved | None:
     if (
         header.version != _INDEX_VERSION
         or header.byteorder != sys.byteorder
+        or header.root != root  # which rows are bad depends on it
         or header.covered > len(data)
         or len(payload) != header.keys_bytes + 8 * rows
         or zlib.crc32(payload) != header.payload
@@ -327,11 +353,13 @@ def _decode_index(blob: bytes, data: bytes) -> _Saved | None:
     saved = _Saved(header, keys_blob, keys, offsets, content)
     # The hashes prove these are the bytes the index was built from; a few rows re-derived
     # from the file also guard against an index written by a faulty build.
-    rederived = all(_row_agrees(saved, data, i, i in bad) for i in ({0, rows // 2, rows - 1} if rows else ()))
+    rederived = all(
+        _row_agrees(saved, data, i, i in bad, root) for i in ({0, rows // 2, rows - 1} if rows else ())
+    )
     return saved if rederived else None
 
 
-def _row_agrees(saved: _Saved, data: bytes, i: int, bad: bool) -> bool:
+def _row_agrees(saved: _Saved, data: bytes, i: int, bad: bool, root: str) -> bool:
     """Row ``i`` of the file starts at its saved offset and has its saved key."""
     off, covered = saved.offsets[i], saved.header.covered
     if not (0 <= off < covered and (off == 0 or data[off - 1] == 0x0A)):
@@ -341,7 +369,7 @@ def _row_agrees(saved: _Saved, data: bytes, i: int, bad: bool) -> bool:
         return False
     raw = data[off:end]
     try:
-        base = _bad_base(raw) if bad else _key_base(raw)
+        base = _bad_base(raw) if bad else _key_base(raw, root)
     except ValueError:
         return False
     return saved.keys[i].rpartition("-")[0] == base
@@ -363,6 +391,7 @@ def save_index(index: DatasetIndex, path: Path) -> bool:
         lines=index.covered_lines,
         rows=rows,
         keys_bytes=len(keys_blob),
+        root=index.root,
         content=_content_hash(index).hexdigest(),
         payload=zlib.crc32(offsets, zlib.crc32(keys_blob)),
         bad=[(i, r) for i, r in sorted(index.bad.items()) if i < rows],
@@ -449,7 +478,7 @@ def _scan(index: DatasetIndex, skip_bad_rows: bool, limit: int | None) -> None:
                 base = blake2b(dumps(row), digest_size=10).hexdigest()  # the common row, inline
                 prompts.append(prompt)
             else:
-                base = _key_base(raw)
+                base = _key_base(raw, index.root)
                 prompts.append(None)
         except ValueError as exc:
             reason = f"line {lineno}: {exc}"
@@ -477,17 +506,24 @@ def _scan(index: DatasetIndex, skip_bad_rows: bool, limit: int | None) -> None:
 
 
 def index_dataset(
-    path: Path, *, skip_bad_rows: bool = False, max_samples: int | None = None, cache: Path | None = None
+    path: Path,
+    *,
+    skip_bad_rows: bool = False,
+    max_samples: int | None = None,
+    cache: Path | None = None,
+    data_root: Path | None = None,
 ) -> DatasetIndex:
     """Key every row of a JSONL dataset. ``max_samples`` counts rows (good or bad) from the top.
-    With ``cache`` (a file :func:`save_index` wrote), rows it vouches for are not parsed again."""
+    With ``cache`` (a file :func:`save_index` wrote), rows it vouches for are not parsed again.
+    ``data_root``: the directory a row's ``cwd`` must lie under (default: the dataset's own)."""
     path = Path(path)
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise DatasetError(f"cannot read dataset {path}: {exc.strerror or exc}") from exc
-    saved = _read_index(cache, data) if cache is not None else None
-    index = DatasetIndex(path, data, [], array("q"), {})
+    root = os.path.abspath(data_root if data_root is not None else path.parent)
+    saved = _read_index(cache, data, root) if cache is not None else None
+    index = DatasetIndex(path, data, [], array("q"), {}, root)
     if saved is not None:
         head = saved.header
         index.keys, index.offsets, index.bad = saved.keys, saved.offsets, dict(head.bad)
@@ -509,6 +545,10 @@ def index_dataset(
     return index
 
 
-def load_dataset(path: Path, *, skip_bad_rows: bool = False, max_samples: int | None = None) -> LoadedDataset:
+def load_dataset(
+    path: Path, *, skip_bad_rows: bool = False, max_samples: int | None = None, data_root: Path | None = None
+) -> LoadedDataset:
     """Parse a JSONL dataset into samples. ``max_samples`` counts rows (good or bad) from the top."""
-    return index_dataset(path, skip_bad_rows=skip_bad_rows, max_samples=max_samples).to_loaded()
+    return index_dataset(
+        path, skip_bad_rows=skip_bad_rows, max_samples=max_samples, data_root=data_root
+    ).to_loaded()

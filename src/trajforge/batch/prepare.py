@@ -59,6 +59,7 @@ def prepare(cfg: BatchConfig, registry: ToolRegistry) -> Prepared:
             skip_bad_rows=cfg.skip_bad_rows,
             max_samples=cfg.max_samples,
             cache=cfg.run_dir / INDEX_FILE,
+            data_root=cfg.data_root,
         )
     except DatasetError as exc:
         raise RunError(str(exc)) from None

@@ -34,6 +34,7 @@ from trajforge.envs.protocol import AgentEnv
 from trajforge.llm.token_trace import TraceError
 from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
 from trajforge.sandbox import SandboxUnavailableError, factory_counts
+from trajforge.sandbox.confined import DataPathError
 from trajforge.tools.base import Tool
 from trajforge.tools.registry import ToolRegistry
 
@@ -197,12 +198,13 @@ class Worker:
         inspect: Inspector | None = None
         if grader is not None:
             item = sample_item(sample)
-            setup_files = {**grader.setup_files(item), **(setup_files or {})}
 
             async def inspect(result: AgentResult, sandbox: Sandbox) -> None:
                 await judge(grader, item, result, sandbox, tools=self._verifier_tools, into=judged)
 
         try:
+            if grader is not None:  # the env reads the row: a host path in it is refused here
+                setup_files = {**grader.setup_files(item), **(setup_files or {})}
             async with deadline:
                 result = await run_session(
                     sample.prompt,
@@ -218,7 +220,7 @@ class Worker:
                     inspect=inspect,
                 )
         except Exception as exc:
-            return _failed_attempt(exc, hard_deadline=deadline.expired())
+            return _failed_attempt(exc, sample, hard_deadline=deadline.expired())
         outcome = classify(result, [t.name for t in tools], self.cfg.require_reasoning)
         transient = result.termination is Termination.MODEL_ERROR and result.error_kind == "transient"
         return AttemptResult(result, outcome, transient, judged)
@@ -252,8 +254,13 @@ def sample_item(sample: Sample) -> dict[str, Any]:
     return item
 
 
-def _failed_attempt(exc: Exception, *, hard_deadline: bool) -> AttemptResult:
-    """An attempt that raised: a sandbox that could not start is retried; a bug is recorded."""
+def _failed_attempt(exc: Exception, sample: Sample, *, hard_deadline: bool) -> AttemptResult:
+    """An attempt that raised: a sandbox that could not start is retried; a path the row names
+    that cannot be used (a cwd swapped for a link, a task_dir outside its root) is a bad row, never
+    retried; a bug is recorded."""
+    if isinstance(exc, DataPathError):
+        reason = f"bad_row: row {sample.index + 1} (prompt_index {sample.index}): {exc}"
+        return AttemptResult(None, Outcome("failed", reason, "bad_row"), False)
     if isinstance(exc, TimeoutError) and hard_deadline:
         return AttemptResult(
             None, Outcome("failed", "sample_timeout: hard deadline passed", "sample_timeout"), False

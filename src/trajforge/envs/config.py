@@ -12,6 +12,9 @@ from trajforge.distributions import get_distribution
 from trajforge.sandbox.types import SandboxKind
 from trajforge.tools.toolsets import check_toolsets
 
+MAX_READ_BYTES = 64 << 20
+"""What reward code reads of a rollout's sandbox at most, per file or command output (64 MiB)."""
+
 
 class EnvConfigError(ValueError):
     """An environment config that cannot be used; the message says what to change."""
@@ -47,6 +50,13 @@ class EnvConfig(BaseModel):
     seed: int = Field(0, description="seeds item order and toolset draws")
     max_concurrent_rollouts: int = Field(16, ge=1, description="rollouts at once (changeable while running)")
     max_parallel_tools: int = Field(8, ge=1, description="concurrent tool calls within a rollout")
+    max_read_bytes: int = Field(
+        MAX_READ_BYTES,
+        ge=1,
+        description="most bytes reward code reads of one sandbox file or one verifier command's output; "
+        "larger ones fail the read (checked before reading: a sparse file costs the sandbox no disk, "
+        "the host its size in memory)",
+    )
     stop_processes_before_reward: bool = Field(
         True,
         description="kill what the rollout left running before reward code looks (so nothing rewrites "

@@ -26,6 +26,7 @@ from trajforge.llm.chat_template import ChatTemplate
 from trajforge.llm.token_trace import TraceError
 from trajforge.llm.types import SamplingParams
 from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
+from trajforge.sandbox.confined import DataPathError
 from trajforge.sandbox.errors import SandboxStartError, SandboxUnavailableError
 from trajforge.tools.base import Tool
 from trajforge.tools.registry import ToolRegistry
@@ -123,6 +124,17 @@ class Rollouts:
                     task_id=f"{env.name}-{_safe(item_id)}-{rollout}-{seed % 10**6}",
                     setup_files=_as_bytes(env.setup_files(item)),
                     inspect=lambda res, box: self._judge(item, res, box, judged),
+                )
+            except DataPathError as exc:  # the item names a path it may not (a bad setup file name)
+                return Episode(
+                    **self._fields(draw),
+                    messages=[],
+                    status="failed",
+                    reason=f"bad item: {exc}",
+                    termination="not_run",
+                    reward=0.0,
+                    reward_reason="not judged: the item cannot run",
+                    reward_error=str(exc),
                 )
             except (SandboxUnavailableError, OSError) as exc:
                 return Episode(

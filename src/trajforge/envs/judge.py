@@ -69,6 +69,7 @@ async def judge(
                 tools=tools,
                 default_timeout_s=cfg.reward_timeout_s,
                 stop_leftovers=cfg.stop_processes_before_reward,
+                max_read_bytes=cfg.max_read_bytes,
             )
             files = env.verifier_files(item)
             for top in hidden_dirs(files, ctx.workdir):

@@ -3,6 +3,11 @@
 ``snapshot`` (taken by the verifier before the sandbox goes away) stores regular files,
 base64-encoded, up to a size budget; ``KeptFiles`` reads them back with the ``read_bytes`` of a
 sandbox, so a checker written against a sandbox rescores a stored episode unchanged.
+
+The budget holds whatever the rollout does: the sizes ``find`` lists only choose what to try, and
+each file is then read with what is left of the budget as its limit (checked on the opened file),
+so a file that grows, or is swapped for a larger one, after the listing is left out (``omitted``),
+never read whole.
 """
 
 from __future__ import annotations
@@ -34,8 +39,8 @@ async def snapshot(ctx: VerifierContext, *, max_bytes: int = 1 << 20, max_files:
             omitted.append(name)
             continue
         try:
-            data = await ctx.sandbox.read_bytes(name)
-        except OSError:
+            data = await ctx.read_file(name, max_bytes=budget)
+        except OSError:  # gone, not a file, or over what is left of the budget (FileTooLargeError)
             omitted.append(name)
             continue
         budget -= len(data)

@@ -3,7 +3,12 @@
 Bound to one rollout's sandbox, after the rollout ended and before that sandbox is reset or
 closed. Everything goes through the sandbox's own confinement: commands run inside it (as its
 user, without its network), file paths resolve inside its workdir race-free. Unlike the model's
-tools nothing is capped: a verifier reads 50 MB of test output whole.
+tools nothing is cut: a verifier reads 50 MB of test output whole, exact. But every read is
+bounded (``max_read_bytes``, the env's ``EnvConfig.max_read_bytes``, default 64 MiB): a file or a
+command output over it raises :class:`FileTooLargeError` naming the limit, decided by the file's
+size before anything is read. A rollout makes a 1 GB sparse file for free; a host that read it
+whole would hold 1 GB per rollout. ``ctx.sandbox`` is bounded the same way
+(:class:`BoundedSandbox`), so a checker written as ``await ctx.sandbox.read_bytes(path)`` is too.
 
 Commands never inherit the rollout's shell session (``exec_fresh``): a rollout that exported
 ``PATH=/tmp/evil:$PATH`` or ``PYTHONPATH`` does not choose the interpreter its tests run with;
@@ -24,7 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from trajforge.envs.config import MAX_READ_BYTES
 from trajforge.protocols import Sandbox, SupportsVerification
+from trajforge.sandbox.confined import DataPathError, FileTooLargeError, HostPath
+from trajforge.sandbox.types import ExecResult
 from trajforge.tools.base import Tool, ToolContext, ToolOutput
 from trajforge.tools.limits import ToolLimits
 
@@ -136,8 +144,84 @@ class SearchHit:
     text: str
 
 
+def _shown(command: str | Sequence[str]) -> str:
+    text = command if isinstance(command, str) else shlex.join(list(command))
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n} bytes"
+
+
+def over_limit(exc: FileTooLargeError, limit: int) -> FileTooLargeError:
+    """``exc`` with what the limit is and how to raise it."""
+    return FileTooLargeError(
+        f"{exc}; reward code reads at most {_size(limit)} of a sandbox file or command output "
+        "(max_read_bytes in the env config: raise it to read more)"
+    )
+
+
+class BoundedSandbox:
+    """The rollout's sandbox as reward code sees it (``ctx.sandbox``): the sandbox's own methods,
+    except that no read returns more than ``max_bytes``. ``read_bytes(path)`` of a larger file
+    raises :class:`FileTooLargeError` before reading it; with an explicit ``limit`` at or below
+    ``max_bytes`` it returns a prefix, as it always did."""
+
+    def __init__(self, sandbox: Sandbox, verify: SupportsVerification, max_bytes: int) -> None:
+        self._sandbox = sandbox
+        self._verify = verify
+        self.max_bytes = max_bytes
+
+    @property
+    def task_id(self) -> str:
+        return self._sandbox.task_id
+
+    @property
+    def workdir(self) -> str:
+        return self._sandbox.workdir
+
+    @property
+    def scratch_dir(self) -> str:
+        return self._verify.scratch_dir
+
+    async def exec(self, command: str, *, timeout: float | None = None, cwd: str | None = None) -> ExecResult:  # noqa: ASYNC109
+        return await self._sandbox.exec(command, timeout=timeout, cwd=cwd)
+
+    async def exec_fresh(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:  # noqa: ASYNC109
+        return await self._verify.exec_fresh(command, timeout=timeout, cwd=cwd)
+
+    async def read_bytes(self, path: str, limit: int | None = None, *, max_bytes: int | None = None) -> bytes:
+        cap = self.max_bytes if max_bytes is None else min(max_bytes, self.max_bytes)
+        try:
+            return await self._verify.read_bytes(path, limit, max_bytes=cap)
+        except FileTooLargeError as exc:
+            raise over_limit(exc, self.max_bytes) from None
+
+    async def read_scratch_bytes(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        cap = self.max_bytes if max_bytes is None else min(max_bytes, self.max_bytes)
+        try:
+            return await self._verify.read_scratch_bytes(path, max_bytes=cap)
+        except FileTooLargeError as exc:
+            raise over_limit(exc, self.max_bytes) from None
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        await self._sandbox.write_bytes(path, data)
+
+    async def write_scratch_bytes(self, path: str, data: bytes) -> None:
+        await self._verify.write_scratch_bytes(path, data)
+
+    async def stop_processes(self) -> None:
+        await self._verify.stop_processes()
+
+    async def close(self) -> None:
+        await self._sandbox.close()
+
+
 class VerifierContext:
-    """The verifier's handle on one finished rollout's sandbox. Async; one per rollout."""
+    """The verifier's handle on one finished rollout's sandbox. Async; one per rollout.
+
+    ``max_read_bytes``: the most any read returns (a file, a command's stdout or stderr, a
+    ``download_dir`` in all); the env's ``EnvConfig.max_read_bytes``."""
 
     def __init__(
         self,
@@ -147,13 +231,17 @@ class VerifierContext:
         limits: ToolLimits | None = None,
         default_timeout_s: float = 300.0,
         stop_leftovers: bool = False,
+        max_read_bytes: int = MAX_READ_BYTES,
     ) -> None:
         if not isinstance(sandbox, SupportsVerification):
             raise VerifierError(
                 f"{type(sandbox).__name__} cannot run verifier commands (no exec_fresh/stop_processes); "
                 "use a bwrap, local or docker sandbox"
             )
-        self.sandbox = sandbox
+        if max_read_bytes < 1:
+            raise ValueError(f"max_read_bytes must be a positive number of bytes, not {max_read_bytes}")
+        self._max_read = max_read_bytes
+        self.sandbox = BoundedSandbox(sandbox, sandbox, max_read_bytes)
         self._verify: SupportsVerification = sandbox
         self._tools = dict(tools or {})
         self._limits = limits or ToolLimits()
@@ -203,17 +291,27 @@ class VerifierContext:
             res = await self._verify.exec_fresh(script, timeout=timeout or self._timeout, cwd=cwd)
             if self.stop_leftovers:
                 await self._verify.stop_processes()
-            stdout = await self._scratch_or_empty(f"{box}/out")
-            stderr = await self._scratch_or_empty(f"{box}/err")
+            stdout = await self._scratch_or_empty(f"{box}/out", "stdout", command)
+            stderr = await self._scratch_or_empty(f"{box}/err", "stderr", command)
         finally:
             await self._verify.exec_fresh(f"rm -rf -- {q(abs_box)}", timeout=60)
         return VerifierExec(res.exit_code, stdout, stderr, res.timed_out)
 
-    async def _scratch_or_empty(self, path: str) -> bytes:
+    async def _scratch_or_empty(self, path: str, stream: str, command: str | Sequence[str]) -> bytes:
+        """A command's output, read back bounded: over ``max_read_bytes`` it is refused unread.
+        (The error names the command as given, never the ``env`` exported before it.)"""
         try:
-            return await self._verify.read_scratch_bytes(path)
+            return await self._verify.read_scratch_bytes(path, max_bytes=self._max_read)
         except FileNotFoundError:
             return b""
+        except FileTooLargeError as exc:
+            raise over_limit(
+                FileTooLargeError(
+                    f"the {stream} of the verifier command {_shown(command)!r} is too large ({exc}); "
+                    "send it to a file in the sandbox and read what you need of it"
+                ),
+                self._max_read,
+            ) from None
 
     async def stop_processes(self) -> None:
         """Kill whatever the rollout left running (done for you unless the env opted out)."""
@@ -227,20 +325,52 @@ class VerifierContext:
             return ".." not in p.parts
         return p.is_relative_to(self.workdir) and ".." not in p.parts
 
-    async def read_file(self, path: str) -> bytes:
+    async def read_file(self, path: str, *, limit: int | None = None, max_bytes: int | None = None) -> bytes:
         """The file's exact bytes. Inside the workdir through the race-free confined reader;
-        elsewhere in the sandbox (``/logs/...``) through ``cat`` run inside it."""
+        elsewhere in the sandbox (``/logs/...``) through ``head -c`` run inside it.
+
+        Bounded: a file over ``max_read_bytes`` (or over ``max_bytes``, when that is lower) raises
+        :class:`FileTooLargeError` without being read. ``limit``: just the first ``limit`` bytes
+        (a prefix, never an error for size)."""
+        cap = self._max_read if max_bytes is None else min(max_bytes, self._max_read)
+        try:
+            return await self._read(path, limit, cap)
+        except FileTooLargeError as exc:
+            raise over_limit(exc, self._max_read) from None
+
+    async def _read(self, path: str, limit: int | None, cap: int) -> bytes:
+        prefix = limit is not None and limit <= cap
         if self._inside(path):
-            return await self.sandbox.read_bytes(path)
-        res = await self.exec(["cat", "--", path])
-        if not res.ok:
-            raise FileNotFoundError(f"{path}: {res.stderr.decode(errors='replace').strip()}")
-        return res.stdout
+            return await self._verify.read_bytes(path, limit, max_bytes=None if prefix else cap)
+        # Outside the workdir: read inside the sandbox, at most cap + 1 bytes (so a larger file is
+        # told from one of exactly cap bytes), into the scratch dir, then back with the cap.
+        tmp = f"{_SCRATCH}/{secrets.token_hex(8)}.read"
+        abs_tmp = f"{self._verify.scratch_dir}/{tmp}"
+        count = str(limit if prefix else cap + 1)
+        try:
+            res = await self.exec(
+                ["sh", "-c", 'mkdir -p -- "$(dirname -- "$3")" && head -c "$1" -- "$2" > "$3"', "sh"]
+                + [count, path, abs_tmp]
+            )
+            if not res.ok:
+                raise FileNotFoundError(f"{path}: {res.stderr.decode(errors='replace').strip()}")
+            try:
+                return await self._verify.read_scratch_bytes(tmp, max_bytes=None if prefix else cap)
+            except FileTooLargeError:
+                raise FileTooLargeError(f"{path}: over the limit of {cap} bytes") from None
+        finally:
+            await self._verify.exec_fresh(f"rm -f -- {shlex.quote(abs_tmp)}", timeout=60)
 
     async def exists(self, path: str) -> bool:
+        """Whether ``path`` is a regular file the verifier can read (nothing of it is loaded)."""
+        if not self._inside(path):
+            res = await self.exec(["sh", "-c", 'test -f "$1" && test -r "$1"', "sh", path])
+            return res.ok
         try:
-            await self.read_file(path)
-        except (FileNotFoundError, IsADirectoryError, PermissionError):
+            await self._verify.read_bytes(path, 0)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
+            return False
+        except OSError:  # not a regular file (a FIFO, ...)
             return False
         return True
 
@@ -262,11 +392,15 @@ class VerifierContext:
             raise PermissionError(f"cannot write {path}: {res.stderr.decode(errors='replace').strip()}")
 
     async def upload_file(self, local: str | os.PathLike[str], remote: str) -> None:
-        await self.write_file(remote, await asyncio.to_thread(Path(local).read_bytes))
+        """Copy a host file into the sandbox; a link as its last component is not followed."""
+        data = await asyncio.to_thread(_host_file, Path(local))
+        await self.write_file(remote, data)
 
     async def upload_dir(self, local: str | os.PathLike[str], remote: str) -> list[str]:
-        """Copy a host directory tree into the sandbox; returns the sandbox paths written.
-        Symlinks in the host tree are not followed (a task directory must not leak the host)."""
+        """Copy a host directory tree into the sandbox; returns the sandbox paths written. The
+        tree is walked from its parent's fd without following any link: ``local`` itself being a
+        link, or a link (FIFO, device) in it, raises ``DataPathError`` (a task directory must not
+        leak the host)."""
         files = await asyncio.to_thread(_host_files, Path(local))
         written = []
         for rel, data, executable in files:
@@ -278,25 +412,39 @@ class VerifierContext:
         return written
 
     async def download_file(self, remote: str, local: str | os.PathLike[str]) -> Path:
+        """Copy a sandbox file to the host (bounded like :meth:`read_file`: nothing is written
+        when it is over the limit)."""
         out = Path(local)
         data = await self.read_file(remote)
         await asyncio.to_thread(_write_host_file, out, data)
         return out
 
     async def download_dir(self, remote: str, local: str | os.PathLike[str]) -> list[Path]:
-        """Copy a sandbox directory's regular files to the host (names checked: no ``..``)."""
+        """Copy a sandbox directory's regular files to the host (names checked: no ``..``), at most
+        ``max_read_bytes`` in all: past it, :class:`FileTooLargeError`."""
         res = await self.exec(["find", remote, "-type", "f", "-print0"])
         if not res.ok:
             raise FileNotFoundError(f"{remote}: {res.stderr.decode(errors='replace').strip()}")
         base = PurePosixPath(remote if PurePosixPath(remote).is_absolute() else f"{self.workdir}/{remote}")
         out = []
+        left = self._max_read
         for raw in filter(None, res.stdout.split(b"\0")):
             name = PurePosixPath(os.fsdecode(raw))
             full = name if name.is_absolute() else PurePosixPath(self.workdir) / name
             rel = full.relative_to(base) if full.is_relative_to(base) else PurePosixPath(name.name)
             if ".." in rel.parts:
                 continue
-            out.append(await self.download_file(str(full), Path(local) / rel.as_posix()))
+            try:
+                data = await self._read(str(full), None, left)
+            except FileTooLargeError as exc:
+                why = exc
+                if left < self._max_read:  # the total is over (the file alone may have fitted)
+                    why = FileTooLargeError(f"download_dir {remote}: more than {self._max_read} bytes in all")
+                raise over_limit(why, self._max_read) from None
+            left -= len(data)
+            target = Path(local) / rel.as_posix()
+            await asyncio.to_thread(_write_host_file, target, data)
+            out.append(target)
         return out
 
     async def search(self, pattern: str, path: str = ".", *, fixed: bool = False) -> list[SearchHit]:
@@ -328,16 +476,22 @@ class VerifierContext:
         return await tool(args, self._tool_ctx)
 
 
+def _host_file(path: Path) -> bytes:
+    """A host file's bytes, read from its directory's fd: a link as its name is refused."""
+    here = path.absolute()
+    return (HostPath.of(here.parent) / here.name).read_bytes()
+
+
 def _host_files(root: Path) -> list[tuple[str, bytes, bool]]:
-    """(relative path, bytes, executable) of a host tree's regular files, links not followed."""
-    if not root.is_dir():
+    """(relative path, bytes, executable) of a host tree's regular files, walked from its parent's
+    fd; the tree's own name being a link, or a link or special file anywhere in it, raises
+    ``DataPathError``."""
+    tree = HostPath.of(root.absolute().parent) / root.name
+    if tree.kind() == "link":
+        raise DataPathError(tree.first_problem())
+    if not tree.is_dir():
         raise NotADirectoryError(f"{root} is not a directory")
-    out = []
-    for path in sorted(root.rglob("*")):
-        if path.is_symlink() or not path.is_file():
-            continue
-        out.append((path.relative_to(root).as_posix(), path.read_bytes(), os.access(path, os.X_OK)))
-    return out
+    return [(rel, data, bool(mode & 0o111)) for rel, data, mode in tree.files()]
 
 
 def _write_host_file(path: Path, data: bytes) -> None:

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import functools
 import os
-import shutil
 import stat
 import subprocess
 import tempfile
@@ -18,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
+from trajforge.sandbox.confined import DataPathError, HostPath
 from trajforge.sandbox.disk import mount_disk, remove_tree
 from trajforge.sandbox.sweep import write_owner
 
@@ -140,14 +140,32 @@ def make_layout(
 
 
 def copy_in(source: str, dest: Path) -> None:
-    """Copy a row's starting directory into the fresh workdir (the original is never touched)."""
-    src = Path(source)
-    if not src.is_dir():
-        raise ValueError(
-            f"cwd {source!r} is not a directory on this machine; give a host directory whose "
-            "contents should be copied into the sandbox, or leave cwd unset"
+    """Copy a row's starting directory into the fresh workdir (the original is never touched).
+
+    ``source`` is ``ROOT/./REL`` (:meth:`HostPath.marked`: what a dataset row's ``cwd`` becomes
+    once checked to lie under the data root; a path without the marker is all root). The root is
+    the operator's and the kernel resolves it; below it, the row's path and the whole tree are
+    walked from directory fds with ``O_NOFOLLOW``, so a directory swapped for a link to a host
+    directory while it is copied is refused (:class:`DataPathError`), never followed. Links *inside*
+    the tree are copied as links: the sandbox resolves them in its own view, and the host reads
+    the workdir only through :mod:`trajforge.sandbox.confined`."""
+    src = HostPath.from_marked(source)
+    try:
+        kind = src.kind()
+    except DataPathError as exc:
+        raise DataPathError(f"cwd {src}: {exc}") from None
+    except OSError as exc:
+        raise DataPathError(f"cwd {src} is not a directory on this machine ({exc.strerror or exc})") from None
+    if kind != "dir":
+        raise DataPathError(
+            f"cwd {src} is {'a symbolic link' if kind == 'link' else 'not a directory'} on this machine; "
+            "give a directory under the data root whose contents should be copied into the sandbox, "
+            "or leave cwd unset"
         )
-    shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
+    try:
+        src.copy_into(str(dest))
+    except DataPathError as exc:
+        raise DataPathError(f"cwd {src}: {exc}") from None
 
 
 def chown_tree(path: Path, owner: tuple[int, int]) -> None:

@@ -4,6 +4,7 @@ rollout's handle on them (:class:`ProcessSandbox`: exec, confined file access, c
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import signal
@@ -120,11 +121,12 @@ class ProcessSandbox:
         """The same race-free access to the scratch dir (``scratch_dir`` inside the sandbox)."""
         return ConfinedDir(inside=self.scratch_dir, host=str(self.layout.tmp), owner=self.owner)
 
-    async def read_scratch_bytes(self, path: str) -> bytes:
+    async def read_scratch_bytes(self, path: str, *, max_bytes: int | None = None) -> bytes:
         """A file of the scratch dir (relative to it), read race-free: where a verifier keeps its
-        command output, out of the workdir that the rollout's own files and tests look at."""
+        command output, out of the workdir that the rollout's own files and tests look at.
+        ``max_bytes``: a larger file raises ``FileTooLargeError`` before it is read."""
         self._check_open()
-        return await self.io.run(self.scratch_files.read, path, None)
+        return await self.io.run(functools.partial(self.scratch_files.read, path, None, max_bytes=max_bytes))
 
     async def write_scratch_bytes(self, path: str, data: bytes) -> None:
         self._check_open()
@@ -208,9 +210,11 @@ class ProcessSandbox:
         self._check_open()
         await self.agent.stop_processes()
 
-    async def read_bytes(self, path: str, limit: int | None = None) -> bytes:
+    async def read_bytes(self, path: str, limit: int | None = None, *, max_bytes: int | None = None) -> bytes:
+        """``limit``: a prefix of at most that many bytes; ``max_bytes``: a file that would give
+        more raises ``FileTooLargeError``, decided before anything is read (reward code)."""
         self._check_open()
-        return await self.io.run(self.files.read, path, limit)
+        return await self.io.run(functools.partial(self.files.read, path, limit, max_bytes=max_bytes))
 
     async def write_bytes(self, path: str, data: bytes) -> None:
         self._check_open()

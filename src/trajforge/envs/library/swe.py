@@ -23,6 +23,11 @@ location with the model's code": the hidden tests' assertions run in the runner'
 a separate interpreter per test, reached over a pipe with data-only values. See there for what
 that allows and forbids. (A SWE-bench-style verifier that runs pytest *in process* over the
 repository cannot keep that rule: the code under test can rewrite pytest's report of itself.)
+
+Task directories and an item's ``task_dir`` are data: a task is read beneath ``tasks_dir`` (the
+operator's root) without following any link (:class:`~trajforge.sandbox.confined.HostPath`); a
+task holding a link is refused when the env loads, and an item (a ``batch --env swe`` row) whose
+``task_dir`` lies outside ``tasks_dir`` is refused when its files are asked for.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from trajforge.envs.config import EnvConfig
 from trajforge.envs.library import swe_runner
 from trajforge.envs.library.trusted_run import run_trusted
 from trajforge.envs.types import Item, RewardBreakdown
+from trajforge.sandbox.confined import DataPathError, HostPath, beneath
 
 if TYPE_CHECKING:
     from trajforge.agent.result import AgentResult
@@ -66,28 +72,29 @@ def shipped_dir() -> Path:
     return Path(str(resources.files("trajforge.envs.library").joinpath(SHIPPED)))
 
 
-def _files(root: Path) -> dict[str, bytes]:
-    if not root.is_dir():
+def _files(root: HostPath) -> dict[str, bytes]:
+    """A task tree's files (``{}`` when it has none), read without following links: a link in it
+    raises DataPathError."""
+    if root.kind() in (None, "file"):
         return {}
-    return {
-        p.relative_to(root).as_posix(): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and not p.is_symlink() and "__pycache__" not in p.parts
-    }
+    return {rel: data for rel, data, _ in root.files(skip=("__pycache__",))}
 
 
-def load_task(path: Path) -> Item:
+def load_task(path: HostPath) -> Item:
     """One task directory as an item (plain JSON: it goes into every episode record)."""
+    problem = path.first_problem()
+    if problem:
+        raise EnvDataError(f"swe task {path}: {problem}")
     try:
         meta = tomllib.loads((path / "task.toml").read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, DataPathError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise EnvDataError(f"swe task {path}: cannot read task.toml ({exc})") from None
     missing = [k for k in ("instruction", "fail_to_pass") if not meta.get(k)]
     if missing:
         raise EnvDataError(f"swe task {path}: task.toml lacks {', '.join(missing)}")
     for test_id in [*meta["fail_to_pass"], *meta.get("pass_to_pass", [])]:
         file = test_id.partition("::")[0]
-        if not file.startswith(f"{HIDDEN_DIR}/") or not (path / file).is_file():
+        if not file.startswith(f"{HIDDEN_DIR}/") or ".." in file.split("/") or not (path / file).is_file():
             raise EnvDataError(f"swe task {path}: test id {test_id!r} names no file under {HIDDEN_DIR}/")
     return {
         "id": path.name,
@@ -114,13 +121,27 @@ class SweEnv(BaseEnv):
         return self.config
 
     @cached_property
+    def _root(self) -> Path:
+        return Path(self.cfg.tasks_dir) if self.cfg.tasks_dir else shipped_dir()
+
+    def _task_dir(self, item: Item) -> HostPath:
+        """The item's task directory, beneath ``tasks_dir`` (an item is data: a row may name any
+        path in ``task_dir``)."""
+        return beneath(self._root, str(item.get("task_dir", item.get("id", ""))), "swe task_dir")
+
+    @cached_property
     def tasks(self) -> list[Item]:
-        root = Path(self.cfg.tasks_dir) if self.cfg.tasks_dir else shipped_dir()
-        if not root.is_dir():
-            raise EnvDataError(f"swe tasks_dir {root} is not a directory")
-        tasks = [load_task(p) for p in sorted(root.iterdir()) if (p / "task.toml").is_file()]
+        if not self._root.is_dir():
+            raise EnvDataError(f"swe tasks_dir {self._root} is not a directory")
+        tasks = []
+        for p in HostPath.of(self._root).iterdir():
+            kind = p.kind()
+            if kind == "link":
+                raise EnvDataError(f"swe tasks_dir entry {p}: {p.first_problem()}")
+            if kind == "dir" and (p / "task.toml").kind() is not None:
+                tasks.append(load_task(p))
         if not tasks:
-            raise EnvDataError(f"no swe tasks (directories with task.toml) in {root}")
+            raise EnvDataError(f"no swe tasks (directories with task.toml) in {self._root}")
         return tasks
 
     async def setup(self) -> None:
@@ -136,16 +157,16 @@ class SweEnv(BaseEnv):
         return PROMPT.format(instruction=item["instruction"])
 
     def setup_files(self, item: Item) -> dict[str, bytes]:
-        return _files(Path(item["task_dir"]) / "repo")
+        return _files(self._task_dir(item) / "repo")
 
     def verifier_files(self, item: Item) -> dict[str, bytes]:
         return {
-            f"{HIDDEN_DIR}/{rel}": data for rel, data in _files(Path(item["task_dir"]) / HIDDEN_DIR).items()
+            f"{HIDDEN_DIR}/{rel}": data for rel, data in _files(self._task_dir(item) / HIDDEN_DIR).items()
         }
 
     def solution_files(self, item: Item) -> dict[str, bytes]:
         """The reference solution (repo-relative paths -> full new contents)."""
-        return _files(Path(item["task_dir"]) / "solution")
+        return _files(self._task_dir(item) / "solution")
 
     def oracle_calls(self, item: Item) -> list[tuple[str, dict[str, Any]]]:
         """The oracle as :func:`trajforge.envs.agents.agent_model_for` (``--agent oracle``) runs it."""

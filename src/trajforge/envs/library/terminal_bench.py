@@ -27,6 +27,16 @@ in the instruction, RUN steps, ENV values, solve.sh and every text file of tests
 Verification runs after the rollout, in a fresh environment (not the agent's shell) with the
 Dockerfile's ENV, from the task's WORKDIR: the tests are copied in only then, so nothing the agent
 wrote to ``/tests`` or ``/logs`` counts.
+
+Task directories are data, and the process reading them is often root: every file of a task
+(task.toml, instruction.md, the Dockerfile and what it COPYs, glob matches, tests/, solution/) is
+read through :class:`~trajforge.sandbox.confined.HostPath`, walked from the tasks directory's fd
+without following any link. A task that holds a link (or a FIFO, a device) is skipped with the
+reason: links are refused rather than resolved inside the task because a Harbor task has no view
+of its own in which a link could mean something safe (an absolute target names a host path, a
+Docker build context never follows one out), and every shipped or published task is plain files.
+A link that appears after loading makes the read that meets it fail (the episode fails, the
+reward scores 0), never follow.
 """
 
 from __future__ import annotations
@@ -54,6 +64,7 @@ from trajforge.envs.library import tb_verify
 from trajforge.envs.library.dockerfile import NEEDS_MORE, DockerPlan, parse_dockerfile, rewrite_paths
 from trajforge.envs.library.trusted_run import run_trusted
 from trajforge.envs.types import Item, RewardBreakdown
+from trajforge.sandbox.confined import DataPathError, HostPath
 
 if TYPE_CHECKING:
     from trajforge.agent.result import AgentResult
@@ -81,7 +92,7 @@ def shipped_dir() -> Path:
 @dataclass
 class TbTask:
     name: str
-    path: Path
+    path: HostPath  # beneath the tasks directory: read without following links
     meta: dict[str, Any]
     plan: DockerPlan
     skip: str | None = None
@@ -98,14 +109,11 @@ class TbTask:
         return str(meta.get("category") or meta.get("difficulty") or "task")
 
 
-def _text_files(root: Path) -> dict[str, bytes]:
-    if not root.is_dir():
+def _text_files(root: HostPath) -> dict[str, bytes]:
+    """Every file of a task's tree (``{}`` when it has none); a link in it raises DataPathError."""
+    if root.kind() in (None, "file"):
         return {}
-    return {
-        p.relative_to(root).as_posix(): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and not p.is_symlink() and "__pycache__" not in p.parts
-    }
+    return {rel: data for rel, data, _ in root.files(skip=("__pycache__",))}
 
 
 def _rewrite_bytes(data: bytes, mapping: dict[str, str]) -> bytes:
@@ -115,10 +123,15 @@ def _rewrite_bytes(data: bytes, mapping: dict[str, str]) -> bytes:
         return data
 
 
-def load_task(path: Path, backend: str) -> TbTask:
+def load_task(path: HostPath, backend: str) -> TbTask:
+    """One task directory; skipped (with the reason) when it holds a link or special file, or
+    needs more than the backend gives."""
+    problem = path.first_problem()
+    if problem:
+        return TbTask(path.name, path, {}, DockerPlan(), skip=problem)
     try:
         meta = tomllib.loads((path / "task.toml").read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, DataPathError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise EnvDataError(f"terminal_bench task {path}: cannot read task.toml ({exc})") from None
     dockerfile = path / "environment" / "Dockerfile"
     plan = parse_dockerfile(dockerfile.read_text()) if dockerfile.is_file() else DockerPlan()
@@ -166,14 +179,17 @@ class TerminalBenchEnv(BaseEnv):
 
     @cached_property
     def all_tasks(self) -> dict[str, TbTask]:
-        root = Path(self.cfg.tasks_dir) if self.cfg.tasks_dir else shipped_dir()
-        if not root.is_dir():
-            raise EnvDataError(f"terminal_bench tasks_dir {root} is not a directory")
-        tasks = {
-            p.name: load_task(p, self.cfg.sandbox)
-            for p in sorted(root.iterdir())
-            if (p / "task.toml").is_file()
-        }
+        given = Path(self.cfg.tasks_dir) if self.cfg.tasks_dir else shipped_dir()
+        if not given.is_dir():
+            raise EnvDataError(f"terminal_bench tasks_dir {given} is not a directory")
+        root = HostPath.of(given)  # the operator's: from here on no link is followed
+        tasks: dict[str, TbTask] = {}
+        for p in root.iterdir():
+            kind = p.kind()
+            if kind == "link":  # maybe a task, maybe not: said either way, never followed
+                tasks[p.name] = TbTask(p.name, p, {}, DockerPlan(), skip=p.first_problem())
+            elif kind == "dir" and (p / "task.toml").kind() is not None:
+                tasks[p.name] = load_task(p, self.cfg.sandbox)
         if not tasks:
             raise EnvDataError(f"no Harbor tasks (directories with task.toml) in {root}")
         for task in tasks.values():
@@ -410,30 +426,28 @@ async def _checked(fresh: Any, command: str, timeout: float, cwd: str | None, wh
 
 
 def _copy_files(
-    context: Path, sources: list[str], dest: str, mapping: dict[str, str]
+    context: HostPath, sources: list[str], dest: str, mapping: dict[str, str]
 ) -> list[tuple[str, bytes, bool]]:
     """(workdir-relative path, bytes, executable) of one COPY, Docker's rules: a directory's
-    contents go into ``dest``; a file goes to ``dest`` or, when ``dest`` ends in ``/``, into it."""
+    contents go into ``dest``; a file goes to ``dest`` or, when ``dest`` ends in ``/``, into it.
+    Sources and glob matches are read beneath the build context without following links."""
     target = rewrite_paths(dest.rstrip("/") or "/", mapping)
     rel_target = target.removeprefix(BWRAP_WORKDIR).lstrip("/")
     out: list[tuple[str, bytes, bool]] = []
     for pattern in sources:
-        matches = sorted(context.glob(pattern.lstrip("/"))) if pattern not in (".", "./") else [context]
+        matches = context.glob(pattern.lstrip("/")) if pattern not in (".", "./") else [context]
         if not matches:
             raise RuntimeError(f"COPY {pattern}: no such file in the build context")
         for src in matches:
             if src.is_dir():
-                for rel, data in _text_files(src).items():
-                    out.append((f"{rel_target}/{rel}".lstrip("/"), data, _executable(src / rel)))
+                for rel, data, mode in src.files(skip=("__pycache__",)):
+                    out.append((f"{rel_target}/{rel}".lstrip("/"), data, bool(mode & 0o111)))
             else:
                 into = dest.endswith("/")  # parse_dockerfile marks every directory target so
                 name = f"{rel_target}/{src.name}" if into else rel_target
-                out.append((name.lstrip("/"), src.read_bytes(), _executable(src)))
+                data = src.read_bytes()  # a link: DataPathError, never followed
+                out.append((name.lstrip("/"), data, bool(src.mode() & 0o111)))
     return out
-
-
-def _executable(path: Path) -> bool:
-    return bool(path.stat().st_mode & 0o111)
 
 
 def _read_reward(texts: dict[str, str | None]) -> tuple[float | None, str]:

@@ -35,6 +35,8 @@ SIM_PATH = "ycsim"
 GAME_PATH = "ycsim_game.json"
 LOG_PATH = ".ycsim/log.jsonl"
 VERIFY_DIR = ".ycverify"
+KEPT_LOG_BYTES = 256 << 10
+"""The most of the command log an episode keeps for ``env rescore`` (a played year is ~20 KB)."""
 SIM_SOURCE = Path(ycsim.__file__).read_text(encoding="utf-8")
 
 PROMPT = """You are the CEO of a young SaaS startup, simulated by the command-line tool `ycsim` in your \
@@ -144,17 +146,27 @@ class YcBenchEnv(BaseEnv):
         return _breakdown(json.loads(res.stdout))
 
     async def keep(self, item: Item, result: AgentResult, ctx: VerifierContext) -> dict[str, Any]:
+        """The command log, for ``env rescore``: at most ``KEPT_LOG_BYTES`` of it (a rollout can
+        leave a huge or sparse log: kept whole, a 20 MB one was a 126 MB line). A longer log is cut
+        after its last whole line within the bound, and the record says so (``log_cut``)."""
         try:
-            log = (await ctx.read_file(LOG_PATH)).decode(errors="replace")
+            raw = await ctx.read_file(LOG_PATH, limit=KEPT_LOG_BYTES + 1)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
-            log = ""
-        return {"log": log}
+            raw = b""
+        if len(raw) <= KEPT_LOG_BYTES:
+            return {"log": raw.decode(errors="replace")}
+        cut = raw[: raw.rfind(b"\n", 0, KEPT_LOG_BYTES) + 1]
+        return {
+            "log": cut.decode(errors="replace"),
+            "log_cut": f"the log is over {KEPT_LOG_BYTES} bytes: only its first {len(cut)} bytes (whole "
+            "lines) are kept, so this episode is not rescored offline",
+        }
 
     async def rescore(
         self, item: Item, messages: list[dict[str, Any]], kept: dict[str, Any]
     ) -> RewardBreakdown | None:
-        if "log" not in kept:
-            return None
+        if "log" not in kept or kept.get("log_cut"):
+            return None  # nothing kept, or only part of the log: replaying it would be another game
         game = _game(item)
         state, rejected = ycsim.replay(game, str(kept["log"]).splitlines())
         return _breakdown(ycsim.score(state, game, rejected))
