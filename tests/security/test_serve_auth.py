@@ -8,6 +8,7 @@ below is checked to leave the served weights exactly as they were.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
@@ -173,7 +174,7 @@ async def test_local_server_hands_the_token_over_a_private_file_never_argv_or_lo
         token_file = token_dir / "token"
         assert stat.S_IMODE(os.stat(token_dir).st_mode) == 0o700
         assert stat.S_IMODE(os.stat(token_file).st_mode) == 0o600
-        cmdline = Path(f"/proc/{server._proc.pid}/cmdline").read_bytes()
+        cmdline = await asyncio.to_thread(Path(f"/proc/{server._proc.pid}/cmdline").read_bytes)
         assert server.token.encode() not in cmdline
         url = server.base_url + "/v1/load_weights"  # type: ignore[operator]
         assert (await _post(url, {"path": str(dirs["second"])}))[0] == 401
