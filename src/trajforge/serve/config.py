@@ -41,7 +41,7 @@ def check_model_dir(path: Path) -> Path:
 class ServeConfig(BaseModel):
     """Everything ``trajforge serve`` needs; one object handed from the CLI to the server."""
 
-    model_config = ConfigDict(frozen=True, protected_namespaces=())
+    model_config = ConfigDict(frozen=True, protected_namespaces=(), allow_inf_nan=False)
 
     model_path: Path = Field(description="local transformers model directory (config, weights, tokenizer)")
     served_model_name: str | None = Field(
