@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -461,3 +462,63 @@ def test_an_agent_env_may_not_choose_an_unisolated_sandbox(tmp_path: Path) -> No
     )
     with pytest.raises(EnvConfigError, match="run isolated"):
         load_env(_approved(tmp_path, source, "Local"))
+
+
+LINGERING_ENV = """
+import subprocess
+from trajforge.envs import BaseEnv
+
+# a process the env leaves behind, marked so the test can look for it on the host
+subprocess.Popen(["sleep", "{marker}"])
+
+
+class Lingers(BaseEnv):
+    name = "lingers"
+
+    def generate(self, index, *, split):
+        return {{"id": str(index), "prompt": "x"}}
+
+    async def compute_reward(self, item, result, ctx):
+        return 0.0
+"""
+
+
+def _marked(marker: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def test_the_env_host_and_what_it_started_die_with_its_parent(tmp_path: Path) -> None:
+    """``kill -9`` of the process that started an env host takes the env host and every process
+    it started along (bwrap --die-with-parent, its own pid namespace)."""
+    marker = f"1000.{os.getpid()}{len(str(tmp_path))}7"
+    ref = _approved(tmp_path, LINGERING_ENV.format(marker=marker), "Lingers")
+    script = (
+        "import sys, time; from trajforge.envs import load_env; "
+        f"env = load_env({ref!r}); env.eval_items(1); print('up', flush=True); time.sleep(600)"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+    )
+    try:
+        assert parent.stdout is not None and parent.stdout.readline().strip() == "up"
+        assert _marked(marker), "the env's process runs while its parent does"
+        parent.kill()
+        parent.wait()
+        for _ in range(300):  # observed state, not a wall-time assertion: up to 30 s for the kernel
+            if not _marked(marker):
+                break
+            time.sleep(0.1)
+        assert _marked(marker) == []
+    finally:
+        parent.kill()
