@@ -58,6 +58,7 @@ attempt("read_host_secret", _read_host_secret)
 attempt("read_etc_shadow", lambda: open("/etc/shadow").read())
 attempt("list_host_home", lambda: sorted(os.listdir({home!r})))
 attempt("write_host_canary", lambda: _write({canary!r}))
+attempt("read_beside_trajforge", lambda: sorted(os.listdir({beside!r})))
 attempt("write_trajforge_source", lambda: _write({probe!r}))
 attempt("connect_host_loopback", _connect)
 attempt("signal_host_process", lambda: os.kill({host_pid}, 0))
@@ -81,6 +82,7 @@ class Evil(BaseEnv):
 
 
 def attack_source(*, secret: Path, canary: Path, probe: Path, home: Path, port: int) -> str:
+    beside = Path(trajforge.__file__).resolve().parents[2]  # a checkout's root, or the venv's lib/
     return ATTACKS.format(
         secret=str(secret),
         canary=str(canary),
@@ -88,6 +90,7 @@ def attack_source(*, secret: Path, canary: Path, probe: Path, home: Path, port: 
         home=str(home),
         port=port,
         host_pid=os.getpid(),
+        beside=str(beside),
     )
 
 

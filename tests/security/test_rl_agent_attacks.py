@@ -73,6 +73,13 @@ def _check_attacks(report: dict[str, Any]) -> None:
         assert not boxed[name]["ok"], (name, boxed[name])
     assert report["secret"] not in json.dumps(boxed)
     assert report["accepted_from_sandbox"] == 0 and not report["canary_exists"] and not report["probe_exists"]
+    # beside trajforge (a checkout's other files, or site-packages) only what the env host needs
+    beside = Path(trajforge.__file__).resolve().parents[2]
+    if boxed["read_beside_trajforge"]["ok"] and not beside.is_relative_to(Path(sys.prefix).resolve()):
+        assert boxed["read_beside_trajforge"]["value"] == repr(
+            [Path(trajforge.__file__).resolve().parents[1].name]
+        )
+        assert control["read_beside_trajforge"]["value"] != boxed["read_beside_trajforge"]["value"]
     # the host's home shows nothing but the Python install the env host needs, if that lives there
     if boxed["list_host_home"]["ok"]:
         assert boxed["list_host_home"]["value"] in ("[]", "['.pyenv']", "['.local']")

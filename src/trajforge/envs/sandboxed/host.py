@@ -122,23 +122,21 @@ class EnvHostConfig(BaseModel):
 
 
 def _readable_roots() -> list[str]:
-    """What the env host must read: the Python install, the venv and the sys.path entries that
-    hold packages or trajforge (never '' or an arbitrary directory of the user's)."""
-    package_root = str(Path(trajforge.__file__).resolve().parent.parent)
+    """What the env host must read: the Python install, the venv, the site-packages on sys.path
+    and the trajforge package directory itself -- not the directory around it (a checkout's other
+    files), never '' or another directory of the user's."""
     candidates = [
         sys.prefix,
         sys.base_prefix,
         str(Path(sys.executable).resolve().parent.parent),
-        package_root,
+        str(Path(trajforge.__file__).resolve().parent),
     ]
     for entry in sys.path:
         if not entry or not os.path.isdir(entry):
             continue
         real = os.path.realpath(entry)
-        if (
-            real == package_root
-            or real.endswith(("site-packages", "dist-packages"))
-            or any(real.startswith(os.path.realpath(p) + "/") for p in (sys.prefix, sys.base_prefix))
+        if real.endswith(("site-packages", "dist-packages")) or any(
+            real.startswith(os.path.realpath(p) + "/") for p in (sys.prefix, sys.base_prefix)
         ):
             candidates.append(entry)
     roots: list[str] = []
