@@ -529,3 +529,32 @@ def test_the_env_host_and_what_it_started_die_with_its_parent(tmp_path: Path) ->
         assert _marked(marker) == []
     finally:
         parent.kill()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"id": 1, "ok": true, "value": NaN}\n',
+        b'{"id": 1, "ok": true, "value": Infinity}\n',
+        b'{"id": 1, "ok": true, "value": 1e999}\n',
+        b'{"id": 1, "ok": true, "value": ' + b"9" * 5000 + b"}\n",
+        b"[1, 2]\n",
+        b'{"id": 1}',  # cut short: no end of line
+        b"\x80\x81\n",
+        b"[" * 100_000 + b"]" * 100_000 + b"\n",
+    ],
+    ids=["nan", "infinity", "1e999", "huge-int", "not-an-object", "no-newline", "not-utf8", "deep"],
+)
+def test_the_wire_takes_bounded_json_objects_of_finite_numbers_only(line: bytes) -> None:
+    from trajforge.envs.sandboxed.wire import WireError, decode, encode, unblob
+
+    with pytest.raises(WireError):
+        decode(line)
+    with pytest.raises(WireError):
+        encode({"reward": float("inf")})
+    with pytest.raises(WireError):
+        unblob({"b64": "not base64!"})
+    assert decode(encode({"text": "a\udcff\u00e9", "n": [1, 2.5]})) == {
+        "text": "a\udcff\u00e9",
+        "n": [1, 2.5],
+    }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,13 +29,21 @@ def _no_constants(name: str) -> Any:
     raise WireError(f"{name} is not a number the env host accepts")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # "1e999" parses to infinity without any constant
+        raise WireError(f"{text[:40]} is not a finite number")
+    return value
+
+
 def encode(message: Mapping[str, Any]) -> bytes:
     """One line; ``WireError`` when the message holds NaN/infinity, non-JSON values or is too long."""
     try:
-        text = json.dumps(message, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+        # ASCII with \u escapes: a lone surrogate in a model's text crosses intact, never as bad UTF-8
+        text = json.dumps(message, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise WireError(f"not sendable as JSON: {exc}") from None
-    line = text.encode("utf-8", "surrogatepass") + b"\n"
+    line = text.encode("ascii") + b"\n"
     if len(line) > MAX_LINE:
         raise WireError(f"a message of {len(line)} bytes is over the env host's limit of {MAX_LINE}")
     return line
@@ -45,7 +54,7 @@ def decode(line: bytes) -> dict[str, Any]:
     if len(line) > MAX_LINE or not line.endswith(b"\n"):
         raise WireError(f"a line over {MAX_LINE} bytes (or cut short)")
     try:
-        value = json.loads(line, parse_constant=_no_constants)
+        value = json.loads(line, parse_constant=_no_constants, parse_float=_finite)
     except (ValueError, RecursionError) as exc:
         raise WireError(f"not a JSON line: {str(exc)[:200]}") from None
     if not isinstance(value, dict):
