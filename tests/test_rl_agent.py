@@ -46,7 +46,7 @@ BEFORE_TRAINING: list[tuple[str, dict[str, Any]]] = [
     ("rl_list_environments", {}),
     ("write_file", {"path": "envs/arithmetic_env.py", "content": USER_ENV}),
     ("rl_list_environments", {}),
-    ("rl_select_environment", {"name": "arithmetic_env"}),
+    ("rl_select_environment", {"name": "agent/arithmetic_env"}),
     ("terminal", {"command": "python3 -c 'print(6*7)'"}),  # INSPECT DATA: the agent can compute
     ("rl_get_current_config", {}),
     ("rl_edit_config", {"field": "group_size", "value": "1"}),  # rejected: GRPO needs >= 2
@@ -120,6 +120,8 @@ async def test_rl_agent_walks_the_workflow_on_a_real_tiny_run(
     manager = Manager(tmp_path / "runs")
     settings = RLToolSettings(
         envs_dir=tmp_path / "envs",
+        agent_envs_dir=tmp_path / "agent_envs",
+        trust_agent_envs=True,  # the operator's flag: the env the agent writes may run, sandboxed
         inference_dir=tmp_path / "inference",
         # the trainer's batch shape for a 2-core machine; the agent edits the rest
         train_defaults={"concurrency": 2, "max_batch": 4, "micro_batch": 4, "max_turns": 2},
@@ -148,15 +150,19 @@ async def test_rl_agent_walks_the_workflow_on_a_real_tiny_run(
     for name, out in outputs:
         by_name.setdefault(name, []).append(out)
 
-    # DISCOVER: the library first, then also the env file the agent wrote in its sandbox.
+    # DISCOVER: the library first, then also the env file the agent wrote in its sandbox, read
+    # statically and kept in the agent env store, never in the operator's envs dir.
     first, second = (json.loads(o) for o in by_name["rl_list_environments"])
     assert "tiny_tasks" in {e["name"] for e in first["environments"]}
-    user = [e for e in second["environments"] if e["source"] == "user"]
-    assert [e["name"].rsplit(":", 1)[1] for e in user] == ["ArithmeticEnv"]
-    assert (tmp_path / "envs" / "arithmetic_env.py").read_text() == USER_ENV
-    # INSPECT / INSPECT DATA
+    agent_rows = [e for e in second["environments"] if e["source"] == "agent"]
+    assert [(e["name"], e["approved"]) for e in agent_rows] == [("agent/arithmetic_env", False)]
+    assert agent_rows[0]["description"] == "tiny_tasks, arithmetic family only (written by the agent)"
+    assert not (tmp_path / "envs").exists()
+    stored = list((tmp_path / "agent_envs").glob("arithmetic_env.*.py"))
+    assert [p.read_text() for p in stored] == [USER_ENV]
+    # INSPECT / INSPECT DATA: it ran in its env host (approved by the operator's flag)
     selected = json.loads(by_name["rl_select_environment"][0])
-    assert selected["selected"].endswith("arithmetic_env.py:ArithmeticEnv")
+    assert selected["selected"] == "agent/arithmetic_env:ArithmeticEnv" and selected["source"] == "agent"
     assert selected["example_item"]["family"] == "arithmetic" and selected["example_prompt"]
     assert "42" in by_name["terminal"][0]
     # CONFIGURE: typed validation, then a lock once a run started
@@ -181,6 +187,7 @@ async def test_rl_agent_walks_the_workflow_on_a_real_tiny_run(
     run_dir = Path(state.dir)
     train_file = (run_dir / "train.yaml").read_text()
     assert "steps: 2" in train_file and "max_agent_turns: 2" in train_file
+    assert "env: agent-env:" in train_file  # the trainer ran the agent's env through its env host
     assert len(read_metrics(run_dir / "trainer" / "metrics.jsonl")) == 2
     # EVALUATE: results with checkpoints on disk, then the checkpoint against the start
     results = json.loads(by_name["rl_get_results"][0])

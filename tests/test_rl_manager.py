@@ -448,3 +448,53 @@ def test_a_start_that_dies_before_the_run_is_ready_leaves_nothing_running(
     assert state.reason is not None and reason in state.reason
     assert state.process("trainer").status == "stopped"
     assert _group_empty(state)
+
+
+@pytest.mark.parametrize("bad", ["run-1\n", "run-1\r\n", "a\nb", "-x", "../x", "x/y", "", "a" * 101])
+def test_run_ids_are_matched_whole_a_trailing_newline_included(tmp_path: Path, bad: str) -> None:
+    """``re.match(r"^...$")`` let ``"run-1\\n"`` through (``$`` matches before a final newline):
+    a run directory whose name ends in a newline. Every id and name is matched whole now."""
+    from pydantic import ValidationError
+
+    from trajforge.rl.manager import RunError
+
+    spec = {"processes": [{"name": "trainer", "argv": ["true"]}]}
+    with pytest.raises(ValidationError, match="run id"):
+        RunSpec.model_validate({**spec, "run_id": bad})
+    manager = Manager(tmp_path)
+    if bad and "/" not in bad and bad not in {"..", "."}:
+        (tmp_path / bad).mkdir(exist_ok=True)
+        (tmp_path / bad / "state.json").write_text("{}")  # even a directory of that name is no run
+    with pytest.raises(RunError, match="no run"):
+        manager.run_dir(bad)
+
+
+@pytest.mark.parametrize("bad", ["trainer\n", "Trainer", "a b", ""])
+def test_process_names_are_matched_whole(bad: str) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="process name"):
+        ProcessSpec(name=bad, argv=["true"])
+
+
+def test_rl_start_refuses_a_run_id_with_a_newline(tmp_path: Path) -> None:
+    """The CLI answers with one error line and starts nothing."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from trajforge.cli.main import main; main()",
+            "rl",
+            "start",
+            "tiny_tasks",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--run-id",
+            "run-1\n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "run id" in done.stderr
+    assert not (tmp_path / "runs").exists() or list((tmp_path / "runs").iterdir()) == []

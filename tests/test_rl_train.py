@@ -149,7 +149,11 @@ async def _reload_check(initial: Path, checkpoint: Path) -> None:
         tok_before, lp_before, v0 = await _first_token_logprob(server.base_url, prompt_ids)
         async with (
             aiohttp.ClientSession() as s,
-            s.post(f"{server.base_url}/v1/load_weights", json={"path": str(checkpoint)}) as resp,
+            s.post(
+                f"{server.base_url}/v1/load_weights",
+                json={"path": str(checkpoint)},
+                headers=server.auth_headers(),
+            ) as resp,
         ):
             assert resp.status == 200, await resp.text()
             assert (await resp.json())["version"] == v0 + 1

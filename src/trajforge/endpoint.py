@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from trajforge.extras import missing_ml
 
@@ -37,6 +37,8 @@ class MissingExtraError(ValueError):
 class EndpointConfig(BaseModel):
     """Where the model lives and how hard to use it. ``api_key_env`` names an environment
     variable; keys never travel in argv or configs."""
+
+    model_config = ConfigDict(allow_inf_nan=False)  # rates and timeouts are finite numbers
 
     model: str | None = Field(
         None, description="model name; omit both model and base_url for the embedded one"

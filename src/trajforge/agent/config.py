@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trajforge.llm.types import SamplingParams
 from trajforge.tools.limits import ToolLimits
@@ -12,6 +12,8 @@ from trajforge.tools.limits import ToolLimits
 
 class AgentConfig(BaseModel):
     """How one agent session runs. Validated at construction."""
+
+    model_config = ConfigDict(allow_inf_nan=False)  # deadlines are finite numbers
 
     max_turns: int = Field(30, ge=1, description="model calls allowed before the session stops")
     sandbox_start: Literal["eager", "lazy"] = Field(

@@ -37,7 +37,7 @@ class BatchConfig(BaseModel):
     """Everything a ``trajforge batch`` run needs. API keys are never part of it (only the name
     of the environment variable that holds one)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=False, allow_inf_nan=False)
 
     # Each field is also a `trajforge batch` flag (cli/batch.py derives them): its description is
     # the flag's help, to which the CLI adds the default; a list is typed comma-separated there.

@@ -211,7 +211,20 @@ def agent_cmd(
     ),
     runs_dir: Path = RunsDir,
     envs_dir: Path = typer.Option(
-        Path("envs"), "--envs-dir", help="User env files listed next to the library."
+        Path("envs"), "--envs-dir", help="The operator's env files, listed next to the library."
+    ),
+    agent_envs_dir: Path | None = typer.Option(
+        None,
+        "--agent-envs-dir",
+        help="Where env files the agent writes are kept (default RUNS_DIR/agent_envs); never imported.",
+    ),
+    trust_agent_envs: bool = typer.Option(
+        False,
+        "--trust-agent-envs",
+        help="Let every env the agent writes run (in its sandbox) without asking. Default: the "
+        "interactive REPL asks you for each; without --interactive none runs unless approved with "
+        "`trajforge rl agent-envs --approve NAME`.",
+        metavar="",
     ),
 ) -> None:
     """The RL agent: discovers, configures, tests, trains and evaluates through the rl tools."""
@@ -242,16 +255,45 @@ def agent_cmd(
         )
     except ValueError as exc:
         raise fail(str(exc)) from None
-    settings = RLToolSettings(envs_dir=envs_dir, inference_dir=runs_dir / "_inference")
     try:
-        code = asyncio.run(_agent(endpoint, runs_dir, settings, config, task, interactive))
+        settings = RLToolSettings(
+            envs_dir=envs_dir,
+            agent_envs_dir=agent_envs_dir or runs_dir / "agent_envs",
+            inference_dir=runs_dir / "_inference",
+            trust_agent_envs=trust_agent_envs,
+        )
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    approver = _ask_operator if interactive and not trust_agent_envs else None
+    try:
+        code = asyncio.run(_agent(endpoint, runs_dir, settings, config, task, interactive, approver))
     except (ModelError, ValueError) as exc:
         raise fail(str(exc)) from None
     raise typer.Exit(code)
 
 
+async def _ask_operator(review: Any) -> bool:
+    """The REPL's question before an env the agent wrote first runs (one content, one answer)."""
+    classes = ", ".join(str(c.get("class")) for c in review.classes) or "none found"
+    _err.print(
+        f"\n[bold yellow]The agent wants to run an env it wrote: {review.label}[/]\n"
+        f"  file   {review.path}  ({review.size} bytes, sha256 {review.sha256})\n"
+        f"  classes {classes}\n"
+        "  Read the file before you answer. If approved it runs in its own sandbox (no network, no "
+        "host files but trajforge and Python, read-only), and its rewards train and grade your models."
+    )
+    answer = await asyncio.to_thread(input, "Run it? [y/N] ")
+    return answer.strip().lower() in {"y", "yes"}
+
+
 async def _agent(
-    endpoint: Any, runs_dir: Path, settings: Any, config: Any, task: str | None, interactive: bool
+    endpoint: Any,
+    runs_dir: Path,
+    settings: Any,
+    config: Any,
+    task: str | None,
+    interactive: bool,
+    approver: Any = None,
 ) -> int:
     from trajforge.endpoint import open_chat_model
     from trajforge.rl.agent import RLAgent
@@ -259,7 +301,7 @@ async def _agent(
 
     async with (
         open_chat_model(endpoint, announce=lambda m: _err.print(f"[dim]{m}[/]")) as chat_model,
-        RLAgent(chat_model, Manager(runs_dir), settings, config) as agent,
+        RLAgent(chat_model, Manager(runs_dir), settings, config, approver=approver) as agent,
     ):
         code = 0
         if task:
@@ -279,6 +321,44 @@ async def _agent(
                 print_runs(await agent.runs())
             elif text:
                 code = _show(await agent.ask(text))
+
+
+@rl_app.command("agent-envs")
+def agent_envs_cmd(
+    runs_dir: Path = RunsDir,
+    agent_envs_dir: Path | None = typer.Option(
+        None, "--agent-envs-dir", help="The agent env store (default RUNS_DIR/agent_envs)."
+    ),
+    approve: str | None = typer.Option(
+        None,
+        "--approve",
+        help="Approve the latest content of agent env NAME (or NAME@SHA16 for one version) to run in "
+        "its sandbox. Read its file first (the list shows where it is).",
+    ),
+) -> None:
+    """Envs the RL agent wrote: their files, sha256 and whether you approved them to run."""
+    from trajforge.envs.sandboxed.store import AgentEnvError, AgentEnvStore
+
+    store = AgentEnvStore(agent_envs_dir or runs_dir / "agent_envs")
+    try:
+        if approve:
+            name, _, sha16 = approve.removeprefix("agent/").partition("@")
+            latest = {v.name: v for v in store.latest()}
+            version = store.version(name, sha16) if sha16 else latest.get(name)
+            if version is None:
+                raise AgentEnvError(f"no agent env {name!r} in {store.dir}")
+            store.approve(version.name, version.sha256, by="trajforge rl agent-envs --approve")
+            _err.print(f"approved agent/{version.name} sha256 {version.sha256} ({version.path})")
+        versions = store.latest()
+    except AgentEnvError as exc:
+        raise fail(str(exc)) from None
+    table = Table(title=f"agent envs in {store.dir}")
+    for column in ("name", "classes", "sha256", "approved", "file"):
+        table.add_column(column, no_wrap=column in ("name", "file"))
+    for v in versions:
+        classes = ", ".join(str(c.get("class")) for c in v.classes)
+        table.add_row(f"agent/{v.name}", classes, v.sha256[:16], "yes" if v.approved else "no", str(v.path))
+    Console().print(table)
 
 
 def _show(result: Any) -> int:

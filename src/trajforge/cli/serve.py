@@ -37,6 +37,18 @@ ServedName = Annotated[
     typer.Option("--served-model-name", help="model id clients use (default: the directory name)"),
 ]
 BatchWait = Annotated[float, typer.Option("--batch-wait-ms", help="how long to wait for more requests")]
+TokenFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--token-file",
+        help="where to write the token /v1/load_weights requires (0600; default "
+        "$XDG_RUNTIME_DIR/trajforge/serve-PORT.token or ~/.cache/trajforge/serve/serve-PORT.token)",
+    ),
+]
+WeightsDir = Annotated[
+    Path | None,
+    typer.Option("--weights-dir", help="load_weights accepts only checkpoints inside this directory"),
+]
 LogprobsMode = Annotated[
     str,
     typer.Option(
@@ -56,6 +68,8 @@ def serve(
     served_model_name: ServedName = None,
     batch_wait_ms: BatchWait = 5.0,
     logprobs_mode: LogprobsMode = "raw",
+    token_file: TokenFile = None,
+    weights_dir: WeightsDir = None,
     exit_with_stdin: bool = typer.Option(
         False,
         "--exit-with-stdin",
@@ -64,7 +78,8 @@ def serve(
         "the server ends with it however the parent ends).",
     ),
 ) -> None:
-    """Serve a local model: /v1/chat/completions, /v1/completions, /generate, /v1/load_weights."""
+    """Serve a local model: /v1/chat/completions, /v1/completions, /generate, /v1/load_weights
+    (the last with the token the server writes to its token file at start)."""
     problem = missing_ml("`trajforge serve`")
     if problem:
         raise fail(problem)
@@ -80,6 +95,8 @@ def serve(
             served_model_name=served_model_name,
             batch_wait_ms=batch_wait_ms,
             logprobs_mode=logprobs_mode,
+            token_file=token_file,
+            weights_dir=weights_dir,
         )
     )
     _check_parser(config.parser)

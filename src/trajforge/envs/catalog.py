@@ -1,7 +1,13 @@
-"""Finding environments: the shipped library by name, user envs by ``path/to/file.py:ClassName``.
+"""Finding environments: the shipped library by name, user envs by ``path/to/file.py:ClassName``,
+and envs the RL agent wrote by ``agent-env:STORE/NAME.SHA16.py:ClassName``.
 
 A fixed table of names to import paths (lazy: listing envs imports only what it shows), never a
 registry that modules add themselves to.
+
+A user env file is the operator's code and is imported. An agent-written env never is: its
+reference loads a :class:`~trajforge.envs.sandboxed.proxy.SandboxedEnv`, whose code runs in the
+env host's sandbox once the operator approved it, and a ``.py`` in an agent env store (a
+directory with the store's manifest) is refused as a user env, however it is named.
 """
 
 from __future__ import annotations
@@ -52,7 +58,15 @@ def available() -> dict[str, str]:
 
 
 def env_class(ref: str) -> type[AgentEnv]:
-    """The class a reference names: a library name or ``path/to/file.py:ClassName``."""
+    """The class a reference names: a library name or ``path/to/file.py:ClassName``. For an
+    ``agent-env:`` reference it is the sandboxed proxy's class: nothing of the file is imported."""
+    from trajforge.envs.sandboxed.store import is_agent_ref, parse_ref
+
+    if is_agent_ref(ref):
+        from trajforge.envs.sandboxed.proxy import SandboxedEnv
+
+        parse_ref(ref)
+        return SandboxedEnv
     if ref in LIBRARY:
         if ref not in available():
             raise UnknownEnvError(f"env {ref!r} is not part of this install")
@@ -74,7 +88,14 @@ def _looks_like_env(cls: type) -> bool:
 
 
 def load_env(ref: str, overrides: dict[str, Any] | None = None, config: EnvConfig | None = None) -> AgentEnv:
-    """An env instance: its default config, then ``config`` (a whole one) or field ``overrides``."""
+    """An env instance: its default config, then ``config`` (a whole one) or field ``overrides``.
+    An ``agent-env:`` reference starts its env host (blocking) and only when it is approved."""
+    from trajforge.envs.sandboxed.store import is_agent_ref
+
+    if is_agent_ref(ref):
+        from trajforge.envs.sandboxed.proxy import load_agent_env
+
+        return load_agent_env(ref, overrides, config)
     cls = env_class(ref)
     if config is None:
         base = cls.default_config() if issubclass(cls, BaseEnv) else EnvConfig()
@@ -114,6 +135,7 @@ def _load_attr(ref: str) -> Any:
         path = Path(where)
         if not path.is_file():
             raise UnknownEnvError(f"{path} does not exist (expected path/to/file.py:name)")
+        _refuse_agent_file(path)
         mod_name = f"trajforge_user_env_{abs(hash(str(path.resolve())))}"
         spec = importlib.util.spec_from_file_location(mod_name, path)
         if spec is None or spec.loader is None:
@@ -135,10 +157,22 @@ def _load_attr(ref: str) -> Any:
         raise UnknownEnvError(f"{where} has no {name!r}") from None
 
 
+def _refuse_agent_file(path: Path) -> None:
+    """A file in an agent env store (the model's writing) is never imported here."""
+    from trajforge.envs.sandboxed.store import REF_PREFIX, is_store
+
+    if is_store(path.resolve().parent) or is_store(path.absolute().parent):
+        raise UnknownEnvError(
+            f"{path} was written by an RL agent (it is in an agent env store): it is never imported "
+            f"on the host. It runs only in the env sandbox, once approved, as {REF_PREFIX}PATH:Class "
+            "(`trajforge rl agent-envs` lists them)"
+        )
+
+
 def load_grader(ref: str, overrides: dict[str, Any] | None = None) -> AgentEnv:
     """What grades batch lines: an env (name or file.py:Class) or a reward function
     (file.py:func or module:func)."""
-    if ref in LIBRARY or ":" not in ref:
+    if ref in LIBRARY or ":" not in ref or ref.startswith("agent-env:"):
         return load_env(ref, overrides)
     obj = _load_attr(ref)
     if isinstance(obj, type):

@@ -23,7 +23,7 @@ class EnvConfigError(ValueError):
 class EnvConfig(BaseModel):
     """Validated at construction; impossible combinations say which field to change."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     enabled_toolsets: list[str] | None = Field(
         None, description="toolsets offered to every rollout (exclusive with distribution)"

@@ -73,7 +73,7 @@ log = logging.getLogger(__name__)
 class CompletionModelConfig(BaseModel):
     """How to reach one model served by a raw completion endpoint."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     tokenizer_path: str = Field(description="LOCAL directory with the model's tokenizer and chat template")
     base_url: str = Field(description="server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine)")

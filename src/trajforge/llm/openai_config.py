@@ -23,7 +23,7 @@ class OpenAIModelConfig(BaseModel):
     *name* of the environment variable holding it.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     base_url: str = Field(description="endpoint root, e.g. https://openrouter.ai/api/v1")
     model: str = Field(description="model name sent in every request")

@@ -2,7 +2,8 @@
 ``rl`` toolset over a run manager, following the workflow of :mod:`trajforge.rl.prompt`.
 
 A session is one :class:`RLAgent`: its sandbox (the agent's workspace, where it may write env
-files), its tools, and one :class:`~trajforge.tools.base.ToolContext` whose ``state`` keeps the
+files; they reach the host only as data in an agent env store, and run only in their own sandbox
+once the operator approved them: ``approver`` asks), its tools, and one :class:`~trajforge.tools.base.ToolContext` whose ``state`` keeps the
 rl session (selected env, config being edited, runs started) across the turns of a REPL. The
 conversation goes on from one :meth:`RLAgent.ask` to the next; each ask may use up to
 ``max_iterations`` model calls.
@@ -14,14 +15,14 @@ import asyncio
 import contextlib
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from trajforge.agent import AgentConfig, AgentResult
 from trajforge.agent.loop import AgentLoop
 from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
 from trajforge.rl.manager import Manager, RunState
 from trajforge.rl.prompt import SYSTEM_PROMPT
-from trajforge.rl.tools import RLToolSettings, rl_tools
+from trajforge.rl.tools import Approver, RLToolSettings, rl_tools
 from trajforge.sandbox.types import SandboxKind
 from trajforge.tools.base import Tool, ToolContext
 from trajforge.tools.limits import ToolLimits
@@ -32,6 +33,8 @@ DEFAULT_TOOLSETS = ("terminal", "file", "web", "rl")
 
 
 class RLAgentConfig(BaseModel):
+    model_config = ConfigDict(allow_inf_nan=False)
+
     max_iterations: int = Field(200, ge=1, description="model calls per task (per REPL message)")
     toolsets: list[str] = Field(default_factory=lambda: list(DEFAULT_TOOLSETS))
     sandbox: SandboxKind = Field("bwrap", description="where the terminal and file tools run")
@@ -42,7 +45,10 @@ class RLAgentConfig(BaseModel):
 
 
 class RLAgent:
-    """``async with RLAgent(model, manager, settings) as agent: await agent.ask("...")``."""
+    """``async with RLAgent(model, manager, settings) as agent: await agent.ask("...")``.
+
+    ``approver`` is asked before an env the agent wrote first runs (the REPL asks the operator);
+    without one only ``settings.trust_agent_envs`` or an earlier approval lets such an env run."""
 
     def __init__(
         self,
@@ -53,8 +59,10 @@ class RLAgent:
         *,
         registry: ToolRegistry | None = None,
         sandbox_factory: SandboxFactory | None = None,
+        approver: Approver | None = None,
     ) -> None:
         self.model = model
+        self.approver = approver
         self.manager = manager
         self.settings = settings or RLToolSettings()
         self.config = config or RLAgentConfig()
@@ -82,7 +90,7 @@ class RLAgent:
         # The registry's rl entries are the declared placeholders; the agent offers the real ones.
         self.tools = [t for t in self._registry.for_toolsets(others) if t.toolset != "rl"]
         if "rl" in self.config.toolsets:
-            self.tools += rl_tools(self.manager, self.settings)
+            self.tools += rl_tools(self.manager, self.settings, self.approver)
         starting = asyncio.create_task(self._factory.create("rl-agent"), name="rl-agent-sandbox")
         self.ctx = ToolContext(
             task_id="rl-agent",

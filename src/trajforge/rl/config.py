@@ -27,7 +27,7 @@ DEFAULT_WARM_UPDATES = 250
 class WarmPhase(BaseModel):
     """One stage of a phased warm start: so many updates on demonstrations of one item mix."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     updates: int = Field(ge=1, description="optimizer updates of this phase")
     env_overrides: dict[str, Any] = Field(
@@ -41,7 +41,7 @@ class WarmStart(BaseModel):
     (:mod:`trajforge.rl.warm_start`): how many, how large, how fast, on which item mix -- or, with
     ``phases``, on which mixes in turn."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     updates: int | None = Field(
         None,
@@ -98,7 +98,7 @@ class WarmStart(BaseModel):
 class TrainConfig(BaseModel):
     """GRPO on an env's rollouts. Step = ``groups_per_step`` items x ``group_size`` rollouts."""
 
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), allow_inf_nan=False)
 
     env: str = Field(description="env name or path/to/file.py:ClassName")
     model: Path = Field(description="local transformers model directory (weights + tokenizer)")

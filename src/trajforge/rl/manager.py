@@ -40,7 +40,7 @@ from typing import Any, Literal
 import aiohttp
 import orjson
 import yaml
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from trajforge.rl import procs
 from trajforge.trajectory.save import read_complete_objects
@@ -52,7 +52,10 @@ CHECKPOINTS_DIR = "checkpoints"
 _LOCK_FILE = ".lock"
 _READY_PREFIX = "trajforge serve: listening on "  # trajforge.serve.config.READY_PREFIX
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
-_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+# Ids and names are matched whole (fullmatch): ``re.match("^...$")`` takes "run-1\n" ($ matches
+# before a final newline), a directory name ending in a newline.
+_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 _PLACEHOLDER = re.compile(r"\{([a-z][a-z0-9_-]*)\.url\}")
 
 ProcessStatus = Literal["pending", "starting", "running", "exited", "failed", "stopped", "vanished"]
@@ -66,6 +69,8 @@ class RunError(ValueError):
 
 class ReadyCheck(BaseModel):
     """When a started process counts as ready."""
+
+    model_config = ConfigDict(allow_inf_nan=False)  # a finite deadline
 
     kind: Literal["http", "file_line", "started"] = Field(
         "started",
@@ -95,7 +100,7 @@ class ProcessSpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _check_name(cls, value: str) -> str:
-        if not _NAME.match(value):
+        if not _NAME.fullmatch(value):
             raise ValueError(f"process name {value!r} must be lowercase letters, digits, - or _")
         return value
 
@@ -112,6 +117,8 @@ class ProcessSpec(BaseModel):
 
 
 class RunSpec(BaseModel):
+    model_config = ConfigDict(validate_assignment=True)  # `spec.run_id = ...` is checked too
+
     kind: str = Field("run", description="what the run is (train, eval, ...): part of its id")
     config: dict[str, Any] = Field(default_factory=dict, description="written to config.yaml")
     processes: list[ProcessSpec] = Field(min_length=1, description="started in order, each once ready")
@@ -134,8 +141,14 @@ class RunSpec(BaseModel):
         for name in [*self.files, self.metrics_file, self.checkpoints_dir]:
             if name.startswith("/") or ".." in Path(name).parts or name in {STATE_FILE, CONFIG_FILE}:
                 raise ValueError(f"{name!r}: run files are relative paths inside the run directory")
-        if self.run_id is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", self.run_id):
-            raise ValueError(f"run id {self.run_id!r}: letters, digits, '.', '_' and '-' only")
+        if self.run_id is not None and not _RUN_ID.fullmatch(self.run_id):
+            raise ValueError(
+                f"run id {self.run_id!r}: 1-100 letters, digits, '.', '_' and '-', starting with a letter or digit"
+            )
+        if not _NAME.fullmatch(self.kind):
+            raise ValueError(
+                f"run kind {self.kind!r} must be lowercase letters, digits, - or _ (it is part of the id)"
+            )
         return self
 
 
@@ -243,7 +256,7 @@ class Manager:
     # ----------------------------------------------------------------- files
     def run_dir(self, run_id: str) -> Path:
         path = self.runs_dir / run_id
-        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", run_id) or not (path / STATE_FILE).is_file():
+        if not _RUN_ID.fullmatch(run_id) or not (path / STATE_FILE).is_file():
             known = ", ".join(self.run_ids()[-10:]) or "none"
             raise RunError(f"no run {run_id!r} in {self.runs_dir} (runs: {known})")
         return path
@@ -309,6 +322,8 @@ class Manager:
 
     def _create(self, spec: RunSpec) -> RunState:
         run_id = spec.run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{spec.kind}-{secrets.token_hex(3)}"
+        if not _RUN_ID.fullmatch(run_id):  # a spec built around its validators never gets here
+            raise RunError(f"run id {run_id!r}: letters, digits, '.', '_' and '-' only")
         run_dir = self.runs_dir / run_id
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         try:

@@ -101,7 +101,11 @@ class PolicyServer:
         """Swap the served weights for the checkpoint at ``path``; returns the server's new version."""
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session,
-            session.post(f"{self.base_url}/v1/load_weights", json={"path": str(path)}) as resp,
+            session.post(
+                f"{self.base_url}/v1/load_weights",
+                json={"path": str(path)},
+                headers=self._server.auth_headers(),
+            ) as resp,
         ):
             body: dict[str, Any] = await resp.json(content_type=None)
             if resp.status != 200:

@@ -16,7 +16,9 @@ before you train for it.
 4. CREATE (only when no env fits): write a Python env file in your workspace under envs/NAME.py, \
 a subclass of trajforge.envs.BaseEnv with name, description, generate(index, split=) or a \
 dataset, format_prompt(item) and async compute_reward(item, result, ctx) -> float; then \
-rl_list_environments picks it up and rl_select_environment selects it.
+rl_list_environments lists it as agent/NAME (read, not run) and rl_select_environment("agent/NAME") \
+selects it. Your env runs in a sandbox of its own (no network, no host files) and only once the \
+operator approved that content: if a tool says it is not approved, say so and ask the operator.
 5. CONFIGURE: rl_get_current_config, then rl_edit_config(field, value) one field at a time \
 (steps, group_size, groups_per_step, lr, temperature, max_tokens, env fields such as \
 max_agent_turns or families). Values are validated; a locked field tells you why.

@@ -13,9 +13,9 @@ Per-session state (selected env, the config being edited, runs started, locked f
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
+import re
 import shlex
 import time
 from collections.abc import Awaitable, Callable
@@ -23,8 +23,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from trajforge.envs.sandboxed.static import StaticReadError, read_env_classes
+from trajforge.envs.sandboxed.store import (
+    LIST_PREFIX,
+    MAX_FILE_BYTES,
+    MAX_NAMES,
+    AgentEnvError,
+    AgentEnvStore,
+    StoredVersion,
+    is_agent_ref,
+    not_approved_message,
+    parse_ref,
+)
 from trajforge.rl.config import TrainConfig, TrainConfigError
 from trajforge.rl.manager import Manager, RunError, RunState
 from trajforge.rl.run_config import train_run_spec, validate_train
@@ -37,16 +49,36 @@ _ALWAYS_LOCKED = {
     "output_dir": "each run writes into its own run directory (the run manager chooses it)",
     "env_overrides": "edit the env's fields by name (they are collected here)",
 }
+# Env fields the agent does not set: they name host paths, or the isolation its rollouts get.
+_ENV_LOCKED = {
+    "sandbox": "rollouts run isolated (bwrap, docker); the operator chooses the backend",
+    "dataset_file": "it names a host file: the operator sets data paths",
+    "dataset_name": "it names a host dataset: the operator sets data sources",
+    "tasks_dir": "it names a host directory: the operator sets task directories",
+}
 _TRAIN_FIELDS = [n for n in TrainConfig.model_fields if n not in {"output_dir", "env_overrides"}]
+_FILE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _LOCKED_AFTER_START = ("model", "tool_call_parser")
 
 
 class RLToolSettings(BaseModel):
-    """Where the rl tools look and write."""
+    """Where the rl tools look and write, and whether envs the agent writes may run."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, allow_inf_nan=False)
 
-    envs_dir: Path = Field(Path("envs"), description="user env files (*.py) listed next to the library")
+    envs_dir: Path = Field(
+        Path("envs"), description="the operator's env files (*.py), listed next to the library"
+    )
+    agent_envs_dir: Path = Field(
+        Path("runs/agent_envs"),
+        description="where env files the agent writes in its sandbox are kept on the host (an agent env "
+        "store: never imported, never mixed with envs_dir)",
+    )
+    trust_agent_envs: bool = Field(
+        False,
+        description="approve every env the agent writes when it is selected (--trust-agent-envs); off: "
+        "the operator approves each content, or nothing of it runs",
+    )
     inference_dir: Path = Field(Path("runs/_inference"), description="rl_test_inference's eval runs")
     default_model: str | None = Field(None, description="model dir a new config starts from (embedded)")
     trainer_command: list[str] | None = Field(
@@ -60,12 +92,22 @@ class RLToolSettings(BaseModel):
         "envs", description="env files the agent writes in its sandbox are picked up from here"
     )
 
+    @model_validator(mode="after")
+    def _apart(self) -> RLToolSettings:
+        if self.envs_dir.resolve() == self.agent_envs_dir.resolve():
+            raise ValueError(
+                "agent_envs_dir must not be envs_dir: the agent's env files are kept apart from the "
+                "operator's (choose another --agent-envs-dir)"
+            )
+        return self
+
 
 @dataclass
 class RLSession:
     """One agent session's rl state."""
 
     env: str | None = None
+    label: str = ""
     description: str = ""
     train: dict[str, Any] = field(default_factory=dict)
     env_config: dict[str, Any] = field(default_factory=dict)
@@ -94,12 +136,38 @@ def _schema(required: list[str], **props: dict[str, Any]) -> dict[str, Any]:
 _RUN_ID = {"type": "string", "description": "Run id (default: the last run this session started)."}
 
 
-class RLTools:
-    """The handlers, sharing one manager and one settings object."""
+@dataclass(frozen=True)
+class AgentEnvReview:
+    """What the operator is shown before approving an env the agent wrote."""
 
-    def __init__(self, manager: Manager, settings: RLToolSettings) -> None:
+    label: str
+    path: Path
+    sha256: str
+    size: int
+    classes: list[dict[str, Any]]
+
+
+Approver = Callable[[AgentEnvReview], Awaitable[bool]]
+"""Asks the operator whether an agent-written env may run (the interactive REPL's question)."""
+
+
+@dataclass(frozen=True)
+class _Chosen:
+    ref: str  # what load_env takes
+    label: str  # what the agent sees
+    source: str
+    agent: StoredVersion | None = None
+    class_name: str = ""
+
+
+class RLTools:
+    """The handlers, sharing one manager, one settings object and the operator's approver."""
+
+    def __init__(self, manager: Manager, settings: RLToolSettings, approver: Approver | None = None) -> None:
         self.manager = manager
         self.settings = settings
+        self.approver = approver
+        self.store = AgentEnvStore(settings.agent_envs_dir)
 
     # -------------------------------------------------------------- discover
     async def list_environments(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -111,50 +179,81 @@ class RLTools:
             for name in LIBRARY
             if name in here
         ]
-        imported = await self._import_sandbox_envs(ctx)
-        user, problems = await asyncio.to_thread(_user_envs, self.settings.envs_dir)
-        rows += user
+        copied, problems = await self._copy_sandbox_envs(ctx)
+        user, unreadable = await asyncio.to_thread(_user_envs, self.settings.envs_dir)
+        agent = await asyncio.to_thread(_agent_envs, self.store)
+        rows += user + agent
         out: dict[str, Any] = {"environments": rows}
-        if imported:
-            out["imported_from_sandbox"] = imported
-        if problems:
-            out["not_loadable"] = problems
+        if copied:
+            out["copied_from_sandbox"] = copied
+        if problems or unreadable:
+            out["not_loadable"] = problems + unreadable
         out["hint"] = "rl_select_environment(name) shows an env's config and an example item"
+        if agent:
+            out["agent_envs"] = (
+                "envs you wrote (source: agent) were read without running them; one runs -- in its own "
+                "sandbox -- only once the operator approved that content"
+            )
         return ToolOutput(content=_json(out))
 
-    async def _import_sandbox_envs(self, ctx: ToolContext) -> list[str]:
-        """Env files the agent wrote in its sandbox (``envs/*.py``) become user env files."""
+    async def _copy_sandbox_envs(self, ctx: ToolContext) -> tuple[list[str], list[dict[str, str]]]:
+        """Env files the agent wrote in its sandbox (``envs/*.py``) are copied into the agent env
+        store (never the operator's envs_dir): content-addressed, nothing of them run."""
         sandbox = await ctx.ensure_sandbox()
         if sandbox is None:
-            return []
+            return [], []
         where = shlex.quote(self.settings.sandbox_envs_dir)
-        listing = await sandbox.exec(f"ls -1 {where}/*.py 2>/dev/null || true")
-        copied = []
-        for line in listing.output.splitlines():
-            name = Path(line.strip()).name
-            if not name.endswith(".py") or "/" in name:
+        listing = await sandbox.exec(f"ls -1 {where}/ 2>/dev/null || true")
+        copied: list[str] = []
+        problems: list[dict[str, str]] = []
+        names = [n.strip() for n in listing.output.splitlines() if n.strip().endswith(".py")]
+        for file_name in names[:MAX_NAMES]:
+            stem = file_name[: -len(".py")]
+            if not _FILE_NAME.fullmatch(stem):
+                problems.append(
+                    {"file": file_name[:100], "error": "env file names are NAME.py (letters, digits, _)"}
+                )
                 continue
-            data = await sandbox.read_bytes(f"{self.settings.sandbox_envs_dir}/{name}")
-            target = self.settings.envs_dir / name
-            await asyncio.to_thread(_write, target, data)
-            copied.append(str(target))
-        return copied
+            try:
+                data = await sandbox.read_bytes(
+                    f"{self.settings.sandbox_envs_dir}/{file_name}", MAX_FILE_BYTES + 1
+                )
+                version = await asyncio.to_thread(
+                    self.store.ingest,
+                    stem,
+                    data,
+                    source=f"sandbox:{self.settings.sandbox_envs_dir}/{file_name}",
+                )
+            except (OSError, AgentEnvError) as exc:
+                problems.append({"file": file_name, "error": str(exc)[:300]})
+                continue
+            copied.append(f"{LIST_PREFIX}{version.name}")
+        return copied, problems
 
     async def select_environment(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-        from trajforge.envs import EnvConfig, UnknownEnvError, env_class, load_env
+        from trajforge.envs import EnvConfig, UnknownEnvError, load_env
 
-        ref = str(args.get("name") or "").strip()
-        if not ref:
+        name = str(args.get("name") or "").strip()
+        if not name:
             return ToolOutput.failure("give the env name (rl_list_environments lists them)")
-        ref = self._resolve_ref(ref)
         try:
-            cls = env_class(ref)
-            env = load_env(ref)
+            chosen = await asyncio.to_thread(self._resolve, name)
+        except (AgentEnvError, StaticReadError, OSError) as exc:
+            return ToolOutput.failure(str(exc))
+        if chosen.agent is not None:
+            refused = await self._approve(chosen.agent, chosen.class_name)
+            if refused:
+                return ToolOutput.failure(refused)
+        env: Any = None
+        try:
+            env = await asyncio.to_thread(load_env, chosen.ref)
             await env.setup()
-            example = env.eval_items(1)[0]
-            prompt = env.format_prompt(example)
-        except (UnknownEnvError, ValueError, OSError) as exc:
-            return ToolOutput.failure(f"cannot load {ref}: {exc}")
+            example = (await asyncio.to_thread(env.eval_items, 1))[0]
+            prompt = await asyncio.to_thread(env.format_prompt, example)
+        except (UnknownEnvError, ValueError, OSError, RuntimeError) as exc:
+            return ToolOutput.failure(f"cannot load {chosen.label}: {exc}")
+        finally:
+            await _close_env(env)
         default_model = self.settings.default_model
         if default_model is None:
             from trajforge.endpoint import embedded_weights
@@ -164,17 +263,19 @@ class RLTools:
             except FileNotFoundError:
                 default_model = ""
         session = _session(ctx)
-        session.env = ref
-        session.description = str(getattr(cls, "description", ""))
+        session.env = chosen.ref
+        session.label = chosen.label
+        session.description = str(getattr(env, "description", ""))
         session.env_config_class = type(env.config) if isinstance(env.config, EnvConfig) else EnvConfig
         session.env_config = env.config.model_dump(mode="json")
-        session.train = {**self.settings.train_defaults, "env": ref, "model": default_model}
+        session.train = {**self.settings.train_defaults, "env": chosen.ref, "model": default_model}
         session.env_edits = {}
         session.locked = {}
         return ToolOutput(
             content=_json(
                 {
-                    "selected": ref,
+                    "selected": chosen.label,
+                    "source": chosen.source,
                     "description": session.description,
                     "config": self._view(session),
                     "example_item": example,
@@ -184,22 +285,66 @@ class RLTools:
             )
         )
 
-    def _resolve_ref(self, ref: str) -> str:
-        """A bare user env file name (``my_env`` / ``my_env.py:MyEnv``) resolves into envs_dir."""
-        if ":" in ref and not ref.split(":", 1)[0].endswith(".py"):
-            return ref
-        where, _, cls = ref.partition(":")
-        path = self.settings.envs_dir / (where if where.endswith(".py") else f"{where}.py")
-        if path.is_file() and "/" not in where:
-            if not cls:
-                classes = _env_classes(path)
-                cls = classes[0] if len(classes) == 1 else ""
-            return f"{path.resolve()}:{cls}" if cls else ref
-        return ref
+    def _resolve(self, name: str) -> _Chosen:
+        """The env ``name`` means, among what rl_list_environments lists: a library name, an
+        operator's env file of envs_dir (``NAME`` / ``NAME:Class``), or an env the agent wrote
+        (``agent/NAME`` / ``agent/NAME:Class``). No other path or module is imported for the agent."""
+        from trajforge.envs.catalog import LIBRARY, available
+
+        if name in LIBRARY and name in available():
+            return _Chosen(ref=name, label=name, source="library")
+        if name.startswith(LIST_PREFIX):
+            stem, _, cls = name[len(LIST_PREFIX) :].partition(":")
+            versions = {v.name: v for v in self.store.latest()}
+            version = versions.get(stem)
+            if version is None:
+                known = ", ".join(LIST_PREFIX + n for n in versions) or "none"
+                raise AgentEnvError(
+                    f"no env {name!r} of yours; write envs/{stem}.py in your workspace and call "
+                    f"rl_list_environments first (yours: {known})"
+                )
+            cls = cls or _single_class([c["class"] for c in version.classes], name)
+            if cls not in {c["class"] for c in version.classes}:
+                raise AgentEnvError(f"{version.name}.py has no env class {cls!r}")
+            ref = version.ref(cls)
+            return _Chosen(ref=str(ref), label=ref.label, source="agent", agent=version, class_name=cls)
+        where, _, cls = name.partition(":")
+        path = Path(where)
+        if path.is_absolute() and path.parent.resolve() == self.settings.envs_dir.resolve():
+            where = path.name
+        stem = where.removesuffix(".py")
+        path = self.settings.envs_dir / f"{stem}.py"
+        if not _FILE_NAME.fullmatch(stem) or not path.is_file():
+            raise AgentEnvError(
+                f"unknown env {name!r}: choose one rl_list_environments lists (a library name, an env "
+                f"file of the operator's, or {LIST_PREFIX}NAME for an env you wrote)"
+            )
+        classes = [c.class_name for c in read_env_classes(path.read_bytes(), path.name)]
+        cls = cls or _single_class(classes, name)
+        return _Chosen(ref=f"{path.resolve()}:{cls}", label=f"{stem}:{cls}", source="user")
+
+    async def _approve(self, version: StoredVersion, class_name: str) -> str | None:
+        """None when ``version`` may run (approved before, or now by the operator); else why not."""
+        if version.approved:
+            return None
+        label = version.ref(class_name).label
+        if self.settings.trust_agent_envs:
+            by = "--trust-agent-envs"
+        elif self.approver is not None and await self.approver(
+            AgentEnvReview(
+                label, version.path, version.sha256, int(version.record.get("size", 0)), version.classes
+            )
+        ):
+            by = "the operator, interactively"
+        else:
+            return not_approved_message(label, version.sha256)
+        await asyncio.to_thread(self.store.approve, version.name, version.sha256, by=by)
+        return None
 
     # -------------------------------------------------------------- configure
     def _view(self, session: RLSession) -> dict[str, Any]:
-        locked = {**_ALWAYS_LOCKED, **session.locked}
+        env_locked = {k: v for k, v in _ENV_LOCKED.items() if k in session.env_config}
+        locked = {**_ALWAYS_LOCKED, **env_locked, **session.locked}
         train_fields = {
             name: session.train.get(name, TrainConfig.model_fields[name].default) for name in _TRAIN_FIELDS
         }
@@ -209,7 +354,7 @@ class RLTools:
         session = _session(ctx)
         if session.env is None:
             return ToolOutput.failure("no environment selected: call rl_select_environment first")
-        return ToolOutput(content=_json({"environment": session.env, **self._view(session)}))
+        return ToolOutput(content=_json({"environment": session.label or session.env, **self._view(session)}))
 
     async def edit_config(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         from trajforge.envs import EnvConfigError, parse_env_config
@@ -219,7 +364,7 @@ class RLTools:
             return ToolOutput.failure("no environment selected: call rl_select_environment first")
         name = str(args.get("field") or "")
         value = _parse_value(args.get("value"))
-        locked = {**_ALWAYS_LOCKED, **session.locked}
+        locked = {**_ALWAYS_LOCKED, **_ENV_LOCKED, **session.locked}
         if name in locked:
             return ToolOutput.failure(f"{name} is locked: {locked[name]}")
         if name in _TRAIN_FIELDS:
@@ -233,7 +378,9 @@ class RLTools:
             data = {**session.env_config, name: value}
             try:
                 conf = parse_env_config(data, session.env_config_class)
-            except EnvConfigError as exc:
+                if is_agent_ref(session.env):
+                    conf = await self._validate_in_env_host(session.env, conf)
+            except (EnvConfigError, AgentEnvError, RuntimeError) as exc:
                 return ToolOutput.failure(f"{name}={value!r} rejected: {exc}")
             session.env_config = conf.model_dump(mode="json")
             session.env_edits[name] = session.env_config[name]
@@ -242,11 +389,34 @@ class RLTools:
             return ToolOutput.failure(f"unknown field {name!r}; fields: {', '.join(known)}")
         return ToolOutput(content=_json({"changed": {name: value}, "config": self._view(session)}))
 
+    async def _validate_in_env_host(self, ref: str, conf: Any) -> Any:
+        """An agent env's own fields are its config class's to check: in its env host."""
+        from trajforge.envs import load_env
+
+        env: Any = None
+        try:
+            env = await asyncio.to_thread(load_env, ref, config=conf)
+            return env.config
+        finally:
+            await _close_env(env)
+
+    async def _still_approved(self, ref: str) -> str | None:
+        try:
+            parsed = parse_ref(ref)
+            await asyncio.to_thread(AgentEnvStore(parsed.store).read_approved, parsed)
+        except AgentEnvError as exc:
+            return str(exc)
+        return None
+
     # -------------------------------------------------------------- train
     async def start_training(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         session = _session(ctx)
         if session.env is None:
             return ToolOutput.failure("no environment selected: call rl_select_environment first")
+        if is_agent_ref(session.env):
+            refused = await self._still_approved(session.env)
+            if refused:
+                return ToolOutput.failure(refused)
         try:
             spec = train_run_spec(
                 {**session.train, "env_overrides": session.env_edits},
@@ -342,6 +512,10 @@ class RLTools:
         session = _session(ctx)
         if session.env is None:
             return ToolOutput.failure("no environment selected: call rl_select_environment first")
+        if is_agent_ref(session.env):
+            refused = await self._still_approved(session.env)
+            if refused:
+                return ToolOutput.failure(refused)
         n = int(args.get("n") or 3)
         if not 1 <= n <= 50:
             return ToolOutput.failure("n must be between 1 and 50 items")
@@ -372,7 +546,8 @@ class RLTools:
             )
         table = _table(rows)
         ok = any("error" not in r for r in rows)
-        out = _json({"environment": session.env, "items_per_model": n, "results": rows}) + "\n\n" + table
+        out = _json({"environment": session.label or session.env, "items_per_model": n, "results": rows})
+        out += "\n\n" + table
         return (
             ToolOutput(content=out) if ok else ToolOutput.failure("no model could be evaluated", content=out)
         )
@@ -399,7 +574,7 @@ class RLTools:
 
         assert session.env is not None
         conf = parse_env_config(session.env_config, session.env_config_class)
-        env = load_env(session.env, config=conf)
+        env: Any = None
         safe = "".join(c if c.isalnum() else "-" for c in label)[-40:]
         run_dir = (
             self.settings.inference_dir
@@ -410,6 +585,7 @@ class RLTools:
         )
         registry = default_registry()
         try:
+            env = await asyncio.to_thread(load_env, session.env, config=conf)
             if path is None:
                 async with open_chat_model(EndpointConfig()) as model:
                     result = await run_eval(
@@ -427,6 +603,7 @@ class RLTools:
         finally:
             await close_factory(factory)
             await registry.aclose()
+            await _close_env(env)
         return result.summary, run_dir
 
 
@@ -466,55 +643,89 @@ def _parse_value(value: Any) -> Any:
     return value
 
 
-def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+def _single_class(classes: list[str], name: str) -> str:
+    if len(classes) == 1:
+        return classes[0]
+    if not classes:
+        raise AgentEnvError(f"{name}: no env class found (a subclass of trajforge.envs.BaseEnv)")
+    raise AgentEnvError(
+        f"{name} has several env classes; name one: {', '.join(f'{name}:{c}' for c in classes)}"
+    )
 
 
-def _env_classes(path: Path) -> list[str]:
-    """Class names in a file that look like envs (found without importing it)."""
-    try:
-        tree = ast.parse(path.read_text())
-    except (OSError, SyntaxError, ValueError):
-        return []
-    return [
-        node.name
-        for node in tree.body
-        if isinstance(node, ast.ClassDef)
-        and any(isinstance(b, ast.Name | ast.Attribute) and "Env" in ast.unparse(b) for b in node.bases)
-    ]
+async def _close_env(env: Any) -> None:
+    """Envs that hold a process (an agent env's env host) are closed as soon as they are done with."""
+    close = getattr(env, "aclose", None)
+    if close is not None:
+        await close()
 
 
 def _user_envs(envs_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-    from trajforge.envs import UnknownEnvError, env_class
-
+    """The operator's env files, read statically (listing imports nothing)."""
     rows: list[dict[str, Any]] = []
     problems: list[dict[str, str]] = []
     if not envs_dir.is_dir():
         return rows, problems
     for path in sorted(envs_dir.glob("*.py")):
-        for cls_name in _env_classes(path):
-            ref = f"{path.resolve()}:{cls_name}"
-            try:
-                cls = env_class(ref)
-            except (UnknownEnvError, ValueError) as exc:
-                problems.append({"file": str(path), "class": cls_name, "error": str(exc)[:500]})
-                continue
-            rows.append({"name": ref, "source": "user", "description": str(getattr(cls, "description", ""))})
+        try:
+            classes = read_env_classes(path.read_bytes(), path.name)
+        except (OSError, StaticReadError) as exc:
+            problems.append({"file": str(path), "error": str(exc)[:500]})
+            continue
+        for c in classes:
+            name = path.stem if len(classes) == 1 else f"{path.stem}:{c.class_name}"
+            rows.append(
+                {
+                    "name": name,
+                    "source": "user",
+                    "description": c.description or c.doc or "",
+                    "file": str(path),
+                }
+            )
     return rows, problems
+
+
+def _agent_envs(store: AgentEnvStore) -> list[dict[str, Any]]:
+    """The latest version of each env the agent wrote, as its source reads (never run)."""
+    rows: list[dict[str, Any]] = []
+    for version in store.latest():
+        classes = version.classes
+        if not classes:
+            problem = (
+                version.record.get("problem") or "no env class found (a subclass of trajforge.envs.BaseEnv)"
+            )
+            rows.append({"name": f"{LIST_PREFIX}{version.name}", "source": "agent", "error": problem})
+        for c in classes:
+            rows.append(
+                {
+                    "name": f"{LIST_PREFIX}{version.name}" + ("" if len(classes) == 1 else f":{c['class']}"),
+                    "source": "agent",
+                    "approved": version.approved,
+                    "sha256": version.sha256[:16],
+                    "class": c["class"],
+                    **({"env_name": c["name"]} if "name" in c else {}),
+                    **{k: v for k, v in c.items() if k in ("description", "doc", "config")},
+                }
+            )
+    return rows
 
 
 Handler = Callable[[dict[str, Any], ToolContext], Awaitable[ToolOutput]]
 
 
-def rl_tools(manager: Manager, settings: RLToolSettings | None = None) -> list[FunctionTool]:
-    """The ten rl tools over ``manager`` (toolset ``rl``), for an agent's own tool list."""
-    h = RLTools(manager, settings or RLToolSettings())
+def rl_tools(
+    manager: Manager, settings: RLToolSettings | None = None, approver: Approver | None = None
+) -> list[FunctionTool]:
+    """The ten rl tools over ``manager`` (toolset ``rl``), for an agent's own tool list.
+    ``approver`` asks the operator before an env the agent wrote runs (None: only
+    ``settings.trust_agent_envs`` or an earlier approval lets one run)."""
+    h = RLTools(manager, settings or RLToolSettings(), approver)
     specs: list[tuple[str, str, dict[str, Any], Handler, bool]] = [
         (
             "rl_list_environments",
-            "List RL environments: the shipped library and user env files (env files you wrote in "
-            "your workspace under envs/*.py are picked up too).",
+            "List RL environments: the shipped library, the operator's env files, and env files you "
+            "wrote in your workspace under envs/NAME.py (listed as agent/NAME; read, not run: one runs "
+            "in its own sandbox once the operator approved it).",
             _schema([]),
             h.list_environments,
             False,
@@ -524,7 +735,11 @@ def rl_tools(manager: Manager, settings: RLToolSettings | None = None) -> list[F
             "Select an environment: starts a fresh training config from its defaults and shows its "
             "config, an example item and the prompt the model sees.",
             _schema(
-                ["name"], name={"type": "string", "description": "Env name or path/to/file.py:ClassName."}
+                ["name"],
+                name={
+                    "type": "string",
+                    "description": "An env name rl_list_environments lists (agent/NAME for yours).",
+                },
             ),
             h.select_environment,
             False,

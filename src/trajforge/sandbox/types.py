@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 SandboxKind = Literal["bwrap", "local", "docker"]
 
@@ -48,6 +48,8 @@ class SandboxLimits(BaseModel):
 
 class SandboxConfig(BaseModel):
     """How to build a sandbox. One config serves many sandboxes (one per rollout)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)  # timeouts are finite numbers
 
     kind: SandboxKind = Field("bwrap", description="bwrap (default), local (no isolation), docker")
     network: bool = Field(False, description="allow network access (bwrap/docker); off by default")

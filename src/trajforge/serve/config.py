@@ -41,7 +41,7 @@ def check_model_dir(path: Path) -> Path:
 class ServeConfig(BaseModel):
     """Everything ``trajforge serve`` needs; one object handed from the CLI to the server."""
 
-    model_config = ConfigDict(frozen=True, protected_namespaces=())
+    model_config = ConfigDict(frozen=True, protected_namespaces=(), allow_inf_nan=False)
 
     model_path: Path = Field(description="local transformers model directory (config, weights, tokenizer)")
     served_model_name: str | None = Field(
@@ -69,6 +69,17 @@ class ServeConfig(BaseModel):
         default=1024, ge=1, description="max_tokens when a request gives none (capped by the context length)"
     )
     logprobs_mode: LogprobsMode = Field(default="raw", description="see LogprobsMode")
+    token_file: Path | None = Field(
+        default=None,
+        description="where the server writes its token for the mutating endpoints (mode 0600, removed "
+        "at exit); `trajforge serve` defaults to $XDG_RUNTIME_DIR/trajforge/serve-PORT.token or "
+        "~/.cache/trajforge/serve/serve-PORT.token",
+    )
+    weights_dir: Path | None = Field(
+        default=None,
+        description="/v1/load_weights loads only checkpoint directories inside this one (default: any "
+        "the server's user can read, for a caller with the token)",
+    )
 
     @field_validator("model_path")
     @classmethod

@@ -12,12 +12,17 @@ the tail of its log. The child's log goes to a file (``log_path``) so a long run
 a full pipe. The child's stdin is a pipe this process never writes to, and the child stops when
 it closes (``--exit-with-stdin``), so a server never outlives the process that started it, even
 one killed with SIGKILL.
+
+The child writes its token for ``/v1/load_weights`` into a file in a directory only this user can
+enter (``--token-file``, a fresh ``mkdtemp``); it is read once the server is ready and sent by
+:meth:`LocalServer.auth_headers`. The token is never on a command line or in the log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -64,6 +69,14 @@ class LocalServer:
         self._proc: asyncio.subprocess.Process | None = None
         self._log: IO[bytes] | None = None
         self._drain: asyncio.Task[None] | None = None
+        self._token_dir: Path | None = None
+        self.token: str | None = None
+
+    def auth_headers(self) -> dict[str, str]:
+        """The header the server's mutating endpoints require."""
+        if self.token is None:
+            raise LocalServerError("the server is not running")
+        return {"Authorization": f"Bearer {self.token}"}
 
     @property
     def openai_base_url(self) -> str:
@@ -99,8 +112,12 @@ class LocalServer:
             self.log_path = Path(tempfile.mkdtemp(prefix="trajforge-serve-")) / "serve.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("wb")
+        self._token_dir = Path(tempfile.mkdtemp(prefix="trajforge-serve-token-"))  # 0700, ours
+        token_file = self._token_dir / "token"
         self._proc = await asyncio.create_subprocess_exec(
             *self.command(),
+            "--token-file",
+            str(token_file),
             "--exit-with-stdin",  # with the pipe below; command() alone is a plain serve command
             stdout=asyncio.subprocess.PIPE,
             stderr=self._log,
@@ -108,6 +125,7 @@ class LocalServer:
         )
         try:
             self.base_url = await asyncio.wait_for(self._read_address(), self.startup_timeout)
+            self.token = await asyncio.to_thread(_read_token, token_file)
             await self._wait_healthy()
         except TimeoutError:
             await self.stop()
@@ -175,7 +193,11 @@ class LocalServer:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self._token_dir is not None:
+            shutil.rmtree(self._token_dir, ignore_errors=True)
+            self._token_dir = None
         self.base_url = None
+        self.token = None
 
     def _log_tail(self, limit: int = 4000) -> str:
         if self.log_path is None or not self.log_path.exists():
@@ -190,3 +212,12 @@ class LocalServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def _read_token(path: Path) -> str:
+    """The token the child wrote before its ready line (a short line; anything else is an error)."""
+    with open(path, "rb") as f:
+        token = f.read(1024).decode("ascii", "replace").strip()
+    if not token:
+        raise LocalServerError("trajforge serve wrote no token")
+    return token

@@ -44,7 +44,7 @@ class ToolsConfigError(ValueError):
 class ToolsConfig(BaseModel):
     """Backends of the toolsets that need one. The empty config offers terminal and file only."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     network: NetPolicy = Field(
         default_factory=NetPolicy,

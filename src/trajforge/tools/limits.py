@@ -20,7 +20,7 @@ DEFAULT_MAX_COMMAND_TIMEOUT_S = 600.0
 class ToolLimits(BaseModel):
     """The largest duration or size a model may set in a tool call's arguments."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     max_command_timeout_s: float = Field(
         DEFAULT_MAX_COMMAND_TIMEOUT_S,
