@@ -27,10 +27,6 @@ _ELSEWHERE = {
     # subclasses of third-party config models (their fields are the libraries')
     "trajforge.envs.adapters.atropos.AtroposEnvConfig",
     "trajforge.envs.verifiers_adapter.EnvHarnessConfig",
-    # tools/ modules being reworked for the URL gate of #24 at the same time (reported to the lead)
-    "trajforge.tools.browser.BrowserConfig",
-    "trajforge.tools.web.WebConfig",
-    "trajforge.tools.image_gen.ImageGenConfig",
 }
 
 

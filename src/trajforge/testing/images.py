@@ -31,7 +31,7 @@ from aiohttp import web
 
 from trajforge.testing.wire import error_body
 
-_SIZE = re.compile(r"^\d{2,5}x\d{2,5}$|^auto$")
+_SIZE = re.compile(r"\d{2,5}x\d{2,5}|auto")
 
 
 def solid_png(rgb: tuple[int, int, int], side: int = 8) -> bytes:
@@ -66,7 +66,7 @@ def validate_generation(body: Any) -> str | None:
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 10:
         return "'n' must be an integer from 1 to 10"
     size = body.get("size")
-    if size is not None and (not isinstance(size, str) or not _SIZE.match(size)):
+    if size is not None and (not isinstance(size, str) or not _SIZE.fullmatch(size)):
         return f"'size' must look like 1024x1024, got {size!r}"
     fmt = body.get("response_format")
     if fmt is not None and fmt not in ("url", "b64_json"):

@@ -64,7 +64,7 @@ VisionAsk = Callable[[bytes, str], Awaitable[str]]
 """``(png_bytes, question) -> answer``: how ``browser_vision`` asks a vision model."""
 
 _STATE_KEY = "browser_session"
-_REF = re.compile(r"^(f\d+)?e\d+$")
+_REF = re.compile(r"(f\d+)?e\d+")
 _HOP_REQUEST = frozenset({"host", "content-length", "connection", "accept-encoding", "keep-alive", "te"})
 _HOP_RESPONSE = frozenset(
     {"content-encoding", "content-length", "transfer-encoding", "connection", "keep-alive"}
@@ -85,7 +85,7 @@ def find_chromium() -> str | None:
 class BrowserConfig(BaseModel):
     """Settings of the browser toolset."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     executable: str | None = Field(
         None, description="Chromium binary (default: `chromium` on PATH, from the distribution package)"
@@ -502,7 +502,7 @@ def chat_model_vision(model: ChatModel, sampling: SamplingParams | None = None) 
 
 def _ref(args: dict[str, Any]) -> str:
     ref = req_str(args, "ref").strip().strip("[]").removeprefix("ref=")
-    if not _REF.match(ref):
+    if not _REF.fullmatch(ref):
         raise ArgumentError(
             f"argument 'ref' must be an element ref from browser_snapshot such as 'e12'; got {ref!r}"
         )

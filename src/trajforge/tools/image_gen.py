@@ -36,7 +36,7 @@ def _default_sizes() -> dict[AspectRatio, str]:
 class ImageGenConfig(BaseModel):
     """Where ``image_generate`` sends prompts; not offered until ``base_url`` and ``model`` are set."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     provider: Literal["openai"] = Field(
         "openai", description="API spoken: openai = POST {base_url}/images/generations"

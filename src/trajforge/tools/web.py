@@ -45,7 +45,7 @@ USER_AGENT = "Mozilla/5.0 (compatible; trajforge-web/0.1)"
 class WebConfig(BaseModel):
     """Settings of the web toolset. Without a ``provider`` only ``web_extract`` is offered."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     provider: Provider | None = Field(None, description="search backend: searxng, brave or tavily")
     endpoint: HttpUrl | None = Field(
