@@ -127,6 +127,12 @@ while IFS=' ' builtin read -r __tf_n __tf_nonce __tf_cwd; do
 done
 """
 
+# A command can read the loop's nonce (it runs in the loop's shell) and write the status line
+# itself: its call then ends early. Its real end shows up later, while the next command waits.
+_OVERRAN = (
+    "\n[the command before this one reported its end early (it wrote the shell's status line "
+    "itself) and went on running in the shell until now]\n"
+)
 _RESTORE_S = 10.0  # how long a restored shell may take to source its snapshot
 _GRACE_S = 0.2  # how long to keep reading after the command exits while a background job holds the pipe
 _PROCS_HEADROOM = 0.8  # at this share of the process limit, everything but the agent is killed
@@ -539,6 +545,7 @@ class Agent:
         )
         self.snapshot = os.path.join(self.out_dir, "snapshot.sh")
         self.shell: Shell | None = None
+        self.previous_nonce: str | None = None  # the last command's, in the current shell
         self.restorable = False  # whether the next shell starts from the snapshot
         self.kernel: Kernel | None = None
         if reusable or _in_own_pid_namespace():  # a real sandbox: nothing of the host's keyring
@@ -665,6 +672,7 @@ class Agent:
     def _forget_shell(self) -> None:
         """Drop our handle on the shell (killed already, or about to be by the caller)."""
         shell, self.shell = self.shell, None
+        self.previous_nonce = None
         if shell is not None:
             with suppress(ProcessLookupError, PermissionError):
                 os.kill(shell.pid, signal.SIGKILL)
@@ -848,6 +856,7 @@ class Agent:
         or the deadline passes: then the command and the shell are killed); then what is still in
         the FIFO, as :meth:`_collect` does for a pipe. (exit code or "cwd", timed out, note)."""
         prefix = nonce + " "
+        previous, self.previous_nonce = self.previous_nonce, nonce
         code: int | str | None = None
         note = ""
         timed_out = False
@@ -860,8 +869,11 @@ class Agent:
                     if line.startswith(prefix):
                         word = line[len(prefix) :]
                         code = int(word) if word.lstrip("-").isdigit() else word
+                    elif previous and line.startswith(previous + " "):
+                        note = _OVERRAN  # its real end: that one's status line was forged
                 if code is None and shell.poll() is not None:
-                    code, note = self._shell_exited(shell, nonce)
+                    code, ended = self._shell_exited(shell, nonce, previous)
+                    note = ended if ended.startswith(_OVERRAN) else note + ended
                 elif code is None and now >= deadline:
                     timed_out = True
                     self._kill_command(shell, last_pid)
@@ -909,7 +921,7 @@ class Agent:
             shell.restored = False  # a restored shell that got through a command works
         return code, timed_out, note
 
-    def _shell_exited(self, shell: Shell, nonce: str) -> tuple[int, str]:
+    def _shell_exited(self, shell: Shell, nonce: str, previous: str | None) -> tuple[int, str]:
         """The shell ended during the command: its exit code, and what the model is told. When
         its EXIT trap saved the session (``exit``, ``set -e``, ``set -u``), the next command
         simply gets a new shell from that snapshot, as if the shell had never gone; otherwise
@@ -926,6 +938,9 @@ class Agent:
             self.restorable = True
             return int(word[len(nonce) + 1 :]), ""
         code = shell.exit_code if shell.exit_code is not None else 0
+        if previous and word.startswith(previous + " "):
+            self.restorable = True
+            return code, _OVERRAN + "[... and then ended the shell: this command did not run]\n"
         return code, (
             f"\n[the shell ended (status {code}) without saving its state; the next command runs in a "
             "new shell with the session as it was before this command]\n"
