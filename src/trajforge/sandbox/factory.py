@@ -96,6 +96,9 @@ class ProcessSandboxFactory:
         self.agent_file: AgentFile | None = None  # set by a backend that compiles the agent
         self._live = 0  # sandboxes asked for and not yet closed
         self._peak_live = 0
+        self._resetting = 0  # resets in flight: sandboxes about to be idle
+        self._claims = 0  # creates waiting for one of those
+        self._returned = asyncio.Condition()  # notified whenever a reset ends
 
     @property
     def reuse(self) -> bool:
@@ -162,6 +165,17 @@ class ProcessSandboxFactory:
 
     async def _obtain(self, task_id: str, cwd: str | None, image: str | None) -> Resident:
         resident = await self._take_idle(cwd) if self.reuse else None
+        # A reset takes a few milliseconds, a build ~30 ms of CPU: with one in flight that no other
+        # create has claimed yet, wait for it rather than build (a sample that ends hands its
+        # sandbox to the next one even while the reset still runs).
+        while resident is None and self.reuse and self._resetting > self._claims:
+            self._claims += 1
+            try:
+                async with self._returned:
+                    await self._returned.wait()
+            finally:
+                self._claims -= 1
+            resident = await self._take_idle(cwd)
         if resident is None:
             async with self._building:
                 # One may have come back while this create waited for its turn to build.
@@ -206,13 +220,26 @@ class ProcessSandboxFactory:
         if not self.reuse:
             await resident.destroy(self.io, self.config.keep)
             return
-        problem = await self._reset(resident)
+        self._resetting += 1
+        try:
+            problem = await self._reset(resident)
+        except BaseException:
+            self._resetting -= 1
+            await self._notify_returned()
+            raise
+        self._resetting -= 1
         if problem is None and self.reuse and len(self._idle) < self._idle_cap():
             self._idle.append(resident)
+            await self._notify_returned()
             return
+        await self._notify_returned()  # nothing came back: a waiting create builds instead
         if problem is not None:
             self.stats.discard(problem)
         await resident.destroy(self.io, False)
+
+    async def _notify_returned(self) -> None:
+        async with self._returned:
+            self._returned.notify_all()
 
     def _idle_cap(self) -> int:
         return self._peak_live if self.max_idle is None else self.max_idle
