@@ -37,6 +37,10 @@ async def _setup(sb: Any) -> None:
     assert res.output == "ok\n", res
 
 
+def _mounts() -> str:
+    return Path("/proc/self/mountinfo").read_text()
+
+
 def _factory(tmp_path: Path, **kw: Any):
     return create_sandbox_factory(SandboxConfig(kind="bwrap", root_dir=str(tmp_path / "sb"), **kw))
 
@@ -79,8 +83,7 @@ async def test_children_are_apart_from_their_siblings_and_the_template(tmp_path,
         assert counts["templates"] == 1 and counts["forked"] == 3, counts
         root = template.root
     assert not root.exists()  # the factory's close removed the template
-    with open("/proc/self/mountinfo") as f:
-        assert str(tmp_path) not in f.read()  # no overlay or tmpfs left mounted
+    assert str(tmp_path) not in _mounts()  # no overlay or tmpfs left mounted
 
 
 async def test_a_template_is_prepared_once_per_key(tmp_path):
