@@ -832,7 +832,8 @@ class Agent:
             )
         finally:
             _unlink(fifo)
-            _unlink(os.path.join(self.cmd_dir, f"c{self.counter}.cwd"))
+            if cwd is not None:
+                _unlink(os.path.join(self.cmd_dir, f"c{self.counter}.cwd"))
         if code == "cwd":
             return self._answer(req, 1, f"cwd does not exist: {cwd!r}".encode(), started, cap)
         note += said
@@ -1083,8 +1084,11 @@ def _open_fifo(path: str, run_as: tuple[int, int] | None) -> tuple[int, int]:
     """A command's output FIFO, in our own directory and owned by the commands' uid (its shell
     opens it for writing): our read end, and a write end we hold until the command is over, so
     that until then the reader never sees EOF (the shell has not opened it yet, or reopened it)."""
-    _unlink(path)
-    os.mkfifo(path, 0o600)
+    try:
+        os.mkfifo(path, 0o600)
+    except FileExistsError:  # left by an agent that died mid-command (never by a command: our dir)
+        _unlink(path)
+        os.mkfifo(path, 0o600)
     if run_as is not None:
         os.chown(path, *run_as)
     reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)

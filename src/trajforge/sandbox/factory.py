@@ -205,6 +205,11 @@ class ProcessSandboxFactory:
 
     async def _obtain(self, task_id: str, cwd: str | None, image: str | None) -> Resident:
         resident = await self._take_idle(cwd) if self.reuse else None
+        if resident is None and self.reuse:
+            # A sample that just ended may have asked for its close without it having started
+            # yet (a task scheduled by the batch): let it start, so its reset counts below.
+            await asyncio.sleep(0)
+            resident = await self._take_idle(cwd)
         # A reset takes a few milliseconds, a build ~30 ms of CPU: with one in flight that no other
         # create has claimed yet, wait for it rather than build (a sample that ends hands its
         # sandbox to the next one even while the reset still runs).
