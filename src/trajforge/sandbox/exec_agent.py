@@ -488,6 +488,7 @@ class Shell:
         self.restored = restored
         self.pending = b""  # status bytes read past the last full line
         self.exit_code: int | None = None
+        self.eof = False  # no writer of the status pipe is left
 
     def lines(self) -> list[str]:
         """Status lines the shell has written since the last call (non-blocking). A command that
@@ -498,8 +499,8 @@ class Shell:
                 chunk = os.read(self.status, 65536)
             except BlockingIOError:
                 break
-            if not chunk:  # every writer is gone: the shell has exited
-                self.poll(block=True)
+            if not chunk:  # every writer is gone: the shell exited, or a command closed its
+                self.eof = True  # copy of the pipe (then it can never report: the caller kills it)
                 break
             self.pending += chunk
         if b"\n" in self.pending:
@@ -741,7 +742,7 @@ class Agent:
         while time.monotonic() < deadline:
             if line in shell.lines():
                 return True
-            if shell.poll() is not None:
+            if shell.eof or shell.poll() is not None:
                 return False
             select.select([shell.status], [], [], min(0.05, max(0.0, deadline - time.monotonic())))
         return False
@@ -872,6 +873,10 @@ class Agent:
                         code = int(word) if word.lstrip("-").isdigit() else word
                     elif previous and line.startswith(previous + " "):
                         note = _OVERRAN  # its real end: that one's status line was forged
+                if code is None and shell.eof and shell.poll() is None:
+                    with suppress(ProcessLookupError, PermissionError):  # alive but mute for good
+                        os.kill(shell.pid, signal.SIGKILL)
+                    shell.poll(block=True)
                 if code is None and shell.poll() is not None:
                     code, ended = self._shell_exited(shell, nonce, previous)
                     note = ended if ended.startswith(_OVERRAN) else note + ended
