@@ -164,3 +164,9 @@ async def test_a_command_that_closes_the_loops_own_fds_costs_only_its_shell(sand
     )
     assert not res.timed_out and "as it was before this command" in res.output, res
     assert await _out(sandbox, "f") == "f\n"
+
+
+async def test_a_command_with_a_lone_surrogate_reaches_the_shell_as_its_byte(sandbox):
+    """A model's JSON can carry "\\udc80"; the request goes out as JSON all the same and the shell
+    gets the byte it stands for (surrogateescape), as before the resident shell."""
+    assert await _out(sandbox, "printf '%s' '\udc80' | od -An -tx1 | tr -d ' '") == "80\n"
