@@ -499,8 +499,8 @@ class Shell:
                 chunk = os.read(self.status, 65536)
             except BlockingIOError:
                 break
-            if not chunk:  # every writer is gone: the shell exited, or a command closed its
-                self.eof = True  # copy of the pipe (then it can never report: the caller kills it)
+            if not chunk:  # every writer is gone: the shell exited, was replaced (``exec``), or a
+                self.eof = True  # command closed its copy (it can never report: its timeout ends it)
                 break
             self.pending += chunk
         if b"\n" in self.pending:
@@ -873,10 +873,6 @@ class Agent:
                         code = int(word) if word.lstrip("-").isdigit() else word
                     elif previous and line.startswith(previous + " "):
                         note = _OVERRAN  # its real end: that one's status line was forged
-                if code is None and shell.eof and shell.poll() is None:
-                    with suppress(ProcessLookupError, PermissionError):  # alive but mute for good
-                        os.kill(shell.pid, signal.SIGKILL)
-                    shell.poll(block=True)
                 if code is None and shell.poll() is not None:
                     code, ended = self._shell_exited(shell, nonce, previous)
                     note = ended if ended.startswith(_OVERRAN) else note + ended
@@ -898,7 +894,8 @@ class Agent:
             elif now - done_at > _GRACE_S:
                 break
             wait = 0.05 if done_at is not None else min(0.05, max(0.0, deadline - now))
-            watch = [reader] if done_at is not None else [reader, shell.status]
+            # Once the status pipe is at EOF it is always "readable": watch the output alone then.
+            watch = [reader] if done_at is not None or shell.eof else [reader, shell.status]
             ready, _, _ = select.select(watch, [], [], wait)
             if reader in ready:
                 try:
