@@ -126,7 +126,18 @@ def main() -> None:
         help="skip the baseline run (same settings, --no-sandbox-reuse: a new sandbox per sample)",
     )
     p.add_argument("--profile", default=None, help="write cProfiles of the parent to PROFILE.<run>")
+    p.add_argument(
+        "--compare-src",
+        default=None,
+        help="another checkout's src/ (e.g. `git archive COMMIT src | tar -x -C /tmp/before`): the same "
+        "run on it and on this one, alternating --rounds times, each in a process of its own, with the "
+        "load average at each start and the medians' ratios (implies --no-baseline)",
+    )
+    p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()
+    if args.compare_src:
+        _compare(args)
+        return
 
     with scripted_endpoint(args.latency, prefix="tf-bench-", prompts=args.samples) as endpoint:
         results = {"default": _run(args, endpoint, "default", reuse=True)}
@@ -137,6 +148,42 @@ def main() -> None:
                 2,
             )
     print(orjson.dumps(results, option=orjson.OPT_INDENT_2).decode())
+
+
+def _compare(args: argparse.Namespace) -> None:
+    import statistics
+    import subprocess
+
+    argv = [
+        sys.executable,
+        __file__,
+        "--no-baseline",
+        "--samples",
+        str(args.samples),
+        "--latency",
+        str(args.latency),
+    ]
+    argv += ["--sandbox", args.sandbox]
+    for flag, value in (("--concurrency", args.concurrency), ("--workers", args.workers)):
+        if value is not None:
+            argv += [flag, str(value)]
+    this_src = str(Path(__file__).resolve().parents[1] / "src")
+    runs: dict[str, list[dict]] = {"compare": [], "this": []}
+    for _ in range(args.rounds):
+        for name, src in (("compare", args.compare_src), ("this", this_src)):
+            load = Path("/proc/loadavg").read_text().split()[0]
+            done = subprocess.run(
+                argv, env=dict(os.environ, PYTHONPATH=src), capture_output=True, text=True, check=True
+            )
+            run = orjson.loads(done.stdout[done.stdout.index("{") :])["default"]
+            run["load_at_start"] = float(load)
+            runs[name].append(run)
+    keys = ("trajectories_per_s", "cpu_s_per_trajectory", "getrusage_cpu_s_per_trajectory")
+    medians = {
+        name: {k: statistics.median(r[k] for r in rs if r[k] is not None) for k in keys}
+        for name, rs in runs.items()
+    }
+    print(orjson.dumps({"runs": runs, "medians": medians}, option=orjson.OPT_INDENT_2).decode())
 
 
 if __name__ == "__main__":

@@ -325,3 +325,19 @@ def test_unprivileged_user_namespace_reset_restores_writable_tmpfs():
     for leftover in ("leak", "leakdir", "leakroot"):
         assert leftover not in out["after"].split(), out["after"]
     assert out["stats"] == {"created": 1, "reused": 1, "discarded: cannot restore /: /run changed": 1}
+
+
+async def test_a_create_waits_for_a_reset_in_flight_instead_of_building(tmp_path):
+    """A sample that ends hands its sandbox on while the reset still runs: a create that starts
+    meanwhile takes it when the reset is done (a few ms) instead of building one (~30 ms of CPU)."""
+    async with _factory(tmp_path) as factory:
+        sb = await factory.create("first")
+        await sb.exec("echo hi")
+        closing = asyncio.ensure_future(sb.close())
+        await asyncio.sleep(0)  # the close has started its reset
+        assert factory._resetting == 1
+        nxt = await factory.create("second")
+        await closing
+        assert factory.stats.counts() == {"created": 1, "reused": 1}
+        assert (await nxt.exec("echo fine")).output == "fine\n"
+        await nxt.close()

@@ -60,7 +60,8 @@ class Sandbox(Protocol):
         ...
 
     async def exec(self, command: str, *, timeout: float | None = None, cwd: str | None = None) -> ExecResult:
-        """Run ``command`` in the persistent session (``cd`` and ``export`` carry over)."""
+        """Run ``command`` in the persistent session (as in a terminal: the cwd, variables, functions,
+        aliases and options carry over)."""
         ...
 
     async def read_bytes(self, path: str, limit: int | None = None) -> bytes: ...

@@ -311,7 +311,159 @@ async def fork_bomb(root: str) -> dict[str, Any]:
         }
 
 
-SCENARIOS = {"race": race, "plant_then_look": plant_then_look, "disk_cap": disk_cap, "fork_bomb": fork_bomb}
+# -- 5. the resident shell: what one rollout leaves in its shell, and forged command ends ----------
+
+# Everything a command can change about the shell it runs in, each read back in full.
+SHELL_PROBE = r"""
+builtin echo "functions: $(builtin declare -F | grep -v ' __tf' | tr '\n' ' ')"
+builtin echo "aliases: $(builtin alias -p | tr '\n' ' ')"
+builtin echo "traps: $(builtin trap -p | grep -v __tf_save | tr '\n' ' ')"
+builtin echo "options: $- $SHELLOPTS $BASHOPTS"
+builtin echo "limits: $(ulimit -a | tr -s ' ' | tr '\n' ' ')"
+builtin echo "umask: $(builtin umask)"
+builtin echo "fds: $(ls /proc/$$/fd | tr '\n' ' ')"
+builtin echo "builtins: $(builtin enable | tr '\n' ' ')"
+builtin echo "cwd: $PWD"
+builtin echo "env: $(env | grep -v '^_=' | sort | tr '\n' ' ')"
+builtin echo "variables: $(builtin compgen -v | grep -v -E '^(__tf_|BASH_|_$)' | sort | tr '\n' ' ')"
+builtin echo "readonly: $(builtin readonly -p | cut -d= -f1 | tr '\n' ' ')"
+builtin echo "PROMPT_COMMAND=${PROMPT_COMMAND-unset} BASH_ENV=${BASH_ENV-unset} ENV=${ENV-unset} IFS=$(printf %q "$IFS")"
+bash -c 'echo child-ran' 2>&1
+"""
+
+# Plants a model could leave in its resident shell, hoping they run in (or change) the next
+# rollout on the same sandbox. The last ones break the planting rollout's own shell on purpose.
+SHELL_PLANTS = [
+    "trap 'echo TRAP-EXIT >> /tmp/trap.log' EXIT; trap 'echo TRAP-USR1' USR1; trap ': DEBUG' DEBUG; "
+    "trap ': ERR' ERR; trap ': RETURN' RETURN",
+    "PROMPT_COMMAND='echo PC >> /tmp/pc.log'; alias ls='echo ALIASED'; alias bash='echo ALIASED'",
+    "cd() { echo HIJACKED; }; env() { echo HIJACKED; }; f() { echo EXPORTED; }; export -f f",
+    "printf 'echo BASH_ENV-RAN\\n' > /tmp/evil.sh; export BASH_ENV=/tmp/evil.sh ENV=/tmp/evil.sh",
+    "ulimit -n 256; ulimit -S -c 0; ulimit -s 4096; umask 077; exec 7>/tmp/fd7 8</etc/hostname",
+    "readonly RO=planted; IFS=x; set -o posix -o pipefail -o noclobber -o allexport; shopt -s nullglob failglob",
+    "mkdir -p /tmp/deep && cd /tmp/deep; PLAIN=planted; export EXPORTED=planted; declare -A MAP=([k]=v)",
+    "[ -d /usr/lib/bash ] && enable -f /usr/lib/bash/sleep sleep; :",
+    # these end or wedge the planting rollout's own shell: the next rollout must not notice
+    "enable -n echo kill; builtin() { :; }; read() { :; }; printf() { :; }",
+    "set -n",
+]
+
+
+async def shell_plants(root: str) -> dict[str, Any]:
+    """A rollout probes its shell, a second one (same sandbox) plants everything in SHELL_PLANTS
+    and probes again (the control: the plants took), a third one (same sandbox again) probes."""
+    config = SandboxConfig(kind="bwrap", reuse=True, root_dir=root, command_timeout_s=5)
+    async with create_sandbox_factory(config) as factory:
+        first = await factory.create("pristine")
+        pristine = (await first.exec(SHELL_PROBE)).output
+        await first.close()
+        planter = await factory.create("planter")
+        planted = []
+        for plant in SHELL_PLANTS[:-2]:
+            res = await planter.exec(plant)
+            planted.append((plant, res.exit_code, res.output))
+        tainted = (await planter.exec(SHELL_PROBE)).output
+        for plant in SHELL_PLANTS[-2:]:
+            res = await planter.exec(plant, timeout=3)
+            planted.append((plant, res.exit_code, res.output))
+        wedged = await planter.exec("echo still-here", timeout=3)
+        await planter.close()
+        after = await factory.create("after")
+        seen = (await after.exec(SHELL_PROBE)).output
+        await after.close()
+        stats = factory.stats.counts()
+    return {
+        "pristine": pristine,
+        "tainted": tainted,
+        "seen": seen,
+        "planted": planted,
+        "wedged": wedged.output,
+        "stats": stats,
+    }
+
+
+# Ways a command could try to end itself early or fake its exit code: the status line's format
+# printed in its output, a nonce of an earlier command, every fd of the shell and of a child.
+FORGERIES = {
+    "in the output": 'for i in $(seq 50); do echo "$i 0"; echo "$i ready"; done; sleep 1; exit 7',
+    "old nonces to every fd": (
+        'for fd in /proc/$$/fd/*; do for n in $OLD; do echo "$n 0" > $fd; done; done 2>/dev/null; '
+        "sleep 1; exit 7"
+    ),
+    "a child writes to the shell's fds": (
+        'python3 -c \'import os,glob\nfor p in glob.glob("/proc/%d/fd/*" % os.getppid()):\n'
+        '  try:\n    fd=os.open(p, os.O_WRONLY|os.O_NONBLOCK); os.write(fd, b"0 0\\n1 0\\n"); os.close(fd)\n'
+        "  except OSError: pass'; sleep 1; exit 7"
+    ),
+    "a stdin reader": 'cat; read -r line; echo "read: $? [$line]"; sleep 1; exit 7',
+}
+
+
+async def forge(root: str) -> dict[str, Any]:
+    """Each forgery runs after a few ordinary commands (whose nonces it cannot see either); the
+    call must last its full second and report exit code 7, and the next command must work."""
+    config = SandboxConfig(kind="bwrap", reuse=True, root_dir=root, command_timeout_s=10)
+    out: dict[str, Any] = {}
+    async with create_sandbox_factory(config) as factory:
+        for name, command in FORGERIES.items():
+            sb = await factory.create("forge")
+            for _ in range(3):
+                await sb.exec("echo warm")
+            await sb.exec("OLD='0 1 2 3 4 5 6 7 8 9 10 ready'")
+            started = asyncio.get_running_loop().time()
+            res = await sb.exec(command)
+            took = asyncio.get_running_loop().time() - started
+            after = await sb.exec("echo next")
+            out[name] = {
+                "exit_code": res.exit_code,
+                "took": took,
+                "output": res.output[-300:],
+                "next": after.output,
+            }
+            await sb.close()
+        out["insider"] = await _insider(factory)
+    return out
+
+
+async def _insider(factory: Any) -> dict[str, Any]:
+    """A command that reads the loop's own nonce (it runs *in* the shell, so it can) and writes
+    the status line itself ends its call early: what it cannot do is make that count for more.
+    Its later output lands in its own FIFO (drained, never in the next command's), the next
+    command gets its own output and exit code, and the forger itself ends at the next
+    command's timeout at the latest."""
+    sb = await factory.create("insider")
+    await sb.exec("echo warm")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    forged = await sb.exec(
+        'for n in $(seq 3 40); do printf "%s 0\\n" "$__tf_nonce" >&$n; done 2>/dev/null; '
+        "sleep 2; echo LATE; touch /tmp/forger-finished"
+    )
+    forged_took = loop.time() - started
+    nxt = await sb.exec("echo next; exit 4")
+    later = await sb.exec("ls /tmp/forger-finished; echo again")
+    dies = await sb.exec(
+        'for n in $(seq 3 40); do printf "%s 0\\n" "$__tf_nonce" >&$n; done 2>/dev/null; sleep 1; exit 9'
+    )
+    after_death = await sb.exec("echo after")
+    await sb.close()
+    return {
+        "forged": (forged.exit_code, forged.output, forged_took),
+        "next": (nxt.exit_code, nxt.output),
+        "later": (later.exit_code, later.output),
+        "dies": (dies.exit_code, dies.output),
+        "after_death": (after_death.exit_code, after_death.output),
+    }
+
+
+SCENARIOS = {
+    "race": race,
+    "plant_then_look": plant_then_look,
+    "disk_cap": disk_cap,
+    "fork_bomb": fork_bomb,
+    "shell_plants": shell_plants,
+    "forge": forge,
+}
 
 
 def main() -> None:

@@ -35,9 +35,15 @@ async def sandbox(tmp_path):
 
 
 async def test_a_dead_exec_agent_ends_the_rollout_as_an_infrastructure_error(sandbox):
+    killed: list[int] = []
+
     def policy(messages, tools, sampling):
-        if len(messages) > 2:  # after the first command: the sandbox dies under the rollout
+        if len(messages) > 2 and not killed:  # after the first command: the sandbox dies under the rollout
+            killed.append(sandbox.agent.pid)
             os.kill(sandbox.agent.pid, signal.SIGKILL)
+            # and everything under it at once: a command in the resident shell takes about a
+            # millisecond, less than bwrap's own teardown of the agent after its parent died
+            sandbox.cgroup.kill_all()
         if len(messages) > 4:
             return answer("all done")
         return tool_turn(("terminal", {"command": "echo step"}), ("terminal", {"command": "echo twin"}))

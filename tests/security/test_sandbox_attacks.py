@@ -138,3 +138,62 @@ async def test_disk_cap_gives_enospc_never_a_full_host_disk(tmp_path):
     assert out["host_bytes_under_root"] < 1_000_000, out  # nothing landed on the host's disk
     assert out["after"].split()[-1] == "0", out  # the reused sandbox starts empty again
     assert out["stats"]["reused"] == 1, out
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_nothing_a_rollout_leaves_in_its_shell_reaches_the_next_one(mode, tmp_path):
+    """The resident shell keeps a rollout's session across its calls; none of it may reach the next
+    rollout on the same sandbox: traps (EXIT, DEBUG, ERR, RETURN, signals), PROMPT_COMMAND, aliases
+    and functions shadowing commands, an exported function, BASH_ENV/ENV, lowered ulimits, umask, fds
+    left open, readonly variables, IFS, shell options (posix, allexport, noclobber, nullglob...),
+    plain and exported variables, the cwd, loadable or disabled builtins, and a shell broken on
+    purpose (``builtin`` and ``read`` redefined, ``set -n``). The plants took in the planting
+    rollout (its probe differs); the next rollout's probe is the pristine one, on a reused sandbox."""
+    out = await _run("shell_plants", mode, tmp_path)
+    assert out["stats"]["reused"] == 2 and out["stats"]["created"] == 1, out["stats"]
+    tainted = out["tainted"]
+    for sign in (
+        "HIJACKED",
+        "ALIASED",
+        "TRAP-USR1",
+        "open files (-n) 256",
+        "umask: 0077",
+        "PLAIN",
+        "RO",
+        "posix",
+    ):
+        assert sign in tainted, (sign, tainted)  # the control: each plant did change the shell
+    assert out["seen"] == out["pristine"], (out["pristine"], out["seen"])
+    assert out["wedged"] == "still-here\n", out  # the planter's own shell came back too
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_command_cannot_forge_its_end(mode, tmp_path):
+    """The end of a command is ``NONCE RC`` on the status pipe, the nonce fresh per command: the
+    status line's format in the output, nonces the command could guess, writes to every fd of the
+    shell (from the shell and from a child), and reading stdin all leave the call to last the
+    command's whole second and report its own exit code."""
+    out = await _run("forge", mode, tmp_path)
+    out.pop("insider")  # the next test's
+    for name, r in out.items():
+        assert r["exit_code"] == 7 and r["took"] >= 1.0 and r["next"] == "next\n", (name, r)
+    assert out["a stdin reader"]["output"] == "read: 1 []\n"  # stdin is /dev/null: EOF at once
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_command_that_reads_the_loops_nonce_gains_nothing(mode, tmp_path):
+    """A command runs *in* the shell, so it can read the loop's own nonce and write the status line
+    itself: its call ends early. What follows is bounded and said: its later output stays in its
+    own FIFO (never in the next command's), the next command waits for it, runs, gets its own
+    output and exit code and a note saying why it started late; one that ends the shell that way
+    leaves the next command told it did not run, and the session goes on."""
+    out = await _run("forge", mode, tmp_path)
+    insider = out["insider"]
+    code, output, took = insider["forged"]
+    assert code == 0 and took < 2.0 and "LATE" not in output, insider  # the forgery itself works
+    code, output = insider["next"]
+    assert code == 4 and output.startswith("next\n") and "reported its end early" in output, insider
+    assert "LATE" not in output
+    assert list(insider["later"]) == [0, "/tmp/forger-finished\nagain\n"], insider
+    code, output = insider["after_death"]
+    assert "did not run" in output, insider

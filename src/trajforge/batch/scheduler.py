@@ -35,6 +35,7 @@ from trajforge.llm.token_trace import TraceError
 from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
 from trajforge.sandbox import SandboxUnavailableError, factory_counts
 from trajforge.sandbox.confined import DataPathError
+from trajforge.sandbox.templates import ForkingFactory, supports_templates
 from trajforge.tools.base import Tool
 from trajforge.tools.registry import ToolRegistry
 
@@ -91,6 +92,10 @@ class Worker:
         self.cfg = spec.config
         self.model: ChatModel = backends.model
         self.factory: SandboxFactory = backends.sandbox_factory
+        if self.cfg.samples_per_prompt > 1 and supports_templates(self.factory):
+            # The N samples of a row with a ``cwd`` fork from one template of that directory
+            # instead of copying it N times (sandbox.templates).
+            self.factory = ForkingFactory(self.factory)
         self.registry = registry
         self.writer = writer
         self.agent_config = build_agent_config(self.cfg, spec.prefill)

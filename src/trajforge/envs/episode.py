@@ -9,6 +9,7 @@ the rollout's leftover processes were stopped and the verifier files were put in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -28,6 +29,7 @@ from trajforge.llm.types import SamplingParams
 from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
 from trajforge.sandbox.confined import DataPathError
 from trajforge.sandbox.errors import SandboxStartError, SandboxUnavailableError
+from trajforge.sandbox.templates import TemplateGone, supports_templates
 from trajforge.tools.base import Tool
 from trajforge.tools.registry import ToolRegistry
 
@@ -222,9 +224,41 @@ def _prepared(factory: SandboxFactory, env: AgentEnv, item: Item) -> SandboxFact
     a sandbox start failure: the episode fails with the reason, it is not scored."""
     prepare = getattr(env, "prepare_sandbox", None)
     image_of = getattr(env, "sandbox_image", None)
+    key_of = getattr(env, "template_key", None)
+    if prepare is not None and key_of is not None and image_of is None and supports_templates(factory):
+        key = key_of(item)
+        if key is not None:
+            return _TemplatedFactory(factory, f"{env.name}:{key}", prepare, item)
     if prepare is None and image_of is None:
         return factory
     return _PreparingFactory(factory, prepare, image_of(item) if image_of else None, item)
+
+
+@dataclass
+class _TemplatedFactory:
+    """An env whose ``template_key(item)`` names a shared starting state: ``prepare_sandbox`` runs
+    once per key, in the template the factory keeps, and every rollout of that key (a GRPO group's
+    G, the same item again later) forks its sandbox from it (``sandbox.templates``)."""
+
+    inner: Any
+    key: str
+    prepare: Callable[[Item, Sandbox], Awaitable[None]]
+    item: Item
+
+    async def create(self, task_id: str, *, image: str | None = None, cwd: str | None = None) -> Sandbox:
+        while True:
+            try:
+                template = await self.inner.template(self.key, setup=self._setup)
+            except SandboxUnavailableError:
+                raise
+            except Exception as exc:
+                raise SandboxStartError(f"preparing the sandbox template failed: {exc}") from exc
+            with contextlib.suppress(TemplateGone):  # evicted in between: prepared again
+                sandbox: Sandbox = await self.inner.create(task_id, template=template)
+                return sandbox
+
+    async def _setup(self, sandbox: Sandbox) -> None:
+        await self.prepare(self.item, sandbox)
 
 
 @dataclass

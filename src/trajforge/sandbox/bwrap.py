@@ -30,6 +30,7 @@ from trajforge.sandbox.errors import SandboxUnavailableError
 from trajforge.sandbox.factory import ProcessSandboxFactory
 from trajforge.sandbox.launch import Launch, command_env, limit_env
 from trajforge.sandbox.layout import Layout, chown_tree, compile_agent, make_layout
+from trajforge.sandbox.templates import filter_fd, key_filter
 
 INSIDE_WORKDIR = "/workspace"
 INSIDE_SCRATCH = "/tmp"
@@ -124,6 +125,7 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
 
     kind = "bwrap"
     supports_reuse = True  # its own pid namespace: the agent's reset can reach every process
+    forks = True  # overlay children as root, copies otherwise (sandbox.templates)
 
     def _bwrap_argv(self, fds: dict[str, int], uid: int | None) -> list[str]:
         python = first_existing(_PYTHONS)
@@ -132,9 +134,11 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
                 "the bwrap sandbox needs a system python3 in /usr/bin or /usr/local/bin to run its "
                 "exec agent (apt-get install python3-minimal), or choose `--sandbox local`"
             )
+        seccomp = ["--seccomp", str(fds["seccomp"])] if "seccomp" in fds else []
         return [
             "bwrap",
             *self._namespaces(uid),
+            *seccomp,
             *_mounts(fds, self._inside_agent),
             *self._agent_privileges(uid),
             python,
@@ -251,6 +255,11 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
         env |= limit_env(self.config, cgroup, nproc_effective=uid is not None)
         fds = _open_paths(layout)
         try:
+            # The sandboxes of a template share its uid, and the kernel keeps a user keyring per
+            # uid: no key system calls for them (sandbox.templates).
+            program = key_filter() if uid is not None and uid in self._template_uids else None
+            if program is not None:
+                fds["seccomp"] = filter_fd(program)
             argv = [*cgroup.join_command(), *self._bwrap_argv(fds, uid)]
         except BaseException:
             _close_fds(fds)

@@ -40,8 +40,17 @@ def unmount_disk(root: Path) -> None:
         _libc.umount2(bytes(target), _MNT_DETACH)
 
 
+def unmount_overlay(root: Path) -> None:
+    """A forked sandbox's workdir is an overlay mount (``sandbox.templates``), on its tmpfs or not."""
+    for work in (root / DISK_DIR / "work", root / "work"):
+        if os.path.ismount(work):
+            _libc.umount2(bytes(work), _MNT_DETACH)
+
+
 def remove_tree(root: Path) -> None:
-    """Remove a sandbox directory, its tmpfs first (never a recursive delete across a mount)."""
+    """Remove a sandbox directory, its mounts first (never a recursive delete across a mount:
+    a forked sandbox's overlay would reach into its template)."""
     with contextlib.suppress(OSError):
+        unmount_overlay(root)
         unmount_disk(root)
     shutil.rmtree(root, True)

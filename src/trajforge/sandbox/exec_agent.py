@@ -1,27 +1,36 @@
 """The exec agent: a tiny stdlib-only program that runs inside a sandbox and executes commands.
 
-Why a resident agent instead of one ``bash -c`` per call: the model expects a *shell session*
-(``cd`` and ``export`` carry over), background jobs must outlive the call that started them, and the
-output of a runaway command must be capped *where it is produced* so 50 MB never crosses into the
-host's memory. One agent per sandbox, started once, talking JSON lines over stdin/stdout.
+Why a resident agent instead of one ``bash -c`` per call: the model expects a *shell session*,
+background jobs must outlive the call that started them, and the output of a runaway command must
+be capped *where it is produced* so 50 MB never crosses into the host's memory. One agent per
+sandbox, started once, talking JSON lines over stdin/stdout.
 
 Protocol (one JSON object per line):
   request  ``{"id": n, "op": "exec", "command": str, "timeout": float, "cwd": str|null, "cap": int}``
+           (``"fresh": true``: outside the session, see :meth:`Agent._exec_fresh`)
   answer   ``{"id": n, "exit_code": int|null, "output": str, "timed_out": bool, "truncated": bool,
              "output_bytes": int, "duration_s": float}``
   request  ``{"id": n, "op": "close"}`` -> kills every process group it started, answers, exits.
+  request  ``{"id": n, "op": "stop"}`` -> kills every process the commands started, files kept.
   request  ``{"id": n, "op": "reset"}`` -> ``{"id": n, "reset": bool, "reason": str}``: puts a
            reusable sandbox back into its starting state (see :meth:`Agent.reset`), or says why not.
 
-Each command runs as ``bash`` in a new session (so the whole tree is one process group that can be
-killed at the timeout) with the saved cwd and exported environment, and rlimits applied by ``ulimit``
-in that bash before the user's command. The state is re-saved by an EXIT trap after the command.
+The session is one resident ``bash`` (:data:`LOOP`), started at the first command as the commands'
+uid in a session of its own, that sources each command in itself: functions, aliases, plain and
+exported variables, options, traps, the cwd and a ``source``d virtualenv all stay, as in a
+terminal. Each command's output goes to a FIFO of its own (capped here); its end is the shell's
+``NONCE RC`` line on a separate status pipe, the nonce fresh per command, so no output can end a
+command early. At its timeout the command's processes and the shell are killed and the next
+command gets a new shell sourced from the snapshot the loop writes after every command; the same
+when a command ends the shell (``exit``, ``set -e``: the EXIT trap snapshots it first; ``exec``,
+a signal: the note says the session is the one from before the command). A reset kills the shell
+with everything else: each rollout starts with a new ``bash`` from the start environment.
 
 Who can reach the agent: with ``--run-as UID:GID`` (bwrap started as root) the agent itself is uid 0
 with a handful of capabilities (setuid/setgid to start commands, kill, fowner/dac_override/chown to
 reset what commands leave) and ``no_new_privs``; every command runs as UID, which the kernel strips
 of all capabilities on the switch. A command can then neither signal, trace, ``prlimit``, renice nor
-re-pin the agent, so every later command starts from the agent's pristine limits. Without
+re-pin the agent, so every later shell (one per rollout) starts from the agent's pristine limits. Without
 ``--run-as`` (a user namespace: one uid for all) commands *can* do those things to the agent; the
 reset then verifies the agent's own attributes and refuses (the host discards the sandbox) when
 any changed.
@@ -47,27 +56,85 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-# The wrapper sources the user's command from a file (no ARG_MAX limit, exact bytes), with the
-# limits set first and the session state saved on exit, whatever way the command exits.
+# A fresh command (``"fresh": true``: a verifier's) runs in a bash of its own, outside the session:
+# the limits set first, then the command file sourced (no ARG_MAX limit, exact bytes).
 WRAPPER = r"""
-__tf_state=$1; __tf_cmd=$2; shift 2
 ulimit -f "$TF_LIMIT_FSIZE_KB" 2>/dev/null
 ulimit -t "$TF_LIMIT_CPU_S" 2>/dev/null
 [ -n "$TF_LIMIT_AS_KB" ] && ulimit -v "$TF_LIMIT_AS_KB" 2>/dev/null
 [ -n "$TF_LIMIT_NPROC" ] && ulimit -u "$TF_LIMIT_NPROC" 2>/dev/null
 unset TF_LIMIT_FSIZE_KB TF_LIMIT_CPU_S TF_LIMIT_AS_KB TF_LIMIT_NPROC
-trap '__tf_rc=$?; builtin unset IFS; { builtin pwd; builtin printf "\0"; for __tf_n in $(builtin compgen -e); do builtin printf "%s=%s\0" "$__tf_n" "${!__tf_n}"; done; builtin printf __TF_END__; } > "$__tf_state" 2>/dev/null; builtin exit $__tf_rc' EXIT
-. "$__tf_cmd"
+. "$1"
 """
-# The EXIT trap uses bash builtins only (one fork for ``compgen``, no exec): ``env``/``mv`` cost
-# three extra programs per command, 3-4 ms of CPU each time (measured). The state file ends with
-# a marker, so a command killed mid-write leaves the previous session state in force.
-_STATE_END = "__TF_END__"
 
-# Variables bash manages itself; restoring them would make them drift (SHLVL grows each call).
-_VOLATILE = {"_", "SHLVL", "PWD"}
+# The resident shell of a session. fd 0 is the control pipe (one line per command: its number, a
+# fresh nonce, and "c" when a cwd file comes with it), fd 1 the status pipe (``NONCE RC`` after
+# each command), fd 2 /dev/null. A command is sourced in this very shell -- so its functions,
+# aliases, plain variables, options, cwd, traps and ``source``d environments stay -- with stdin
+# from /dev/null and its output into a FIFO of its own; bash saves the loop's fds for the
+# duration (close-on-exec: no child inherits them) and puts them back whatever ``exec`` redirection
+# the command made. Around each command the loop turns off (and then restores) the options that
+# would break its own statements (errexit, nounset, allexport, xtrace, verbose), writes a snapshot
+# of the session that a restarted shell sources, and only then reports the status. When the
+# command ends the shell (``exit``, ``set -e``, ``set -u``), the EXIT trap writes the snapshot and
+# ``NONCE RC`` to a file instead: the session goes on in a new shell as if nothing had happened.
+# Every loop statement is a ``builtin``: a command's ``cd``/``read``/``printf`` functions do not
+# reach it. Options are saved as $SHELLOPTS/$BASHOPTS, two strings: ``set +o``/``shopt -p`` would
+# write ~80 lines, each a system call, after every command.
+LOOP = r"""
+ulimit -f "$TF_LIMIT_FSIZE_KB" 2>/dev/null
+ulimit -t "$TF_LIMIT_CPU_S" 2>/dev/null
+[ -n "$TF_LIMIT_AS_KB" ] && ulimit -v "$TF_LIMIT_AS_KB" 2>/dev/null
+[ -n "$TF_LIMIT_NPROC" ] && ulimit -u "$TF_LIMIT_NPROC" 2>/dev/null
+unset TF_LIMIT_FSIZE_KB TF_LIMIT_CPU_S TF_LIMIT_AS_KB TF_LIMIT_NPROC
+shopt -s expand_aliases
+if [ "$3" = restore ]; then
+  builtin . "$2" </dev/null >/dev/null 2>&1
+  builtin trap - DEBUG ERR RETURN
+  builtin mapfile -t __tf_all < <(builtin compgen -A shopt)
+  for __tf_o in "${__tf_all[@]}"; do
+    [[ :$__tf_bo: == *:"$__tf_o":* ]] && builtin shopt -s "$__tf_o" || builtin shopt -u "$__tf_o"
+  done 2>/dev/null
+  builtin mapfile -t __tf_all < <(builtin compgen -A setopt)
+  for __tf_o in "${__tf_all[@]}"; do
+    [[ $__tf_o == @(history|monitor|noexec|onecmd|emacs|vi|privileged) ]] && builtin continue
+    [[ :$__tf_so: == *:"$__tf_o":* ]] && builtin set -o "$__tf_o" || builtin set +o "$__tf_o"
+  done 2>/dev/null
+fi
+__tf_dir=$1 __tf_snap=$2 __tf_nonce=$4 __tf_f=$-
+__tf_save='{ builtin declare -p; builtin declare -f; builtin declare -F; builtin alias -p; builtin trap -p
+builtin umask -p; builtin printf "builtin cd -- %q\n__tf_so=%q __tf_bo=%q\n" "$PWD" "$SHELLOPTS" "$BASHOPTS"
+} >|"$__tf_snap" 2>/dev/null || :'
+builtin trap '__tf_rc=$?; builtin eval "$__tf_save"; builtin printf "%s %s\n" "$__tf_nonce" "$__tf_rc" >|"$__tf_snap.exit" 2>/dev/null' EXIT
+builtin set +euavx --
+builtin export -n __tf_dir __tf_snap __tf_nonce __tf_f __tf_save __tf_all __tf_o 2>/dev/null
+builtin printf '%s ready\n' "$__tf_nonce"
+while IFS=' ' builtin read -r __tf_n __tf_nonce __tf_cwd; do
+  if [[ $__tf_cwd == c ]]; then
+    IFS= builtin read -r -d '' __tf_cwd <"$__tf_dir/c$__tf_n.cwd"
+    if ! builtin cd -- "$__tf_cwd" 2>/dev/null; then
+      builtin printf '%s cwd\n' "$__tf_nonce"
+      builtin continue
+    fi
+  fi
+  [[ -n ${__tf_f//[!euavx]/} ]] && builtin set -"${__tf_f//[!euavx]/}"
+  builtin . "$__tf_dir/c$__tf_n.sh" </dev/null >"$__tf_dir/o$__tf_n" 2>&1
+  __tf_rc=$? __tf_f=$-
+  builtin eval "$__tf_save"
+  builtin set +euavx
+  builtin export -n __tf_n __tf_nonce __tf_cwd __tf_rc __tf_f __tf_dir __tf_snap __tf_save 2>/dev/null
+  builtin printf '%s %s\n' "$__tf_nonce" "$__tf_rc"
+done
+"""
+
+# A command can read the loop's nonce (it runs in the loop's shell) and write the status line
+# itself: its call then ends early. Its real end shows up later, while the next command waits.
+_OVERRAN = (
+    "\n[the command before this one reported its end early (it wrote the shell's status line "
+    "itself) and went on running in the shell until now]\n"
+)
+_RESTORE_S = 10.0  # how long a restored shell may take to source its snapshot
 _GRACE_S = 0.2  # how long to keep reading after the command exits while a background job holds the pipe
-_STATE_LIMIT = 8 * 1024 * 1024  # a session state (cwd + environment) larger than this is ignored
 _PROCS_HEADROOM = 0.8  # at this share of the process limit, everything but the agent is killed
 _PROCS_LOOK = 0.4  # below this share of processes, the limit is not looked at more closely
 _LIMIT_VARS = ("TF_LIMIT_FSIZE_KB", "TF_LIMIT_CPU_S", "TF_LIMIT_AS_KB", "TF_LIMIT_NPROC")
@@ -410,6 +477,50 @@ class Baseline:
             raise ResetRefused(f"a command changed the exec agent's {', '.join(changed)}")
 
 
+class Shell:
+    """The session's resident ``bash`` (see :data:`LOOP`): its pid, the write end of its control
+    pipe and the read end of its status pipe, and what it has said so far."""
+
+    def __init__(self, pid: int, control: int, status: int, restored: bool) -> None:
+        self.pid = pid
+        self.control = control
+        self.status = status
+        self.restored = restored
+        self.pending = b""  # status bytes read past the last full line
+        self.exit_code: int | None = None
+        self.eof = False  # no writer of the status pipe is left
+
+    def lines(self) -> list[str]:
+        """Status lines the shell has written since the last call (non-blocking). A command that
+        writes junk to the status pipe only adds lines without the current nonce: ignored."""
+        lines: list[str] = []
+        while True:
+            try:
+                chunk = os.read(self.status, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:  # every writer is gone: the shell exited, was replaced (``exec``), or a
+                self.eof = True  # command closed its copy (it can never report: its timeout ends it)
+                break
+            self.pending += chunk
+        if b"\n" in self.pending:
+            *done, self.pending = self.pending.split(b"\n")
+            lines = [line.decode("ascii", "replace") for line in done]
+        self.pending = self.pending[-4096:]
+        return lines
+
+    def poll(self, block: bool = False) -> int | None:
+        """The shell's exit code once it has exited (negative: the signal), else None."""
+        if self.exit_code is None:
+            self.exit_code = _poll(self.pid, 0 if block else os.WNOHANG)
+        return self.exit_code
+
+    def close(self) -> None:
+        for fd in (self.control, self.status):
+            with suppress(OSError):
+                os.close(fd)
+
+
 class Agent:
     def __init__(
         self,
@@ -422,19 +533,21 @@ class Agent:
         max_procs: int = 0,
     ) -> None:
         self.workdir = workdir
-        self.cwd = workdir
         self.run_as = run_as
         self.max_procs = max_procs
         self.limits = {k: os.environ.get(k, "") for k in _LIMIT_VARS}
-        self.env = {
+        self.initial_env = {
             k: v for k, v in os.environ.items() if not k.startswith("TF_AGENT_") and k not in self.limits
         }
-        self.initial_env = dict(self.env)
         self.groups: set[int] = set()
         self.counter = 0
         self.cmd_dir, self.out_dir = self._session_dirs(
             state_dir or os.path.join(scratch, ".trajforge-session")
         )
+        self.snapshot = os.path.join(self.out_dir, "snapshot.sh")
+        self.shell: Shell | None = None
+        self.previous_nonce: str | None = None  # the last command's, in the current shell
+        self.restorable = False  # whether the next shell starts from the snapshot
         self.kernel: Kernel | None = None
         if reusable or _in_own_pid_namespace():  # a real sandbox: nothing of the host's keyring
             self.kernel = Kernel()
@@ -444,9 +557,10 @@ class Agent:
         self.baseline = Baseline((workdir, scratch), self.kernel) if reusable and self.kernel else None
 
     def _session_dirs(self, base: str) -> tuple[str, str]:
-        """Command files are written by us into a directory commands cannot write; session state is
-        written by the command's EXIT trap into one of its own, and read back without following
-        links (we may be uid 0: a planted symlink must not make us read another file)."""
+        """Command files and output FIFOs are made by us in a directory commands cannot write
+        (the FIFOs then belong to the commands' uid, to be opened by their shell); the shell's
+        snapshot is written by the shell into a directory of its own, and only a shell of the
+        same uid ever reads it: we never parse what a command could have written."""
         cmd_dir, out_dir = os.path.join(base, "cmd"), os.path.join(base, "out")
         for path, mode in ((base, 0o755), (cmd_dir, 0o755), (out_dir, 0o700)):
             os.makedirs(path, mode=mode, exist_ok=True)
@@ -459,20 +573,23 @@ class Agent:
         """Put the sandbox back into the state it started in, for the next rollout; verify it.
 
         Kills every other process of the sandbox (we are in our own pid namespace: ``kill(-1)``
-        reaches exactly the sandbox), empties the workdir and scratch dir and restores their
-        attributes (mode, owner, times, xattrs and ACLs, chattr flags), removes System V IPC objects
-        and POSIX message queues, joins a fresh session keyring, removes whatever was added to the
-        writable tmpfs mounts, and forgets the shell session's cwd and environment. Anything it
-        cannot prove restored (a changed entry in a tmpfs, a process that will not die, keys left
-        with the commands' uid, an rlimit/niceness/affinity of ours that a command changed) raises
-        :class:`ResetRefused`: the host then discards the sandbox and builds a fresh one, so a
-        reused sandbox is never subtly different.
+        reaches exactly the sandbox; the resident shell with them), empties the workdir and
+        scratch dir and restores their attributes (mode, owner, times, xattrs and ACLs, chattr
+        flags), removes System V IPC objects and POSIX message queues, joins a fresh session
+        keyring, removes whatever was added to the writable tmpfs mounts, and forgets the shell
+        session: its snapshot is deleted and the next command starts a new ``bash`` from the
+        sandbox's start environment. Anything it cannot prove restored (a changed entry in a tmpfs,
+        a process that will not die, keys left with the commands' uid, an rlimit/niceness/affinity
+        of ours that a command changed) raises :class:`ResetRefused`: the host then discards the
+        sandbox and builds a fresh one, so a reused sandbox is never subtly different.
         """
         if self.baseline is None or not _in_own_pid_namespace():
             raise ResetRefused("not started as a reusable sandbox in its own pid namespace")
         left = _kill_all_others()
         if left:
             raise ResetRefused(f"{left} processes survived SIGKILL")
+        self._forget_shell()
+        self.restorable = False
         self.baseline.empty_roots()
         _empty(self.cmd_dir)
         _empty(self.out_dir)
@@ -480,8 +597,6 @@ class Agent:
         self._reset_ipc_and_keys()
         self.baseline.restore_mounts()
         self.baseline.check_agent()
-        self.cwd = self.workdir
-        self.env = dict(self.initial_env)
         self.groups.clear()
         self.counter = 0
 
@@ -507,24 +622,6 @@ class Agent:
             return
         if self.kernel.user_keys():  # one uid for all: its own keyrings must hold nothing
             raise ResetRefused("keys were left in the user keyrings")
-
-    def _load_state(self, path: str) -> None:
-        raw = _read_own_file(path, self.run_as)
-        if raw is None:
-            return  # killed before the trap ran, or not a file the command's uid wrote
-        text = raw.decode("utf-8", "surrogateescape")
-        if not text.endswith(_STATE_END):
-            return  # torn write: keep the previous state
-        items = text[: -len(_STATE_END)].split("\0")
-        cwd = items[0].rstrip("\n")
-        env = {}
-        for item in items[1:]:
-            name, sep, value = item.partition("=")
-            if sep and name not in _VOLATILE and not name.startswith("TF_LIMIT_"):
-                env[name] = value
-        if os.path.isdir(cwd):
-            self.cwd = cwd
-        self.env = env
 
     def _kill_group(self, pgid: int) -> None:
         # A fork bomb keeps spawning while we kill: repeat until the group is empty.
@@ -560,26 +657,95 @@ class Agent:
         )
 
     def stop_all(self) -> None:
-        """Kill every process the commands started (background jobs included) and keep the
-        files: what the verifier inspects can no longer change under it."""
+        """Kill every process the commands started (background jobs and the shell included) and
+        keep the files: what the verifier inspects can no longer change under it. A later
+        command of the session gets a new shell with the session's last snapshot."""
         if _in_own_pid_namespace():
             _kill_all_others()
         else:
             for pgid in list(self.groups):
                 self._kill_group(pgid)
+        self._forget_shell()
         self.groups.clear()
 
-    def _spawn(self, cwd: str, state: str, cmd_file: str, env: dict[str, str]) -> tuple[int, int]:
-        """Start the wrapper for one command: (its pid, the read end of its output pipe)."""
-        read_end, write_end = os.pipe()
+    # -- the resident shell ------------------------------------------------------------------
+
+    def _forget_shell(self) -> None:
+        """Drop our handle on the shell (killed already, or about to be by the caller)."""
+        shell, self.shell = self.shell, None
+        self.previous_nonce = None
+        if shell is not None:
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(shell.pid, signal.SIGKILL)
+            shell.poll(block=True)
+            shell.close()
+
+    def _start_shell(self) -> tuple[Shell, str]:
+        """A new resident shell: from the session's snapshot when there is one, else from the
+        sandbox's start environment in the workdir. A snapshot that does not give a working
+        shell (it exits, or its loop does not answer) is dropped for a fresh start; the note
+        (possibly empty) says so to the model."""
+        if self.restorable:
+            try:
+                return self._spawn_shell(restore=True), ""
+            except ShellFailed:
+                self.restorable = False
+                note = (
+                    "[the shell's saved state could not be restored: this command runs in a fresh "
+                    "shell (start environment, workdir)]\n"
+                )
+                return self._spawn_shell(restore=False), note
+        return self._spawn_shell(restore=False), ""
+
+    def _spawn_shell(self, restore: bool) -> Shell:
+        control_r, control_w = os.pipe()
+        status_r, status_w = os.pipe()
+        null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        nonce = os.urandom(16).hex()
+        # A restored shell starts from nothing but the snapshot (it exports what was exported,
+        # and a variable the session unset stays unset); a fresh one from the start environment.
+        env = {} if restore else dict(self.initial_env)
+        env.update({k: v for k, v in self.limits.items() if v})
+        argv = [
+            "bash",
+            "-c",
+            LOOP,
+            "bash",
+            self.cmd_dir,
+            self.snapshot,
+            "restore" if restore else "new",
+            nonce,
+        ]
         try:
-            pid = _start(["bash", "-c", WRAPPER, "bash", state, cmd_file], cwd, env, self.run_as, write_end)
+            pid = _start(argv, self.workdir, env, self.run_as, status_w, stdin=control_r, errput=null)
         except BaseException:
-            os.close(read_end)
+            for fd in (control_w, status_r):
+                os.close(fd)
             raise
         finally:
-            os.close(write_end)
-        return pid, read_end
+            for fd in (control_r, status_w, null):
+                os.close(fd)
+        os.set_blocking(status_r, False)
+        shell = Shell(pid, control_w, status_r, restore)
+        self.groups.add(pid)
+        # A restored shell must say its loop runs: a snapshot may break it.
+        if restore and not self._await_line(shell, f"{nonce} ready", time.monotonic() + _RESTORE_S):
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+            shell.poll(block=True)
+            shell.close()
+            raise ShellFailed("the restored shell did not start")
+        return shell
+
+    @staticmethod
+    def _await_line(shell: Shell, line: str, deadline: float) -> bool:
+        while time.monotonic() < deadline:
+            if line in shell.lines():
+                return True
+            if shell.eof or shell.poll() is not None:
+                return False
+            select.select([shell.status], [], [], min(0.05, max(0.0, deadline - time.monotonic())))
+        return False
 
     def exec(self, req: dict[str, Any]) -> dict[str, Any]:
         started = time.monotonic()
@@ -587,46 +753,238 @@ class Agent:
         cap = OutputCap(int(req.get("cap") or 16384))
         note = self._kill_everything() if self._near_process_limit() else ""
         self.counter += 1
-        cmd_file = os.path.join(self.cmd_dir, f"s{self.counter}.sh")
-        fd = os.open(cmd_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        cmd_file = os.path.join(self.cmd_dir, f"c{self.counter}.sh")
+        _write_new(cmd_file, req["command"].encode("utf-8", "surrogateescape"))
         try:
-            _write_all(fd, req["command"].encode("utf-8", "surrogateescape"))
+            if req.get("fresh"):
+                return self._exec_fresh(req, cmd_file, started, timeout, cap, note)
+            return self._exec_session(req, cmd_file, started, timeout, cap, note)
         finally:
-            os.close(fd)
-        state = os.path.join(self.out_dir, f"s{self.counter}.state")
-        _unlink(state)
-        # A fresh command (the verifier's) sees none of the session: the start environment and
-        # the workdir, and what it changes is not kept. A rollout's `export PATH=...` must not
-        # pick the programs its own reward is computed with.
-        fresh = bool(req.get("fresh"))
-        base = self.workdir if fresh else self.cwd
-        cwd = req.get("cwd") or base
+            _unlink(cmd_file)
+
+    def _exec_fresh(
+        self, req: dict[str, Any], cmd_file: str, started: float, timeout: float, cap: OutputCap, note: str
+    ) -> dict[str, Any]:
+        """A command outside the session (the verifier's): a bash of its own with the start
+        environment, in the workdir (or ``cwd`` relative to it), and nothing it changes kept.
+        A rollout's `export PATH=...` must not pick the programs its own reward is computed with."""
+        cwd = req.get("cwd") or self.workdir
         if not os.path.isabs(cwd):
-            cwd = os.path.join(base, cwd)
+            cwd = os.path.join(self.workdir, cwd)
         if "\0" in cwd or not os.path.isdir(cwd):
             return self._answer(req, 1, f"cwd does not exist: {cwd!r}".encode(), started, cap)
-        env = dict(self.initial_env if fresh else self.env)
+        env = dict(self.initial_env)
         env.update({k: v for k, v in self.limits.items() if v})
         try:
-            pid, out = self._spawn(cwd, state, cmd_file, env)
+            pid, out = self._spawn(cwd, cmd_file, env)
         except BlockingIOError:  # no process left to fork: recover the sandbox, then try once more
             note += self._kill_everything()
-            pid, out = self._spawn(cwd, state, cmd_file, env)
+            pid, out = self._spawn(cwd, cmd_file, env)
         self.groups.add(pid)
         code, timed_out = self._collect(pid, out, cap, started + timeout)
-        _unlink(cmd_file)
-        if not timed_out and not fresh:
-            self._load_state(state)
-        _unlink(state)
+        self.groups.discard(pid)
         if self._near_process_limit():
             note += self._kill_everything()
         if note:
             cap.feed(note.encode())
         return self._answer(req, None if timed_out else code, None, started, cap, timed_out)
 
+    def _spawn(self, cwd: str, cmd_file: str, env: dict[str, str]) -> tuple[int, int]:
+        """Start the wrapper for one fresh command: (its pid, the read end of its output pipe)."""
+        read_end, write_end = os.pipe()
+        try:
+            pid = _start(["bash", "-c", WRAPPER, "bash", cmd_file], cwd, env, self.run_as, write_end)
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+        return pid, read_end
+
+    def _exec_session(
+        self, req: dict[str, Any], cmd_file: str, started: float, timeout: float, cap: OutputCap, note: str
+    ) -> dict[str, Any]:
+        """A command in the resident shell, started (or restarted from its snapshot) if needed."""
+        cwd = req.get("cwd")
+        if cwd is not None:
+            if "\0" in cwd or (os.path.isabs(cwd) and not os.path.isdir(cwd)):
+                return self._answer(req, 1, f"cwd does not exist: {cwd!r}".encode(), started, cap)
+            _write_new(os.path.join(self.cmd_dir, f"c{self.counter}.cwd"), os.fsencode(cwd) + b"\0")
+        if self.shell is None or self.shell.poll() is not None:
+            if self.shell is not None:
+                self._forget_shell()
+            try:
+                self.shell, said = self._start_shell()
+            except BlockingIOError:
+                note += self._kill_everything()
+                self.shell, said = self._start_shell()
+            note = said + note
+        shell = self.shell
+        fifo = os.path.join(self.cmd_dir, f"o{self.counter}")
+        reader, holder = _open_fifo(fifo, self.run_as)
+        nonce = os.urandom(16).hex()
+        shell.lines()  # whatever the shell said between commands is not this command's
+        last_pid = _last_pid()
+        with suppress(OSError):  # the shell is gone already: its exit is read below
+            _write_all(shell.control, f"{self.counter} {nonce} {'c' if cwd is not None else '-'}\n".encode())
+        try:
+            code, timed_out, said = self._collect_session(
+                shell, nonce, reader, holder, cap, started + timeout, last_pid
+            )
+        finally:
+            _unlink(fifo)
+            if cwd is not None:
+                _unlink(os.path.join(self.cmd_dir, f"c{self.counter}.cwd"))
+        if code == "cwd":
+            return self._answer(req, 1, f"cwd does not exist: {cwd!r}".encode(), started, cap)
+        note += said
+        if self._near_process_limit():
+            note += self._kill_everything()
+        if note:
+            cap.feed(note.encode())
+        return self._answer(req, None if timed_out else int(code), None, started, cap, timed_out)
+
+    def _collect_session(
+        self,
+        shell: Shell,
+        nonce: str,
+        reader: int,
+        holder: int | None,
+        cap: OutputCap,
+        deadline: float,
+        last_pid: int,
+    ) -> tuple[int | str, bool, str]:
+        """Read the command's output from its FIFO until the shell reports ``NONCE RC`` (or exits,
+        or the deadline passes: then the command and the shell are killed); then what is still in
+        the FIFO, as :meth:`_collect` does for a pipe. (exit code or "cwd", timed out, note)."""
+        prefix = nonce + " "
+        previous, self.previous_nonce = self.previous_nonce, nonce
+        code: int | str | None = None
+        note = ""
+        timed_out = False
+        done_at: float | None = None
+        eof = False
+        while True:
+            now = time.monotonic()
+            if done_at is None:
+                for line in shell.lines():
+                    if line.startswith(prefix):
+                        word = line[len(prefix) :]
+                        code = int(word) if word.lstrip("-").isdigit() else word
+                    elif previous and line.startswith(previous + " "):
+                        note = _OVERRAN  # its real end: that one's status line was forged
+                if code is None and shell.poll() is not None:
+                    code, ended = self._shell_exited(shell, nonce, previous)
+                    note = ended if ended.startswith(_OVERRAN) else note + ended
+                elif code is None and now >= deadline:
+                    timed_out = True
+                    self._kill_command(shell, last_pid)
+                    self._after_shell_died()
+                    code = -9
+                    note = (
+                        "\n[the shell was restarted: the next command runs with the session as it was "
+                        "before this command]\n"
+                    )
+                if code is not None:
+                    done_at = time.monotonic()
+                    if holder is not None:  # from now on EOF means every writer is done
+                        os.close(holder)
+                        holder = None
+                    continue
+            elif now - done_at > _GRACE_S:
+                break
+            wait = 0.05 if done_at is not None else min(0.05, max(0.0, deadline - now))
+            # Once the status pipe is at EOF it is always "readable": watch the output alone then.
+            watch = [reader] if done_at is not None or shell.eof else [reader, shell.status]
+            ready, _, _ = select.select(watch, [], [], wait)
+            if reader in ready:
+                try:
+                    chunk = os.read(reader, 65536)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    if done_at is not None:
+                        eof = True
+                        break
+                    continue
+                cap.feed(chunk)
+        if holder is not None:
+            os.close(holder)
+        if eof:
+            os.close(reader)
+        else:
+            os.set_blocking(reader, True)
+            try:  # a background job still holds the FIFO: keep draining it off the main path
+                _thread.start_new_thread(_drain_forever, (reader,))
+            except RuntimeError:
+                os.close(reader)
+        assert code is not None
+        if not timed_out and shell.exit_code is None:
+            self.restorable = True  # the loop wrote the snapshot before it answered
+            shell.restored = False  # a restored shell that got through a command works
+        return code, timed_out, note
+
+    def _shell_exited(self, shell: Shell, nonce: str, previous: str | None) -> tuple[int, str]:
+        """The shell ended during the command: its exit code, and what the model is told. When
+        its EXIT trap saved the session (``exit``, ``set -e``, ``set -u``), the next command
+        simply gets a new shell from that snapshot, as if the shell had never gone; otherwise
+        (``exec``, a signal, a command that replaced the trap) from the one taken before this
+        command, and the note says so."""
+        exited = _read_own_file(self.snapshot + ".exit", self.run_as) or b""
+        _unlink(self.snapshot + ".exit")
+        word = exited.decode("ascii", "replace").strip()
+        saved = word.startswith(nonce + " ") and word[len(nonce) + 1 :].lstrip("-").isdigit()
+        if saved:
+            shell.restored = False  # it got through a command: its snapshot works
+        self._after_shell_died()
+        if saved:
+            self.restorable = True
+            return int(word[len(nonce) + 1 :]), ""
+        code = shell.exit_code if shell.exit_code is not None else 0
+        if previous and word.startswith(previous + " "):
+            self.restorable = True
+            return code, _OVERRAN + "[... and then ended the shell: this command did not run]\n"
+        return code, (
+            f"\n[the shell ended (status {code}) without saving its state; the next command runs in a "
+            "new shell with the session as it was before this command]\n"
+        )
+
+    def _after_shell_died(self) -> None:
+        """The shell died (or was killed) during a command: the next one gets a new shell,
+        from the snapshot unless the shell that died was itself just restored and did not get
+        through one command (then its snapshot is what breaks it)."""
+        shell = self.shell
+        if shell is not None and shell.restored:
+            self.restorable = False
+        self._forget_shell()
+
+    def _kill_command(self, shell: Shell, last_pid: int) -> None:
+        """The command timed out: kill the shell and every process the command started (in the
+        shell's session or process group, started after ``last_pid``), repeating while a fork
+        bomb spawns. Background jobs of earlier commands (started before) live on."""
+        with suppress(ProcessLookupError, PermissionError):
+            os.kill(shell.pid, signal.SIGKILL)
+        me = os.getpid()
+        for _ in range(50):
+            wrapped = _last_pid() < last_pid  # pid numbers wrapped around: every one of the session
+            victims = []
+            for pid in _pids():
+                if pid in (1, me) or (not wrapped and pid <= last_pid and pid != shell.pid):
+                    continue
+                ids = _session_ids(pid)
+                if ids is not None and shell.pid in ids:
+                    victims.append(pid)
+            if not victims:
+                break
+            for pid in victims:
+                with suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            _reap()
+            time.sleep(0.005)
+
     def _collect(self, pid: int, fd: int, cap: OutputCap, deadline: float) -> tuple[int, bool]:
-        """Read the command's output (``fd``) into ``cap`` until it exits (or its deadline kills
-        it); its exit code (negative: the signal that ended it) and whether it timed out."""
+        """Read a fresh command's output (``fd``) into ``cap`` until it exits (or its deadline
+        kills it); its exit code (negative: the signal that ended it) and whether it timed out."""
         timed_out = False
         exited_at = None
         code: int | None = None
@@ -689,6 +1047,70 @@ class Agent:
     def close(self) -> None:
         for pgid in list(self.groups):
             self._kill_group(pgid)
+        self._forget_shell()
+
+
+class ShellFailed(Exception):
+    """A restored shell did not come up (its snapshot breaks it)."""
+
+
+def _read_own_file(path: str, run_as: tuple[int, int] | None, limit: int = 4096) -> bytes | None:
+    """A small regular file's bytes (at most ``limit``), never through a link, and when we run
+    the commands as another uid only if that uid owns it (we may be uid 0: a planted symlink or
+    FIFO must not make us read, or wait on, anything else)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (run_as is not None and st.st_uid != run_as[0]):
+            return None
+        return os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _write_new(path: str, data: bytes) -> None:
+    """Write a file of ours, never through a link (the directory is ours alone)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _open_fifo(path: str, run_as: tuple[int, int] | None) -> tuple[int, int]:
+    """A command's output FIFO, in our own directory and owned by the commands' uid (its shell
+    opens it for writing): our read end, and a write end we hold until the command is over, so
+    that until then the reader never sees EOF (the shell has not opened it yet, or reopened it)."""
+    try:
+        os.mkfifo(path, 0o600)
+    except FileExistsError:  # left by an agent that died mid-command (never by a command: our dir)
+        _unlink(path)
+        os.mkfifo(path, 0o600)
+    if run_as is not None:
+        os.chown(path, *run_as)
+    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    holder = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    return reader, holder
+
+
+def _last_pid() -> int:
+    """The last pid the kernel handed out in our pid namespace (0 when unknown)."""
+    text = _read("/proc/sys/kernel/ns_last_pid").strip()
+    return int(text) if text.isdigit() else 0
+
+
+def _session_ids(pid: int) -> tuple[int, int] | None:
+    """(process group, session) of ``pid``, from /proc (None when it is gone)."""
+    text = _read(f"/proc/{pid}/stat")
+    fields = text[text.rfind(")") + 2 :].split()
+    if len(fields) < 4:
+        return None
+    return int(fields[2]), int(fields[3])
 
 
 def _fork_exec_311() -> Any:
@@ -709,10 +1131,18 @@ _FORK_EXEC = _fork_exec_311()
 
 
 def _start(
-    argv: list[str], cwd: str, env: dict[str, str], run_as: tuple[int, int] | None, output: int
+    argv: list[str],
+    cwd: str,
+    env: dict[str, str],
+    run_as: tuple[int, int] | None,
+    output: int,
+    *,
+    stdin: int | None = None,
+    errput: int | None = None,
 ) -> int:
     """Fork and exec ``argv`` (found on ``env``'s PATH) in ``cwd``, in a session of its own (one
-    process group to kill), stdin from /dev/null, stdout and stderr into ``output``, with no other
+    process group to kill), stdin from /dev/null (or ``stdin``), stdout and stderr into ``output``
+    (stderr into ``errput`` when given), with no other
     fd of ours, and as the commands' uid and gid without supplementary groups when ``run_as`` is
     given: from uid 0 to another uid the kernel clears every capability, so nothing the command
     runs keeps any of ours. Returns its pid; raises OSError (BlockingIOError: no process left)
@@ -720,11 +1150,11 @@ def _start(
     report_r, report_w = os.pipe()  # close-on-exec: EOF says the exec happened
     try:
         if _FORK_EXEC is not None:
-            pid = _fork_exec_c(argv, cwd, env, run_as, output, report_r, report_w)
+            pid = _fork_exec_c(argv, cwd, env, run_as, (stdin, output, errput), report_r, report_w)
         else:
             pid = os.fork()
             if pid == 0:  # pragma: no cover (the child execs or exits, never returns)
-                _child(argv, cwd, env, run_as, output, report_w)
+                _child(argv, cwd, env, run_as, (stdin, output, errput), report_w)
     except BaseException:
         os.close(report_r)
         raise
@@ -750,7 +1180,7 @@ def _fork_exec_c(
     cwd: str,
     env: dict[str, str],
     run_as: tuple[int, int] | None,
-    output: int,
+    fds: tuple[int | None, int, int | None],
     report_r: int,
     report_w: int,
 ) -> int:
@@ -762,6 +1192,7 @@ def _fork_exec_c(
         candidates = tuple(os.path.join(os.fsencode(d), executable) for d in os.get_exec_path(env))
     env_list = [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()]
     uid, gid = run_as if run_as is not None else (-1, -1)
+    stdin, output, errput = fds
     null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     try:
         return int(
@@ -772,12 +1203,12 @@ def _fork_exec_c(
                 (report_w,),
                 cwd,
                 env_list,
-                null,  # stdin
+                null if stdin is None else stdin,  # stdin
                 -1,
                 -1,
                 output,  # stdout
                 -1,
-                output,  # stderr
+                output if errput is None else errput,  # stderr
                 report_r,
                 report_w,
                 True,  # restore_signals: SIGPIPE and SIGXFSZ back to their defaults
@@ -806,17 +1237,22 @@ def _raise_report(program: str, report: bytes) -> None:
 
 
 def _child(
-    argv: list[str], cwd: str, env: dict[str, str], run_as: tuple[int, int] | None, output: int, report: int
+    argv: list[str],
+    cwd: str,
+    env: dict[str, str],
+    run_as: tuple[int, int] | None,
+    fds: tuple[int | None, int, int | None],
+    report: int,
 ) -> None:
     """In the forked child: set it up and exec; on any failure say why on ``report`` and exit."""
     try:
         os.setsid()
         for number in (signal.SIGPIPE, signal.SIGXFSZ):  # ignored by python, not by commands
             signal.signal(number, signal.SIG_DFL)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
+        stdin, output, errput = fds
+        os.dup2(os.open(os.devnull, os.O_RDONLY) if stdin is None else stdin, 0)
         os.dup2(output, 1)
-        os.dup2(output, 2)
+        os.dup2(output if errput is None else errput, 2)
         os.chdir(cwd)
         if run_as is not None:
             uid, gid = run_as
@@ -894,25 +1330,6 @@ def _kill_all_others() -> int:
             break
         time.sleep(0.005)
     return len(left)
-
-
-def _read_own_file(path: str, run_as: tuple[int, int] | None) -> bytes | None:
-    """A regular file's bytes (at most _STATE_LIMIT), never through a link, and when we run the
-    commands as another uid only if that uid owns it."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or (run_as is not None and st.st_uid != run_as[0]):
-            return None
-        data = os.read(fd, _STATE_LIMIT + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return data if len(data) <= _STATE_LIMIT else None
 
 
 def _read(path: str) -> str:

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from trajforge.sandbox.errors import SandboxBrokenError
 from trajforge.sandbox.types import ExecResult
 
@@ -24,6 +26,15 @@ from trajforge.sandbox.types import ExecResult
 _ANSWER_GRACE_S = 15.0
 _START_TIMEOUT_S = 30.0
 _LINE_LIMIT = 64 * 1024 * 1024  # answers carry at most the output cap, this is only a guard
+
+
+def _encode(request: dict[str, Any]) -> bytes:
+    """One request line: orjson, or json for what orjson refuses (a command with lone surrogates,
+    which a model's JSON can carry and the agent writes back with ``surrogateescape``)."""
+    try:
+        return orjson.dumps(request) + b"\n"
+    except orjson.JSONEncodeError:
+        return json.dumps(request).encode() + b"\n"
 
 
 class AgentError(RuntimeError):
@@ -131,7 +142,7 @@ class ExecAgent:
     async def _exchange(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self._proc is not None and self._proc.stdin is not None
         try:
-            self._proc.stdin.write(json.dumps(request).encode() + b"\n")
+            self._proc.stdin.write(_encode(request))
             await self._proc.stdin.drain()
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise AgentError("the sandbox exec agent is gone") from exc
@@ -146,7 +157,7 @@ class ExecAgent:
         if not line:
             raise AgentError("the sandbox exec agent exited")
         try:
-            answer = json.loads(line)
+            answer = orjson.loads(line)
         except ValueError as exc:
             raise AgentError(f"unreadable answer from the sandbox exec agent: {line[:200]!r}") from exc
         if not isinstance(answer, dict):

@@ -16,6 +16,8 @@ import logging
 import os
 import uuid
 import weakref
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +37,14 @@ from trajforge.sandbox.layout import (
 )
 from trajforge.sandbox.process import ProcessSandbox, Resident
 from trajforge.sandbox.sweep import sweep_stale, write_owner
+from trajforge.sandbox.templates import (
+    SandboxTemplate,
+    TemplateGone,
+    can_overlay,
+    copy_tree,
+    mount_overlay,
+    remove_template,
+)
 from trajforge.sandbox.types import SandboxConfig
 
 log = logging.getLogger(__name__)
@@ -46,6 +56,8 @@ class ReuseStats:
 
     created: int = 0
     reused: int = 0
+    templates: int = 0  # templates prepared
+    forked: int = 0  # sandboxes started from a template
     discarded: dict[str, int] = field(default_factory=dict)
 
     def discard(self, reason: str) -> None:
@@ -54,6 +66,8 @@ class ReuseStats:
     def counts(self) -> dict[str, int]:
         """Flat counters for run statistics: created, reused, ``discarded: <why>``."""
         flat = {"created": self.created, "reused": self.reused}
+        if self.templates or self.forked:
+            flat.update(templates=self.templates, forked=self.forked)
         flat.update({f"discarded: {why}": n for why, n in self.discarded.items()})
         return flat
 
@@ -80,6 +94,8 @@ class ProcessSandboxFactory:
     # rebuilt). Queued builds start in order; a rollout's first model call hides the wait.
     max_building = 2 * (os.cpu_count() or 1)
     max_uses = 500  # rollouts per sandbox before it is rebuilt anyway (bounds any slow drift)
+    forks = False  # whether ``template``/``create(template=)`` work (backends that mount or copy)
+    max_templates = 16  # templates kept; the least recently used one without children goes first
 
     def __init__(self, config: SandboxConfig) -> None:
         self.config = config
@@ -96,6 +112,12 @@ class ProcessSandboxFactory:
         self.agent_file: AgentFile | None = None  # set by a backend that compiles the agent
         self._live = 0  # sandboxes asked for and not yet closed
         self._peak_live = 0
+        self._resetting = 0  # resets in flight: sandboxes about to be idle
+        self._claims = 0  # creates waiting for one of those
+        self._returned = asyncio.Condition()  # notified whenever a reset ends
+        self._templates: OrderedDict[str, SandboxTemplate] = OrderedDict()
+        self._template_locks: dict[str, asyncio.Lock] = {}
+        self._template_uids: set[int] = set()  # uids shared by a template's sandboxes
 
     @property
     def reuse(self) -> bool:
@@ -134,21 +156,42 @@ class ProcessSandboxFactory:
         raise NotImplementedError
 
     async def create(
-        self, task_id: str, *, image: str | None = None, cwd: str | None = None
+        self,
+        task_id: str,
+        *,
+        image: str | None = None,
+        cwd: str | None = None,
+        template: SandboxTemplate | None = None,
     ) -> ProcessSandbox:
         """A sandbox for one rollout, in its starting state: fresh, or reset after an earlier one.
 
         ``cwd``: a host directory whose contents are copied into the new workdir (a per-row
         starting state); the commands start in the workdir. ``image`` is used by docker only.
+        ``template``: start from a template of this factory (:meth:`template`) instead: its
+        files, forked (see :mod:`trajforge.sandbox.templates`); never a reused sandbox.
         """
         if self._closed:
             raise RuntimeError("this sandbox factory is closed")
         await self._check()
+        if template is not None and cwd is not None:
+            raise ValueError("create(template=...) starts from the template's files: give no cwd")
+        if template is not None and (template.removed or self._templates.get(template.key) is not template):
+            raise TemplateGone(f"template {template.key!r} is not (or no longer) one of this factory's")
         # Counted from the request on: builds queue, so what was asked for at once is the peak.
         self._live += 1
         self._peak_live = max(self._peak_live, self._live)
         try:
-            resident = await self._obtain(task_id, cwd, image)
+            if template is not None:
+                template.children += 1
+                try:
+                    async with self._building:
+                        resident = await self._build(task_id, None, image, template=template)
+                except BaseException:
+                    template.children -= 1
+                    raise
+                self.stats.forked += 1
+            else:
+                resident = await self._obtain(task_id, cwd, image)
         except BaseException:
             self._live -= 1
             raise
@@ -162,6 +205,22 @@ class ProcessSandboxFactory:
 
     async def _obtain(self, task_id: str, cwd: str | None, image: str | None) -> Resident:
         resident = await self._take_idle(cwd) if self.reuse else None
+        if resident is None and self.reuse:
+            # A sample that just ended may have asked for its close without it having started
+            # yet (a task scheduled by the batch): let it start, so its reset counts below.
+            await asyncio.sleep(0)
+            resident = await self._take_idle(cwd)
+        # A reset takes a few milliseconds, a build ~30 ms of CPU: with one in flight that no other
+        # create has claimed yet, wait for it rather than build (a sample that ends hands its
+        # sandbox to the next one even while the reset still runs).
+        while resident is None and self.reuse and self._resetting > self._claims:
+            self._claims += 1
+            try:
+                async with self._returned:
+                    await self._returned.wait()
+            finally:
+                self._claims -= 1
+            resident = await self._take_idle(cwd)
         if resident is None:
             async with self._building:
                 # One may have come back while this create waited for its turn to build.
@@ -203,16 +262,35 @@ class ProcessSandboxFactory:
         ``max_idle`` caps it): a thousand rollouts that end together hand theirs to the next
         thousand, instead of destroying all but a few and building the rest again."""
         self._live -= 1
+        if resident.template is not None:  # a fork's upper layer is its own: never reused
+            try:
+                await resident.destroy(self.io, self.config.keep)
+            finally:
+                resident.template.children -= 1
+            return
         if not self.reuse:
             await resident.destroy(self.io, self.config.keep)
             return
-        problem = await self._reset(resident)
+        self._resetting += 1
+        try:
+            problem = await self._reset(resident)
+        except BaseException:
+            self._resetting -= 1
+            await self._notify_returned()
+            raise
+        self._resetting -= 1
         if problem is None and self.reuse and len(self._idle) < self._idle_cap():
             self._idle.append(resident)
+            await self._notify_returned()
             return
+        await self._notify_returned()  # nothing came back: a waiting create builds instead
         if problem is not None:
             self.stats.discard(problem)
         await resident.destroy(self.io, False)
+
+    async def _notify_returned(self) -> None:
+        async with self._returned:
+            self._returned.notify_all()
 
     def _idle_cap(self) -> int:
         return self._peak_live if self.max_idle is None else self.max_idle
@@ -233,10 +311,84 @@ class ProcessSandboxFactory:
         return None
 
     async def aclose(self) -> None:
-        """Destroy the idle sandboxes; later closes destroy theirs instead of keeping them."""
+        """Destroy the idle sandboxes and the templates; later closes destroy theirs instead of
+        keeping them."""
         self._closed = True
         idle, self._idle[:] = list(self._idle), []
         await asyncio.gather(*(r.destroy(self.io, False) for r in idle), return_exceptions=True)
+        templates = list(self._templates.values())
+        self._templates.clear()
+        for template in templates:
+            template.removed = True
+            await self.io.run(remove_template, template)
+
+    # -- templates ---------------------------------------------------------------------------
+
+    async def template(
+        self,
+        key: str,
+        *,
+        cwd: str | None = None,
+        setup: Callable[[ProcessSandbox], Awaitable[None]] | None = None,
+    ) -> SandboxTemplate:
+        """The template ``key``: prepared once per factory (later calls, concurrent ones included,
+        get the same one) by building a sandbox (``cwd`` copied in), running ``setup`` on it
+        (commands, file writes: anything a rollout could do), stopping its processes and freezing
+        its workdir. Start sandboxes from it with ``create(task_id, template=...)``. A setup that
+        raises leaves no template (the next call tries again)."""
+        if not self.forks:
+            raise SandboxUnavailableError(f"the {self.kind} backend cannot fork sandboxes from a template")
+        if self._closed:
+            raise RuntimeError("this sandbox factory is closed")
+        await self._check()
+        lock = self._template_locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            template = self._templates.get(key)
+            if template is None:
+                template = await self._make_template(key, cwd, setup)
+                self._templates[key] = template
+                await self._evict_templates(keep=key)
+            self._templates.move_to_end(key)
+            return template
+
+    async def _make_template(
+        self, key: str, cwd: str | None, setup: Callable[[ProcessSandbox], Awaitable[None]] | None
+    ) -> SandboxTemplate:
+        owner = self._new_owner()
+        if owner is not None:  # its sandboxes share this uid: no kernel keys for any of them
+            self._template_uids.add(owner[0])
+        async with self._building:
+            resident = await self._build(f"template-{key}", cwd, None, owner=owner)
+        sandbox = ProcessSandbox(task_id=f"template-{key}", config=self.config, resident=resident, io=self.io)
+        try:
+            if setup is not None:
+                await setup(sandbox)
+            await sandbox.stop_processes()
+            await resident.agent.close()
+            await self.io.run(resident.cgroup.remove)
+            if resident.teardown is not None:
+                await resident.teardown()
+        except BaseException:
+            await resident.destroy(self.io, False)
+            raise
+        self.stats.templates += 1
+        return SandboxTemplate(
+            key=key,
+            root=resident.layout.root,
+            lower=resident.layout.work,
+            owner=resident.owner,
+            overlay=can_overlay(),
+        )
+
+    async def _evict_templates(self, keep: str) -> None:
+        while len(self._templates) > self.max_templates:
+            idle = next((k for k, t in self._templates.items() if t.children == 0 and k != keep), None)
+            if idle is None:
+                return  # all in use: kept until their children are gone and another is made
+            template = self._templates.pop(idle)
+            template.removed = True
+            self._template_locks.pop(idle, None)
+            await self.io.run(remove_template, template)
 
     async def __aenter__(self) -> ProcessSandboxFactory:
         return self
@@ -244,12 +396,23 @@ class ProcessSandboxFactory:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _build(self, task_id: str, cwd: str | None, image: str | None) -> Resident:
-        owner = self._new_owner()
-        if cwd is None:  # a fresh, tiny tree: a few sub-millisecond syscalls, cheaper than a thread hop
+    async def _build(
+        self,
+        task_id: str,
+        cwd: str | None,
+        image: str | None,
+        *,
+        template: SandboxTemplate | None = None,
+        owner: tuple[int, int] | None = None,
+    ) -> Resident:
+        if template is not None:
+            owner = template.owner
+        elif owner is None:
+            owner = self._new_owner()
+        if cwd is None and template is None:  # a fresh, tiny tree: cheaper than a thread hop
             layout, cgroup = self._prepare(task_id, None, owner)
-        else:  # copying a directory in can take long: off the event loop
-            preparing = asyncio.ensure_future(self.io.run(self._prepare, task_id, cwd, owner))
+        else:  # copying a directory in (or mounting a template) can take long: off the event loop
+            preparing = asyncio.ensure_future(self.io.run(self._prepare, task_id, cwd, owner, template))
             try:
                 layout, cgroup = await asyncio.shield(preparing)
             except asyncio.CancelledError:  # the thread finishes anyway: undo what it made
@@ -281,6 +444,7 @@ class ProcessSandboxFactory:
             owner=launch.owner,
             baseline_pids=tuple(cgroup.pids()) if self.reuse else (),
             dir_stats=dir_stats,
+            template=template,
         )
 
     def _new_owner(self) -> tuple[int, int] | None:
@@ -306,9 +470,13 @@ class ProcessSandboxFactory:
         )
 
     def _prepare(
-        self, task_id: str, cwd: str | None, owner: tuple[int, int] | None
+        self,
+        task_id: str,
+        cwd: str | None,
+        owner: tuple[int, int] | None,
+        template: SandboxTemplate | None = None,
     ) -> tuple[Layout, SandboxCgroup]:
-        """Directory layout, copy-in, ownership and cgroup (blocking)."""
+        """Directory layout, copy-in (or a template's files), ownership and cgroup (blocking)."""
         disk = self._disk()
         layout = make_layout(self._root_dir(), task_id, disk, self.agent_file)
         if disk is not None and not layout.disk_capped:
@@ -316,10 +484,20 @@ class ProcessSandboxFactory:
         try:
             if cwd is not None:
                 copy_in(cwd, layout.work)
+            if template is not None and not template.overlay:
+                copy_tree(template.lower, layout.work)
             if owner is not None:
-                chown_tree(layout.root, owner)
+                chown_tree(layout.root, owner)  # before the overlay: never through it
                 layout.root.chmod(0o700)
                 layout.owner = owner
+            if (
+                template is not None
+                and template.overlay
+                and not mount_overlay(template.lower, layout.work, owner)
+            ):
+                copy_tree(template.lower, layout.work)  # refused here after all: a copy, owned alike
+                if owner is not None:
+                    chown_tree(layout.work, owner)
             cgroup = SandboxCgroup.create(
                 f"trajforge-{uuid.uuid4().hex[:12]}",
                 max_pids=self.config.limits.max_processes,

@@ -22,6 +22,7 @@ class LocalSandboxFactory(ProcessSandboxFactory):
     """Sandboxes that are just directories on the host (``workdir`` is a host path)."""
 
     kind = "local"
+    forks = True  # an overlay on the host as root, a copy otherwise (sandbox.templates)
 
     async def _launch(self, task_id: str, layout: Layout, cgroup: SandboxCgroup, image: str | None) -> Launch:
         workdir, scratch = str(layout.work), str(layout.tmp)

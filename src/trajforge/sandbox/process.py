@@ -17,6 +17,7 @@ from trajforge.sandbox.confined import ConfinedDir
 from trajforge.sandbox.disk import remove_tree
 from trajforge.sandbox.exec_client import ExecAgent
 from trajforge.sandbox.layout import Layout, SandboxIO
+from trajforge.sandbox.templates import SandboxTemplate
 from trajforge.sandbox.types import ExecResult, SandboxConfig
 
 
@@ -39,6 +40,7 @@ class Resident:
     baseline_pids: tuple[int, ...] = ()  # the cgroup's processes when idle (bwrap + the agent)
     dir_stats: tuple[tuple[int, int], ...] = ()  # (mode, uid) of workdir and scratch dir at start
     uses: int = 1
+    template: SandboxTemplate | None = None  # forked from it: never reused
 
     async def destroy(self, io: SandboxIO, keep: bool) -> None:
         """Kill everything, remove the cgroup and (unless ``keep``) the directories."""

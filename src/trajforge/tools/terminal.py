@@ -1,7 +1,8 @@
 """The terminal toolset: ``terminal`` (foreground or background commands) and ``process``.
 
-Commands run in the rollout's own sandbox session, so ``cd`` and ``export`` carry over between
-calls. Background commands are started in their own session (``setsid``) so the per-command
+Commands run in the rollout's own sandbox session, one resident ``bash``, so everything a terminal
+keeps carries over between calls: the cwd, variables, functions, aliases, options and a
+``source``d virtualenv. Background commands are started in their own session (``setsid``) so the per-command
 process-group kill of the sandbox does not reach them; their output and exit status go to files
 in the sandbox's private scratch directory, and ``process`` reads those files back.
 """
@@ -195,7 +196,8 @@ def terminal_tools() -> list[FunctionTool]:
             toolset="terminal",
             description=(
                 "Run a shell command in your sandboxed working directory and get its output and exit code. "
-                "The session persists: cd and exported variables carry over."
+                "The session persists like a terminal's: cd, variables, functions, aliases and shell options "
+                "carry over."
             ),
             parameters=TERMINAL_SCHEMA,
             handler=_terminal,

@@ -1,0 +1,171 @@
+"""The resident shell: a session keeps what a person's terminal keeps, and survives what a command
+does to it (``exit``, ``exec``, a signal, a timeout, redirections and traps left behind)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from trajforge.sandbox import SandboxConfig, create_sandbox_factory
+
+BACKENDS = ["bwrap", "local"]
+
+
+def _needs(kind: str) -> None:
+    if kind == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+
+
+@pytest.fixture(params=BACKENDS)
+async def sandbox(request, tmp_path):
+    _needs(request.param)
+    factory = create_sandbox_factory(
+        SandboxConfig(kind=request.param, root_dir=str(tmp_path / "sb"), command_timeout_s=20)
+    )
+    sb = await factory.create("shell")
+    try:
+        yield sb
+    finally:
+        await sb.close()
+        await factory.aclose()
+
+
+async def _out(sb, command: str, **kw) -> str:
+    res = await sb.exec(command, **kw)
+    assert res.exit_code == 0 and not res.timed_out, res
+    return res.output
+
+
+async def test_functions_aliases_plain_variables_and_options_carry_over(sandbox):
+    await _out(
+        sandbox,
+        "greet() { echo \"hello $1\"; }; alias ll='echo listed'; PLAIN=kept; declare -a ARR=(a 'b c'); "
+        "declare -A MAP=([k]=v); set -o pipefail; shopt -s extglob; umask 027; cd /tmp; NUM=41; "
+        "declare -i NUM; readonly FIXED=1",
+    )
+    out = await _out(
+        sandbox,
+        'greet you; ll; echo "$PLAIN ${ARR[1]} ${MAP[k]}"; false | true; echo "pipefail:$?"; '
+        "x=abc; echo ${x/@(b)/B}; umask; pwd; NUM+=1; echo $NUM; (FIXED=2) 2>/dev/null || echo readonly-kept",
+    )
+    assert out == "hello you\nlisted\nkept b c v\npipefail:1\naBc\n0027\n/tmp\n42\nreadonly-kept\n"
+    assert await _out(sandbox, "env | grep -c '^PLAIN=' || true") == "0\n"  # plain stays unexported
+
+
+async def test_a_sourced_virtualenv_activates_and_deactivates_across_calls(sandbox, tmp_path):
+    made = await sandbox.exec("python3 -m venv --without-pip venv && echo made", timeout=60)
+    if "made" not in made.output:
+        pytest.skip(f"python3 -m venv is not available here: {made.output[-300:]}")
+    await _out(sandbox, "source venv/bin/activate")
+    out = await _out(sandbox, 'command -v python; echo "$VIRTUAL_ENV"; type -t deactivate')
+    lines = out.splitlines()
+    assert lines[0].endswith("/venv/bin/python") and lines[1].endswith("/venv") and lines[2] == "function", (
+        out
+    )
+    await _out(sandbox, "deactivate")
+    out = await _out(sandbox, 'command -v python3; echo "[${VIRTUAL_ENV-}]"; type -t deactivate || echo gone')
+    assert "/venv/" not in out and out.endswith("[]\ngone\n"), out
+
+
+async def test_exit_and_errexit_end_the_command_and_keep_the_session(sandbox):
+    """``exit N`` and a ``set -e`` failure end the shell: its EXIT trap saves the session first,
+    so the next command finds everything, the changes made before the exit included."""
+    await _out(sandbox, "f() { echo f; }; A=1")
+    res = await sandbox.exec("cd /tmp; B=2; exit 3")
+    assert res.exit_code == 3 and res.output == "", res
+    assert await _out(sandbox, 'f; echo "$A$B"; pwd') == "f\n12\n/tmp\n"
+    res = await sandbox.exec("set -e; C=3; false; echo not-reached")
+    assert res.exit_code == 1 and res.output == "", res
+    assert await _out(sandbox, 'echo "$C" "$-"') == "3 ehBc\n"  # set -e stays on, as in a terminal
+    res = await sandbox.exec("set +e; set -u; echo $UNDEFINED_VAR; echo not-reached")
+    assert res.exit_code != 0 and "UNDEFINED_VAR" in res.output, res
+    assert await _out(sandbox, "set +u; f") == "f\n"
+
+
+async def test_an_execd_or_killed_shell_is_replaced_and_the_model_is_told(sandbox):
+    await _out(sandbox, "f() { echo f; }; cd /tmp; X=1")
+    res = await sandbox.exec("Y=lost; exec sleep 0.1")
+    assert res.exit_code == 0 and "as it was before this command" in res.output, res
+    assert await _out(sandbox, 'f; echo "$X[${Y-}]"; pwd') == "f\n1[]\n/tmp\n"
+    res = await sandbox.exec("Y=lost; kill -9 $$")
+    assert res.exit_code == -9 and "as it was before this command" in res.output, res
+    assert await _out(sandbox, 'f; echo "$X[${Y-}]"') == "f\n1[]\n"
+
+
+async def test_a_timeout_kills_the_command_and_restores_the_shell(sandbox):
+    """A builtin loop runs in the shell itself: the shell dies with it and comes back from the
+    snapshot; a background job of an earlier command is not the timed-out command's and lives."""
+    await _out(sandbox, "f() { echo f; }; sleep 1021 & echo started")
+    res = await sandbox.exec("Z=lost; while :; do :; done", timeout=1)
+    assert res.timed_out and res.exit_code is None and "shell was restarted" in res.output, res
+    assert await _out(sandbox, 'f; echo "[${Z-}]"; ps -eo args | grep -c "^sleep 1021"') == "f\n[]\n1\n"
+    res = await sandbox.exec("sleep 1022 & sleep 1023", timeout=1)
+    assert res.timed_out, res
+    assert await _out(sandbox, "ps -eo args | grep -c '^sleep 102[23]' || true") == "0\n"
+
+
+async def test_what_a_command_leaves_on_its_shell_does_not_break_the_next_one(sandbox):
+    """stdin is /dev/null; exec redirections are undone after each command; traps, options and a
+    shadowed ``cd``/``printf``/``read`` do not reach the loop that runs the commands."""
+    res = await sandbox.exec('cat; read -r x; echo "read:$?"')
+    assert res.output == "read:1\n", res
+    await _out(sandbox, "exec >/dev/null 2>&1 0</etc/hostname; echo hidden")
+    await _out(
+        sandbox, "trap 'echo debug-trap' DEBUG; trap 'echo err-trap' ERR; set -o noclobber -o allexport"
+    )
+    await _out(sandbox, "trap - DEBUG ERR; cd() { echo fake-cd; }; printf() { echo fake; }; read() { :; }")
+    await _out(sandbox, "exec 5>/dev/null; IFS=:; set -f; shopt -s failglob nullglob")
+    res = await sandbox.exec("echo visible; echo err >&2; builtin cd /tmp; builtin pwd; echo *")
+    assert res.output == "visible\nerr\n/tmp\n*\n", res
+    assert (
+        await _out(sandbox, "env | grep -c '^__tf' || true") == "0\n"
+    )  # allexport exported no loop variable
+
+
+async def test_a_snapshot_that_breaks_the_shell_gives_a_fresh_one(sandbox):
+    """A DEBUG trap armed to kill the shell is in the snapshot: the restored shell dies while it
+    sources it, and the next command runs in a fresh shell, told so."""
+    await _out(sandbox, "f() { echo f; }; trap '[ -e \"$TMPDIR/armed\" ] && kill -9 $$' DEBUG")
+    res = await sandbox.exec('touch "$TMPDIR/armed"')
+    assert "as it was before this command" in res.output, res
+    res = await sandbox.exec("type -t f || echo no-f; echo ran")
+    assert "could not be restored" in res.output and "no-f\nran\n" in res.output, res
+
+
+async def test_cwd_argument_and_background_output(sandbox):
+    await _out(sandbox, "mkdir -p sub/dir && cd sub")
+    assert await _out(sandbox, "pwd", cwd="dir") == f"{sandbox.workdir}/sub/dir\n"
+    res = await sandbox.exec("pwd", cwd="missing")
+    assert res.exit_code == 1 and "cwd does not exist" in res.output, res
+    assert await _out(sandbox, "pwd") == f"{sandbox.workdir}/sub/dir\n"
+    assert await _out(sandbox, "(sleep 0.5; echo LATE-LINE) & echo now") == "now\n"
+    assert await _out(sandbox, "sleep 1; echo later") == "later\n"  # its output stayed in its own call
+    await _out(sandbox, "sleep 0.2 & echo started")
+    assert await _out(sandbox, "wait; echo waited:$?") == "waited:0\n"  # one shell: jobs are its own
+
+
+async def test_a_fresh_command_sees_none_of_the_session(sandbox):
+    await _out(sandbox, "f() { echo f; }; export X=1; alias a=b; cd /tmp")
+    res = await sandbox.exec_fresh('type -t f || echo no-f; echo "[${X-}]"; pwd', timeout=10)
+    assert res.output == f"no-f\n[]\n{sandbox.workdir}\n", res
+
+
+async def test_a_command_that_closes_the_loops_own_fds_costs_only_its_shell(sandbox):
+    """The loop's control and status pipes are fds of the shell the command runs in (bash keeps
+    them above 9 while the command runs): closing them all leaves a shell that can never report.
+    The command's timeout ends it like any other, and the session goes on from its snapshot."""
+    await _out(sandbox, "f() { echo f; }")
+    # Before: the agent waited for the mute shell to exit (sleep 1000), past the command's
+    # timeout and the host's grace, and the sandbox was declared broken.
+    res = await sandbox.exec(
+        'for n in $(seq 3 60); do eval "exec $n>&-"; done 2>/dev/null; sleep 1000', timeout=5
+    )
+    assert res.timed_out and "shell was restarted" in res.output, res
+    assert await _out(sandbox, "f") == "f\n"
+
+
+async def test_a_command_with_a_lone_surrogate_reaches_the_shell_as_its_byte(sandbox):
+    """A model's JSON can carry "\\udc80"; the request goes out as JSON all the same and the shell
+    gets the byte it stands for (surrogateescape), as before the resident shell."""
+    assert await _out(sandbox, "printf '%s' '\udc80' | od -An -tx1 | tr -d ' '") == "80\n"
