@@ -75,3 +75,23 @@ def tiny_chatml_model(tmp_path_factory: pytest.TempPathFactory) -> Any:
     tok = build_tiny_tokenizer(root / "tok", "chatml")
     build_tiny_model(root / "model", tok, hidden=32, layers=2, seed=0)
     return root / "model"
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> Any:
+    """A real Docker engine (tests/docker_engine.py): a private dockerd started for the session
+    (and stopped after it, unless one was already running) plus the locally built Debian base
+    image. ``DOCKER_HOST`` points the docker CLI at it for the session. Skips only where the engine
+    cannot run on this machine, saying exactly why."""
+    import docker_engine as engine
+
+    reason = engine.why_not()
+    if reason:
+        pytest.skip(f"no Docker engine can run here: {reason}")
+    host = engine.acquire()
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("DOCKER_HOST", host)
+            yield engine.Engine(host=host, base=engine.base_image())
+    finally:
+        engine.release()
