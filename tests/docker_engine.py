@@ -220,11 +220,10 @@ def _stop_pid(pid: int) -> None:
 
 def start() -> bool:
     """Start the private daemon unless it already runs (idempotent); True when this call did.
-    A daemon started so is not the tests' to stop."""
+    A daemon started (or claimed) so is not the tests' to stop."""
     with _locked():
         started = _start_locked()
-        if started:
-            STARTED_BY_TESTS.unlink(missing_ok=True)
+        STARTED_BY_TESTS.unlink(missing_ok=True)  # from now on the caller's, whoever started it
         return started
 
 
