@@ -52,17 +52,15 @@ TIMINGS = STATE / "timings.json"  # what the last set-up steps took, for the REA
 
 BASE_REPO = "trajforge-base"
 # The base image's recipe: its hash is the image's tag, so changing any of it builds a new one.
-BASE_RECIPE = {
-    "variant": "minbase",
-    "include": ["python3"],  # the exec agent is a python3 program; Harbor tasks' tests use python3 too
-    "remove": ["var/cache/apt/archives/*.deb", "var/lib/apt/lists/*", "etc/resolv.conf", "etc/hostname"],
-    "changes": [
-        "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "ENV LANG=C.UTF-8",
-        'CMD ["/bin/bash"]',
-    ],
-    "version": 1,
-}
+BASE_VARIANT = "minbase"
+BASE_INCLUDE = ("python3",)  # the exec agent is a python3 program; Harbor tasks' tests use it too
+BASE_REMOVE = ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*", "etc/resolv.conf", "etc/hostname")
+BASE_CHANGES = (
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "ENV LANG=C.UTF-8",
+    'CMD ["/bin/bash"]',
+)
+BASE_RECIPE_VERSION = 1
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DEFAULT_SUITE = "bookworm"
 
@@ -308,7 +306,9 @@ def apt_mirror() -> tuple[str, str]:
 
 def base_tag() -> str:
     _, suite = apt_mirror()
-    recipe = json.dumps({**BASE_RECIPE, "suite": suite}, sort_keys=True).encode()
+    recipe = json.dumps(
+        [suite, BASE_VARIANT, BASE_INCLUDE, BASE_REMOVE, BASE_CHANGES, BASE_RECIPE_VERSION]
+    ).encode()
     return f"{BASE_REPO}:{suite}-{hashlib.sha256(recipe).hexdigest()[:12]}"
 
 
@@ -326,8 +326,7 @@ def base_image() -> str:
             rootfs = Path(tmp) / "rootfs"
             done = subprocess.run(
                 [
-                    "debootstrap", f"--variant={BASE_RECIPE['variant']}",
-                    f"--include={','.join(BASE_RECIPE['include'])}",  # type: ignore[arg-type]
+                    "debootstrap", f"--variant={BASE_VARIANT}", f"--include={','.join(BASE_INCLUDE)}",
                     suite, str(rootfs), mirror,
                 ],
                 capture_output=True, text=True, timeout=1800,
@@ -337,14 +336,14 @@ def base_image() -> str:
                     f"debootstrap {suite} from {mirror} failed: {done.stdout[-1500:]}{done.stderr[-1500:]}"
                 )
             _record("debootstrap_s", time.monotonic() - began)
-            for pattern in BASE_RECIPE["remove"]:  # type: ignore[union-attr]
-                for path in rootfs.glob(str(pattern)):
+            for pattern in BASE_REMOVE:
+                for path in rootfs.glob(pattern):
                     if path.is_dir() and not path.is_symlink():
                         shutil.rmtree(path)
                     else:
                         path.unlink()
             began = time.monotonic()
-            changes = [arg for change in BASE_RECIPE["changes"] for arg in ("--change", change)]  # type: ignore[union-attr]
+            changes = [arg for change in BASE_CHANGES for arg in ("--change", change)]
             tar = subprocess.Popen(
                 ["tar", "-C", str(rootfs), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE
             )
@@ -355,6 +354,12 @@ def base_image() -> str:
             if imported.returncode != 0 or tar.returncode != 0:
                 raise RuntimeError(f"docker import failed: {imported.stderr[-1500:]}")
             _record("import_s", time.monotonic() - began)
+        # Images of older recipes are never used again: free their space (best effort; one still
+        # used by a task image stays, docker refuses to remove it).
+        listed = _docker("images", BASE_REPO, "--format", "{{.Repository}}:{{.Tag}}")
+        old = [t for t in listed.stdout.split() if t != tag]
+        if old:
+            _docker("rmi", *old, timeout=120)
     return tag
 
 

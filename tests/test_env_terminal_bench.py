@@ -2,7 +2,7 @@
 1.0 and the do-nothing agent 0.0 on every shipped task; the Dockerfile subset (COPY, RUN, ENV,
 ARG, WORKDIR) is replayed in the sandbox; tasks that need more are skipped with the reason; the
 agent cannot plant the reward file or the tests. (The docker backend, image builds included, on a
-real engine: tests/test_env_terminal_bench_docker.py.)"""
+real engine: tests/test_sandbox_docker.py.)"""
 
 from __future__ import annotations
 
