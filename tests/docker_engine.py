@@ -6,7 +6,8 @@ socket and pid file under one state directory (``/var/lib/trajforge-docker``, or
 ``$TRAJFORGE_DOCKER_STATE``), no bridge and no iptables/ip6tables rules (``--bridge=none
 --iptables=false --ip6tables=false``: the host's network is never changed; containers have only
 ``lo``), its own empty daemon config, and the storage driver dockerd picks for that directory
-(overlay2 where the backing file system allows it, else fuse-overlayfs or vfs).
+(overlay2 where the backing file system allows it, else fuse-overlayfs or vfs;
+``$TRAJFORGE_DOCKER_STORAGE_DRIVER`` forces one).
 
 No image registry is reachable, so the base image is built here from Debian packages:
 ``debootstrap --variant=minbase`` (plus python3, which the exec agent needs) from the mirror apt

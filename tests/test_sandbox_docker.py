@@ -396,15 +396,17 @@ def _offline_copy(dest: Path, base: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tasks_dir(docker_engine, tmp_path_factory) -> Path:
-    return _offline_copy(tmp_path_factory.mktemp("tb") / "tasks", docker_engine.base)
+def tasks_dir(docker_engine_session, tmp_path_factory) -> Path:
+    return _offline_copy(tmp_path_factory.mktemp("tb") / "tasks", docker_engine_session.base)
 
 
 @pytest.fixture(scope="module")
-def env(tasks_dir) -> TerminalBenchEnv:
+def env(docker_engine_session, tasks_dir) -> TerminalBenchEnv:
     loaded = load_env("terminal_bench", {"sandbox": "docker", "tasks_dir": str(tasks_dir)})
     assert isinstance(loaded, TerminalBenchEnv)
-    asyncio.run(loaded.setup())  # docker build of every task, once for the module
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DOCKER_HOST", docker_engine_session.host)
+        asyncio.run(loaded.setup())  # docker build of every task, once for the module
     return loaded
 
 
@@ -482,7 +484,7 @@ def _cli_eval(tasks: Path, agent: str, out: Path) -> dict:
 
 
 @pytest.mark.parametrize(("agent", "reward"), [("oracle", 1.0), ("none", 0.0)])
-def test_env_eval_cli_with_sandbox_docker(agent, reward, tasks_dir, tmp_path):
+def test_env_eval_cli_with_sandbox_docker(agent, reward, docker_engine, tasks_dir, tmp_path):
     summary = _cli_eval(tasks_dir, agent, tmp_path / "runs")
     assert summary["episodes"] == len(SHIPPED) and summary["failed"] == 0, summary
     assert summary["reward_errors"] == 0 and summary["mean_reward"]["value"] == reward, summary
