@@ -365,12 +365,19 @@ async def test_an_image_without_python_or_not_on_the_engine_is_refused_clearly(d
             await factory.create("nopy")
         with pytest.raises(SandboxUnavailableError, match="trajforge never pulls"):
             await factory.create("missing", image="trajforge-test-absent:never")
+        await asyncio.to_thread(_empty_image, f"{tag}-empty")  # no /bin/sh: created, never started
+        with pytest.raises(SandboxUnavailableError, match="docker run"):
+            await factory.create("no-shell", image=f"{tag}-empty")
         assert not [p for p in (tmp_path / "sb").iterdir() if p.is_dir()]  # nothing left behind
-        assert "trajforge-" not in _docker(
-            "ps", "-a", "--filter", f"ancestor={tag}", "--format", "{{.Names}}"
-        )
+        for image in (tag, f"{tag}-empty"):
+            assert not _docker("ps", "-a", "--filter", f"ancestor={image}", "--format", "{{.Names}}").split()
     finally:
-        _docker("rmi", "-f", tag)
+        _docker("rmi", "-f", tag, f"{tag}-empty")
+
+
+def _empty_image(tag: str) -> None:
+    tar = subprocess.run(["tar", "-c", "-T", "/dev/null"], capture_output=True, check=True).stdout
+    subprocess.run(["docker", "import", "-", tag], input=tar, capture_output=True, check=True, timeout=120)
 
 
 async def test_without_an_engine_the_backend_refuses_clearly(tmp_path, monkeypatch):

@@ -104,6 +104,10 @@ async def _docker(*args: str, limit_s: float = 120) -> tuple[int, str]:
         proc.kill()
         await proc.wait()
         return -1, f"docker {args[0]} timed out after {limit_s}s"
+    except BaseException:  # cancelled: the client must not run on unowned
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        raise
     return proc.returncode or 0, out.decode(errors="replace")
 
 
@@ -213,7 +217,7 @@ class DockerSandboxFactory(ProcessSandboxFactory):
         limits = self.config.limits
         # The container's cgroup is the sandbox's: the one the factory made would stay empty.
         await asyncio.to_thread(cgroup.remove)
-        code, out = await _docker(
+        run = _docker(
             "run", "-d", "--pull", "never",
             "--name", name, "--label", f"{OWNER_LABEL}={owner_label()}",
             "--hostname", "sandbox",
@@ -231,7 +235,14 @@ class DockerSandboxFactory(ProcessSandboxFactory):
             image,
             "-c", _INIT,
         )  # fmt: skip
-        if code != 0:
+        try:
+            code, out = await run
+        except BaseException:  # cancelled: the engine may still create it
+            with contextlib.suppress(Exception):
+                await _docker("rm", "-f", name, limit_s=60)
+            raise
+        if code != 0:  # a container created but not started (or timed out) is removed too
+            await _docker("rm", "-f", name, limit_s=60)
             hint = (
                 " (the image is not on this engine: build it, or `docker pull` it where a registry is "
                 "reachable; trajforge never pulls)"
