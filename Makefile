@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup system-deps test test-fast demo rl-demo lint bench clean
+.PHONY: setup system-deps test test-fast demo rl-demo lint bench clean docker-engine docker-engine-stop
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -26,12 +26,18 @@ $(STAMP): pyproject.toml | $(PY)
 system-deps:
 	@command -v bwrap >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap; }
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
+	@# the docker backend's tests: Debian's engine and debootstrap for the locally built base image
+	@{ command -v dockerd && command -v debootstrap; } >/dev/null || { $(SUDO) apt-get update -qq && \
+		$(SUDO) apt-get install -y -qq --no-install-recommends docker.io debootstrap; }
 
 setup: system-deps $(STAMP)
 
+# The docker tests' base image is built here, outside any test's timeout (the first time on a
+# machine: debootstrap, about a minute); their private dockerd is started and stopped by the tests.
 test: setup
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
+	$(PY) tests/docker_engine.py prepare
 	$(VENV)/bin/pytest -n 2 --dist loadfile -q $(PYTEST_ARGS)
 
 test-fast: setup
@@ -50,6 +56,16 @@ demo: setup
 # `trajforge serve` and evaluated again; report.json + closed_loop.png in the run directory.
 rl-demo: setup
 	$(VENV)/bin/trajforge rl demo --output-dir data/rl-demo-$$(date +%Y%m%d-%H%M%S)
+
+# A private Docker engine for `--sandbox docker` by hand (tests/docker_engine.py): its own state in
+# /var/lib/trajforge-docker, no bridge, no iptables rules; prints the DOCKER_HOST to use and the
+# locally built Debian base image. Stopped by `make docker-engine-stop`.
+docker-engine: system-deps
+	@python3 tests/docker_engine.py start
+	@python3 tests/docker_engine.py base-image
+
+docker-engine-stop:
+	@python3 tests/docker_engine.py stop
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

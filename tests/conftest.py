@@ -75,3 +75,32 @@ def tiny_chatml_model(tmp_path_factory: pytest.TempPathFactory) -> Any:
     tok = build_tiny_tokenizer(root / "tok", "chatml")
     build_tiny_model(root / "model", tok, hidden=32, layers=2, seed=0)
     return root / "model"
+
+
+@pytest.fixture(scope="session")
+def docker_engine_session() -> Any:
+    """A real Docker engine (tests/docker_engine.py): a private dockerd started for the session
+    (and stopped after it, unless one was already running) plus the locally built Debian base
+    image. Skips only where the engine cannot run on this machine, saying exactly why. Sets no
+    environment: tests that use it take ``docker_engine``."""
+    import docker_engine as engine
+
+    reason = engine.why_not()
+    if reason:
+        pytest.skip(f"no Docker engine can run here: {reason}")
+    host = engine.acquire()
+    try:
+        with pytest.MonkeyPatch.context() as patch:  # for the base image build only
+            patch.setenv("DOCKER_HOST", host)
+            base = engine.base_image()
+        yield engine.Engine(host=host, base=base)
+    finally:
+        engine.release()
+
+
+@pytest.fixture
+def docker_engine(docker_engine_session: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The session's engine, with ``DOCKER_HOST`` pointing the docker CLI at it for this test
+    only (other tests in the worker must not find an engine they did not ask for)."""
+    monkeypatch.setenv("DOCKER_HOST", docker_engine_session.host)
+    return docker_engine_session

@@ -1,8 +1,8 @@
 """The ``terminal_bench`` env under the real bwrap sandbox: the oracle (solution/solve.sh) scores
 1.0 and the do-nothing agent 0.0 on every shipped task; the Dockerfile subset (COPY, RUN, ENV,
 ARG, WORKDIR) is replayed in the sandbox; tasks that need more are skipped with the reason; the
-agent cannot plant the reward file or the tests. (The docker backend's image build is not
-exercised: there is no Docker engine here.)"""
+agent cannot plant the reward file or the tests. (The docker backend, image builds included, on a
+real engine: tests/test_sandbox_docker.py.)"""
 
 from __future__ import annotations
 

@@ -1341,9 +1341,13 @@ def _read(path: str) -> str:
 
 
 def _in_own_pid_namespace() -> bool:
-    """True only inside a bwrap pid namespace (bwrap is pid 1 and our parent). ``reset`` kills
-    with ``kill(-1)``: on a host that would reach every process of the user, so never there."""
-    return os.getppid() == 1 and _read("/proc/1/comm").strip() == "bwrap"
+    """True only inside a sandbox's own pid namespace: bwrap's (bwrap is pid 1 and our parent), or
+    a container's that we were entered into from outside (``docker exec``: our parent lives in
+    another pid namespace, so our ppid reads 0 -- a process started inside any namespace has a
+    visible parent). ``reset`` and ``stop`` kill with ``kill(-1)``: on a host that would reach
+    every process of the user, so never there."""
+    ppid = os.getppid()
+    return (ppid == 1 and _read("/proc/1/comm").strip() == "bwrap") or (ppid == 0 and os.getpid() != 1)
 
 
 def _reap() -> None:
