@@ -183,6 +183,18 @@ class Sample:
         return any(m["role"] == "assistant" for m in self.chat.messages)
 
     @property
+    def empty_answer(self) -> bool:
+        """The conversation ends on an assistant message with neither text nor a call: a sample
+        that trains a model to say nothing (and whose turns Axolotl finds nothing to train in)."""
+        last = self.chat.messages[-1] if self.chat.messages else None
+        return bool(
+            last is not None
+            and last["role"] == "assistant"
+            and not str(last.get("content") or "").strip()
+            and not last.get("tool_calls")
+        )
+
+    @property
     def malformed_kinds(self) -> list[str]:
         return sorted({m.kind for m in self.chat.malformed})
 
@@ -217,6 +229,8 @@ def left_out_reason(sample: Sample, options: ExportOptions) -> str | None:
         return why
     if not sample.answered:
         return "no model answer"
+    if sample.empty_answer:
+        return "empty final answer"
     if sample.chat.malformed and options.malformed_calls == "skip":
         return _malformed_reason(sample)
     if options.select.grounded:
@@ -339,6 +353,8 @@ def dpo_pairs(
         if why is not None:
             return why
         sample = by_id[id(line)]
+        if sample.empty_answer:
+            return "empty final answer"
         if sample.chat.malformed and options.malformed_calls == "skip":
             return _malformed_reason(sample)
         if options.select.grounded and not grounding(line):

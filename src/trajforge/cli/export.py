@@ -122,7 +122,7 @@ def export(
             + f"); details in {report.sidecar}"
         )
         for why, n in p.pairs_left_out.items():
-            typer.echo(f"pairs left out {n}: chosen answer {why}")
+            typer.echo(f"pairs left out {n}: the better-rewarded answer may not be chosen: {why}")
         for note in p.notes:
             typer.echo(f"note: {note}")
 
