@@ -15,6 +15,7 @@ from typing import Any
 
 import datasets
 import orjson
+import pytest
 import trl
 from typer.testing import CliRunner
 
@@ -169,6 +170,7 @@ def _three_kinds_of_answer() -> Any:
     return policy
 
 
+@pytest.mark.timeout(900)  # a graded bwrap run, four exports and a DPO trainer on a busy machine
 async def test_grounding_breaks_ties_and_keeps_contradicting_answers_from_being_chosen(
     scripted_server: Any, scripted_batch_config: Any, tmp_path: Path
 ) -> None:
@@ -209,6 +211,7 @@ async def test_grounding_breaks_ties_and_keeps_contradicting_answers_from_being_
     assert report.pairing.pairs_left_out == {"answer not grounded in its tool outputs": 2}
     sft = export(run_dir, "messages", tmp_path / "sft.jsonl", options=grounded)
     assert sft.rows == 4 and sft.left_out == {"answer not grounded in its tool outputs": 2}
+    _tokenizes_in_trl_dpo_with_its_tools(report.path, tmp_path)
     result = CliRunner().invoke(
         app, ["export", str(run_dir), "-f", "dpo", "--grounded", "-o", str(tmp_path / "c.jsonl")]
     )
@@ -261,3 +264,30 @@ def test_rejection_sampling_by_status_reward_and_best_per_prompt(tmp_path: Path)
     assert got == [("key-0-0", "key-0-2"), ("key-0-1", "key-0-2")]  # partial 0.95 may not be chosen
     stats = orjson.loads((tmp_path / "d.stats.json").read_bytes())
     assert stats["pairs_left_out"] == {"status partial not selected": 2, "over --max-per-prompt": 2}
+
+
+def _tokenizes_in_trl_dpo_with_its_tools(path: Path, tmp_path: Path) -> None:
+    """TRL's DPO data path on the whole export (no column dropped): the tools column is rendered
+    into every prompt by a real chat template (Qwen2.5's tool system prompt)."""
+    from transformers import AutoModelForCausalLM
+    from trl import DPOConfig, DPOTrainer
+
+    ds = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))
+    tok = build_tiny_tokenizer(tmp_path / "dpo-tok")
+    tok.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text()
+    build_tiny_model(tmp_path / "dpo-model", tok)
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "dpo-model"))
+    args = DPOConfig(
+        output_dir=str(tmp_path / "dpo-out"),
+        max_steps=1,
+        report_to=[],
+        use_cpu=True,
+        dataset_num_proc=None,
+        max_length=16384,  # the prompt holds the tool schemas: a tiny byte-level tokenizer makes it long
+    )
+    trainer = DPOTrainer(model=model, args=args, train_dataset=ds, processing_class=tok)
+    assert len(trainer.train_dataset) == ds.num_rows > 0
+    for row in trainer.train_dataset:
+        prompt = tok.decode(row["prompt_ids"])
+        assert "<tools>" in prompt and '"name": "terminal"' in prompt  # the tools, rendered
+        assert "python3 -c" in tok.decode(row["chosen_ids"]) and row["rejected_ids"]

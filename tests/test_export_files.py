@@ -85,3 +85,16 @@ async def test_every_file_loads_and_empty_ones_load_as_the_readme_says(
     assert list(streamed) == [] and isinstance(streamed.features["messages"].feature, datasets.Json)
     table = datasets.Dataset(pq.read_table(empty.path))
     assert table.num_rows == 0 and "tools" in table.column_names
+
+
+async def test_the_parquet_export_draws_no_progress_bar(
+    tmp_path: Path, scripted_batch_config: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Before, datasets' ``to_parquet`` wrote "Creating parquet from Arrow format: 100%|..." to
+    the terminal of whoever ran ``trajforge export``."""
+    run_dir = await tool_run(tmp_path, scripted_batch_config)
+    capfd.readouterr()
+    result = CliRunner().invoke(app, ["export", str(run_dir), "-f", "parquet"])
+    out, err = capfd.readouterr()
+    assert result.exit_code == 0 and result.output.startswith("wrote 2 rows")
+    assert "Creating parquet" not in result.output + out + err and "%|" not in result.output + out + err

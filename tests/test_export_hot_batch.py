@@ -23,11 +23,11 @@ import orjson
 import pytest
 
 from export_consumers import LlamaFactoryQwen, axolotl_strategy, chat_tokenizer, load, render
-from trajforge.batch.export import FORMATS, ExportOptions, export
+from trajforge.batch.export import FORMATS, EmptyExportError, ExportOptions, export
 from trajforge.trajectory.calls import PARSE_ERROR_PREFIX
 
 # the embedded model generates ~20k tokens on the CPU: a minute on a quiet 2-core machine, more on a busy one
-pytestmark = [pytest.mark.slow, pytest.mark.bwrap, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.slow, pytest.mark.bwrap, pytest.mark.timeout(2400)]
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tasks.jsonl"
 FILES = ("trajectories.jsonl", "filtered.jsonl", "failed.jsonl")
@@ -54,6 +54,7 @@ def hot_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "temperature": 1.6,
             "max_tokens": 160,
             "max_turns": 4,
+            "sample_timeout": 1800,  # a busy machine must not turn the samples into timeouts
             "progress": "none",
             "require_reasoning": False,
         },
@@ -97,11 +98,13 @@ def _check_calls(messages: list[dict[str, Any]], line: dict[str, Any], *, exact:
         if not call["function"]["name"] or not isinstance(args, dict):
             problems.append(f"{line['key']}: invented call {call}")
     replied = {m.get("tool_call_id") for m in messages if m["role"] == "tool"}
-    if any(c["id"] not in replied for c in calls):
-        problems.append(f"{line['key']}: a call without its result")
+    trailing = {c["id"] for c in messages[-1].get("tool_calls") or ()} if messages else set()
+    if any(c["id"] not in replied and c["id"] not in trailing for c in calls):
+        problems.append(f"{line['key']}: a call without its result")  # only a cut-off last turn may
     if exact and (names != answered or len(names) != sum(s["count"] for s in line["tool_stats"].values())):
         problems.append(f"{line['key']}: calls {names} but the run answered {answered}")
-    if not exact and Counter(names) - Counter(answered):
+    answered_names = [c["function"]["name"] for c in calls if c["id"] in replied]
+    if not exact and Counter(answered_names) - Counter(answered):
         problems.append(f"{line['key']}: calls {names} not all answered ({answered})")
     return problems
 
@@ -227,7 +230,15 @@ def test_dpo_pairs_of_a_hot_run_tokenize_in_trls_dpo_data_path_with_their_tools(
     from trajforge.testing.tiny import build_tiny_model
 
     lines = _lines(hot_run)
-    report = export(hot_run, "dpo", tmp_path / "dpo.jsonl")
+    rewards = {p: {ln["reward"] for ln in lines.values() if ln["prompt_index"] == p} for p in range(20)}
+    try:
+        report = export(hot_run, "dpo", tmp_path / "dpo.jsonl")
+    except EmptyExportError:  # a few runs in a hundred: no prompt that one sample solved and one did not
+        stats = orjson.loads((tmp_path / "dpo.stats.json").read_bytes())
+        differing = sum(len(r) > 1 for r in rewards.values())
+        assert stats["pairs"] == 0 and (differing == 0 or stats["pairs_left_out"]), stats
+        assert not (tmp_path / "dpo.jsonl").exists()
+        return  # the TRL DPO data path with tools is also tests/test_export_dpo.py, on a scripted run
     assert report.rows > 0 and report.pairing is not None and report.pairing.ground == "reward"
     ds = load(report.path, tmp_path / "hf")
     for row in ds:
