@@ -28,9 +28,11 @@ $(STAMP): pyproject.toml | $(PY)
 
 # What the demo runs: the package, torch and the serve extra (the embedded model behind `trajforge
 # serve`). Nothing of Atropos, verifiers, Ray, TRL, the trainers' converters or chromium.
+# --no-compile: no .pyc for every module of every package now (torch alone has thousands); Python
+# writes them for what it imports, on first use.
 $(DEMO_STAMP): pyproject.toml | $(PY)
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e '.[serve]'
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q --no-compile "$(TORCH_SPEC)"
+	$(PY) -m pip install -q --no-compile -e '.[serve]'
 	touch $(DEMO_STAMP)
 
 demo-system-deps:
