@@ -98,3 +98,11 @@ async def test_the_parquet_export_draws_no_progress_bar(
     out, err = capfd.readouterr()
     assert result.exit_code == 0 and result.output.startswith("wrote 2 rows")
     assert "Creating parquet" not in result.output + out + err and "%|" not in result.output + out + err
+
+
+def test_an_env_run_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    (tmp_path / "run.json").write_text('{"env": "tiny_tasks", "n": 1}')
+    (tmp_path / "episodes.jsonl").write_text('{"messages": []}\n')
+    result = CliRunner().invoke(app, ["export", str(tmp_path)])
+    assert result.exit_code == 2 and "is an env run (episodes.jsonl)" in result.output
+    assert "trajforge batch DATASET --env ENV" in result.output and not (tmp_path / "export").exists()
