@@ -1,16 +1,19 @@
 # One command each: `make test` (set up + full test suite) and `make demo` (set up + a batch run on the
-# embedded default model). Both create .venv/ and install what they need on a fresh machine.
+# embedded default model). Both create .venv/ and install what they need on a fresh machine: the demo
+# only torch, the `serve` extra and bubblewrap; the tests every extra, the trainers' converters and
+# chromium.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.trajforge-installed
+DEMO_STAMP := $(VENV)/.trajforge-demo-installed
 # torch is installed first and pinned here (the package itself accepts a range), so machines with a
 # local CPU wheel don't pull a multi-GB CUDA build. Override: make test TORCH_SPEC='torch==X'.
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup system-deps test test-fast demo rl-demo lint bench clean docker-engine docker-engine-stop
+.PHONY: setup demo-setup system-deps demo-system-deps test test-fast demo rl-demo lint bench clean docker-engine docker-engine-stop
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -21,16 +24,29 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[ml,dev,tools,atropos,verifiers,ray,rl]'
 	# trainer data converters tested by tests/test_trainer_formats.py: their pins clash with TRL/datasets, so no deps
 	$(PY) -m pip install -q --no-deps llamafactory==0.9.5 axolotl==0.19.0
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
-system-deps:
+# What the demo runs: the package, torch and the serve extra (the embedded model behind `trajforge
+# serve`). Nothing of Atropos, verifiers, Ray, TRL, the trainers' converters or chromium.
+# --no-compile: no .pyc for every module of every package now (torch alone has thousands); Python
+# writes them for what it imports, on first use.
+$(DEMO_STAMP): pyproject.toml | $(PY)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q --no-compile "$(TORCH_SPEC)"
+	$(PY) -m pip install -q --no-compile -e '.[serve]'
+	touch $(DEMO_STAMP)
+
+demo-system-deps:
 	@command -v bwrap >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap; }
+
+system-deps: demo-system-deps
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
 	@# the docker backend's tests: Debian's engine and debootstrap for the locally built base image
 	@{ command -v dockerd && command -v debootstrap; } >/dev/null || { $(SUDO) apt-get update -qq && \
 		$(SUDO) apt-get install -y -qq --no-install-recommends docker.io debootstrap; }
 
 setup: system-deps $(STAMP)
+
+demo-setup: demo-system-deps $(DEMO_STAMP)
 
 # The docker tests' base image is built here, outside any test's timeout (the first time on a
 # machine: debootstrap, about a minute); their private dockerd is started and stopped by the tests.
@@ -47,7 +63,7 @@ test-fast: setup
 # (no --model/--base-url), every task runs in its own bubblewrap sandbox. Each demo is a new run
 # directory (data/demo-YYYYmmdd-HHMMSS): nothing of an earlier one, exports included, is deleted.
 # --env tiny_tasks grades each line in its sandbox: the summary says how many tasks were solved.
-demo: setup
+demo: demo-setup
 	$(VENV)/bin/trajforge batch examples/tasks.jsonl --run-name demo-$$(date +%Y%m%d-%H%M%S) --output-dir data \
 		--toolsets terminal,file --env tiny_tasks --progress plain
 

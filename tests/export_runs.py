@@ -58,3 +58,54 @@ async def tool_run(
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(x) for x in path.read_bytes().splitlines() if x.strip()]
+
+
+# Malformed calls as models really produce them (tests/test_export_calls.py): the endpoint returns
+# the call as text (broken JSON, or valid JSON it did not parse), call markup next to a real call,
+# arguments that are not a JSON object. The loop tells the model, never runs them.
+BROKEN = '<tool_call>\n{"name": "terminal", "arguments": {"command": "ls"\n</tool_call>'
+UNPARSED = 'Let me look.\n<tool_call>\n{"name": "terminal", "arguments": {"command": "ls"}}\n</tool_call>'
+MALFORMED: dict[str, list[Reply]] = {
+    "broken markup": [
+        Reply(content=BROKEN, reasoning="call ls"),
+        Reply(tool_calls=[ToolCallSpec("terminal", {"command": "echo fixed"})]),
+        Reply(content="it printed fixed"),
+    ],
+    "markup as text": [Reply(content=UNPARSED), Reply(content="nothing to list")],
+    "markup beside a call": [
+        Reply(
+            content='<tool_call>\n{"name": "terminal"\n</tool_call>',
+            tool_calls=[ToolCallSpec("terminal", {"command": "pwd"})],
+        ),
+        Reply(content="you are in the sandbox"),
+    ],
+    "string arguments": [
+        Reply(tool_calls=[ToolCallSpec("terminal", '{"command": "ls"')]),
+        Reply(content="gave up on ls"),
+    ],
+    "list arguments": [
+        Reply(tool_calls=[ToolCallSpec("terminal", '["ls"]')]),
+        Reply(content="gave up on the list"),
+    ],
+}
+MALFORMED_KIND = {
+    "broken markup": "unparsed_call",
+    "markup as text": "unparsed_call",
+    "markup beside a call": "call_markup_in_text",
+    "string arguments": "non_object_arguments",
+    "list arguments": "non_object_arguments",
+}
+
+
+def _mixed_policy(body: dict[str, Any]) -> Reply:
+    prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    return {**SCRIPTS, **MALFORMED}[prompt][count_assistant_turns(body)]
+
+
+async def mixed_run(tmp_path: Path, scripted_batch_config: Any) -> Path:
+    """A finished run of every clean and every malformed conversation above."""
+    rows = [{"prompt": p} for p in (*SCRIPTS, *MALFORMED)]
+    async with ScriptedServer(_mixed_policy, api_key="k") as srv:
+        cfg = scripted_batch_config(rows, srv.base_url, toolsets=["terminal", "file"], system_prompt=SYSTEM)
+        await run_batch(cfg)
+    return Path(cfg.run_dir)

@@ -1,5 +1,8 @@
-"""The run report end to end: a real batch (scripted endpoint on loopback, bubblewrap sandboxes),
-``trajforge report`` on its directory, and the file opened from disk in headless Chromium."""
+"""The run report end to end: a real batch (scripted endpoint on loopback, bubblewrap sandboxes) and
+a real env run (tiny_tasks judged in bwrap), ``trajforge report`` on each directory, the file opened
+from disk in headless Chromium, what it renders checked (axis labels, legends with units, every
+label inside its picture, no "null" and no "no data" where the run has data) and a full-page
+screenshot taken of each."""
 
 from __future__ import annotations
 
@@ -16,13 +19,14 @@ from typer.testing import CliRunner
 
 from trajforge.batch.runner import run_batch
 from trajforge.cli.main import app
-from trajforge.report import ReportOptions, build_report
+from trajforge.report import ReportOptions, build_report, charts
 from trajforge.testing.scripted_server import Reply, ToolCallSpec
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 HAVE_CHROMIUM = os.path.exists(CHROMIUM)
 XSS = '</script><img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
 MARKER = "zebra-marker-7319"
+GARBLED = '<tool_call>\n{"name": "terminal", "arguments": {"command": "ls"\n</tool_call>'
 
 
 def _policy(body: dict[str, Any]) -> Reply:
@@ -30,6 +34,10 @@ def _policy(body: dict[str, Any]) -> Reply:
     a hallucinated tool, a turn without reasoning, a run past max_turns, and hostile text."""
     prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
     turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+    if prompt.startswith("garbled"):  # the endpoint returns the model's call as broken text
+        if turn == 0:
+            return Reply(content=GARBLED, reasoning="call it")
+        return Reply(content="answered after all", reasoning="plain answer")
     if prompt.startswith("bad"):
         if turn == 0:
             return Reply(
@@ -62,6 +70,7 @@ PROMPTS = [f"task {i}" for i in range(6)] + [
     f"find {MARKER}",
     "bad args",
     "terse",
+    "garbled call",
     "loop forever",
     f"evil {XSS}",
 ]
@@ -116,7 +125,7 @@ async def test_report_of_a_real_run_in_chromium(real_run: Path, browser: Any, tm
     by_status = {
         s: sum(1 for line in lines if line["status"] == s) for s in {line["status"] for line in lines}
     }
-    assert by_status == {"completed": 7, "filtered": 3, "partial": 1}  # the hostile one is filtered too
+    assert by_status == {"completed": 8, "filtered": 3, "partial": 1}  # the hostile one is filtered too
     evil = next(line for line in lines if line["conversations"][1]["value"].startswith("evil"))
     marked = next(line for line in lines if MARKER in line["conversations"][1]["value"])
 
@@ -141,13 +150,26 @@ async def test_report_of_a_real_run_in_chromium(real_run: Path, browser: Any, tm
     tool_marks = await page.eval_on_selector_all(
         "#chart-tools svg .mark", "ms => ms.map(m => m.dataset.label)"
     )
-    assert tool_marks == ["terminal"]
+    assert tool_marks == ["terminal", "(unparsed tool call)"]
+    unparsed = await _table_row(page, "#tool-table", "(unparsed tool call)")
+    assert unparsed == ["(unparsed tool call)", "1", "0", "1", "100.0%", "1"]
     assert await page.locator("#chart-throughput svg polyline.series").count() >= 2
     reasons = await page.eval_on_selector_all("#status svg .mark", "ms => ms.map(m => m.dataset.label)")
     assert {"no_reasoning", "hallucinated_tool", "max_turns"} <= set(reasons)
     failure_rate = await page.inner_text("#tool-table")
     assert "terminal" in failure_rate and "1" in failure_rate
     assert await page.locator("#no-rewards").count() == 1  # batch lines carry no reward yet
+    await _check_rendering(page, tmp_path / "batch-report.png")
+    latency = await _texts(page, "#chart-latency")
+    walls = sorted(line["timings"]["wall_s"] for line in lines)
+    assert any(t.startswith("p99 ") and t.endswith(" s") for t in latency), latency  # labelled, with unit
+    assert f"{charts.fmt(walls[0])} s" in latency  # the axis starts at the fastest sample
+    legend = await _texts(page, "#chart-throughput g.legend")
+    assert legend[0] == f"all: {len(lines)} samples, " + legend[0].split(", ")[1]
+    assert all(t.endswith(" samples/s") for t in legend), legend
+    assert await page.locator("#percentiles").inner_text() and "-" not in await _table_row(
+        page, "#percentiles", "model s"
+    )
 
     # The browser lists every sample; search finds the known one; a filter narrows.
     assert sorted(await _rows(page)) == sorted(line["key"] for line in lines)
@@ -171,6 +193,17 @@ async def test_report_of_a_real_run_in_chromium(real_run: Path, browser: Any, tm
     assert "echo out-0" in await detail.locator(".call pre").first.inner_text()
     assert await detail.locator(".result pre").first.inner_text() == "out-0\n"
     assert await detail.locator(".turn.role-assistant").count() == 3
+    assert await detail.locator("h3").inner_text() == f"sample {marked['prompt_index']} · {marked['key']}"
+
+    # The unparsed call reads as the text it was, never as a call to a tool.
+    garbled = next(line for line in lines if line["conversations"][1]["value"] == "garbled call")
+    await page.fill("#f-q", "garbled")
+    await expect(page.locator("#tf-rows tr")).to_have_count(1)
+    await page.click(f"#tf-rows tr[data-key='{garbled['key']}']")
+    first = detail.locator(".turn.role-assistant").first
+    assert "unparsed tool call (not run)" in await first.inner_text()
+    assert await first.locator(".call .name").count() == 0
+    await page.fill("#f-q", "")
 
     # The hostile sample is text: nothing ran, no element was made from it.
     await page.fill("#f-q", "evil")
@@ -190,6 +223,36 @@ async def test_report_of_a_real_run_in_chromium(real_run: Path, browser: Any, tm
     await bare.hover("#tf-detail")
     assert await bare.evaluate("window.__pwned") is None and await bare.locator("img").count() == 0
     assert problems == []
+
+
+async def _texts(page: Any, selector: str) -> list[str]:
+    return await page.eval_on_selector_all(f"{selector} text", "ts => ts.map(t => t.textContent)")
+
+
+async def _table_row(page: Any, table: str, first_cell: str) -> list[str]:
+    rows = await page.eval_on_selector_all(
+        f"{table} tr", "rs => rs.map(r => Array.from(r.cells).map(c => c.textContent.trim()))"
+    )
+    return next(r for r in rows if r and r[0] == first_cell)
+
+
+async def _check_rendering(page: Any, screenshot: Path) -> None:
+    """What Chromium drew: every chart label inside its SVG's viewBox (nothing clipped), no
+    "null" and no "no data" anywhere on the page, and a full-page screenshot of it."""
+    outside = await page.evaluate(
+        """() => Array.from(document.querySelectorAll("svg.chart-svg")).flatMap(svg => {
+            const vb = svg.viewBox.baseVal;
+            return Array.from(svg.querySelectorAll("text")).map(t => [t.textContent, t.getBBox()])
+              .filter(([_, b]) => b.x < vb.x - 0.5 || b.y < vb.y - 0.5 ||
+                      b.x + b.width > vb.x + vb.width + 0.5 || b.y + b.height > vb.y + vb.height + 0.5)
+              .map(([text, b]) => `${svg.closest("figure").id}: ${text} at ${b.x.toFixed(1)}+${b.width.toFixed(1)}`);
+        })"""
+    )
+    assert outside == [], outside
+    text = await page.inner_text("body")
+    assert "null" not in text and "no data" not in text and "undefined" not in text
+    png = await page.screenshot(path=str(screenshot), full_page=True)
+    assert len(png) > 10_000
 
 
 def _synthetic_line(i: int, status: str, blob: str) -> bytes:
@@ -311,3 +374,106 @@ async def test_rare_statuses_are_shown_whole_when_sampled(tmp_path: Path) -> Non
     data = orjson.loads(html.split('id="tf-data">')[1].split("</script>")[0])
     assert [r["i"] for r in data["records"] if r["s"] == "failed"] == [3, 777]
     assert sum(r["s"] == "completed" for r in data["records"]) == 98
+
+
+def _env_policy() -> Any:
+    """tiny_tasks arithmetic: the first rollout of an item computes in the terminal and answers
+    right; the second first writes its call as broken text (the loop says it could not be parsed),
+    then calls, then answers wrong. Each turn reports tokens and time, as an endpoint would."""
+    from trajforge.llm.types import AssistantTurn, ToolCall, Usage
+
+    started: dict[str, int] = {}
+
+    def turn(content: str | None = None, calls: list[ToolCall] | None = None) -> AssistantTurn:
+        return AssistantTurn(
+            content=content,
+            reasoning="thinking",
+            tool_calls=calls or [],
+            finish_reason="tool_calls" if calls else "stop",
+            usage=Usage(prompt_tokens=120, completion_tokens=30, total_tokens=150),
+            latency_s=0.05,
+        )
+
+    def policy(messages: list[dict[str, Any]], tools: Any, sampling: Any) -> AssistantTurn:
+        prompt = next(str(m["content"]) for m in messages if m["role"] == "user")
+        done = sum(1 for m in messages if m["role"] == "assistant")
+        if done == 0:
+            started[prompt] = started.get(prompt, -1) + 1
+            if started[prompt] % 2 == 1:
+                return turn(GARBLED)
+        second = any(m["role"] == "user" and "could not be parsed" in str(m["content"]) for m in messages)
+        if not any(m["role"] == "tool" for m in messages):
+            expr = prompt.split("What is ")[-1].split("?")[0] if "What is " in prompt else "1 + 1"
+            for lead in ("Compute ", "Use the terminal to calculate "):
+                if prompt.startswith(lead):
+                    expr = prompt[len(lead) :].split(" using")[0].rstrip(".")
+            call = ToolCall(
+                id=f"c{done}",
+                name="terminal",
+                arguments=orjson.dumps({"command": f"echo $(({expr}))"}).decode(),
+            )
+            return turn(calls=[call])
+        printed = orjson.loads(next(m["content"] for m in messages if m["role"] == "tool"))["output"].strip()
+        return turn("The answer is 0." if second else f"The answer is {printed}.")
+
+    return policy
+
+
+@pytest.fixture
+async def env_run(tmp_path: Path) -> Path:
+    from trajforge.envs import RolloutBackends, load_env, run_eval
+    from trajforge.sandbox import close_factory, create_sandbox_factory
+    from trajforge.sandbox.types import SandboxConfig
+    from trajforge.testing.scripted_model import ScriptedModel
+    from trajforge.tools.registry import default_registry
+
+    env = load_env("tiny_tasks", {"families": ["arithmetic"], "max_concurrent_rollouts": 4})
+    factory = create_sandbox_factory(SandboxConfig(kind="bwrap"))
+    run_dir = tmp_path / "env-run"
+    try:
+        model = ScriptedModel(_env_policy(), name="scripted-policy")
+        await run_eval(env, RolloutBackends(model, factory, default_registry()), run_dir, n=3, group_size=2)
+    finally:
+        await close_factory(factory)
+    return run_dir
+
+
+@pytest.mark.bwrap
+async def test_report_of_an_env_run_in_chromium(env_run: Path, browser: Any, tmp_path: Path) -> None:
+    episodes = [orjson.loads(x) for x in (env_run / "episodes.jsonl").read_bytes().splitlines()]
+    assert len(episodes) == 6 and sorted(e["reward"] for e in episodes) == [0.0] * 3 + [1.0] * 3
+    out = tmp_path / "env.html"
+    result = CliRunner().invoke(app, ["report", str(env_run), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    page, problems = await _open(browser, out)
+    await _check_rendering(page, tmp_path / "env-report.png")
+
+    run = await page.inner_text("#run")
+    assert "tiny_tasks" in run and "scripted-policy" in run and "3 × 2" in run
+    assert "mean reward [95% CI]\t0.500 [" in run and "pass@1 [95% CI]" in run
+    # tokens, seconds in the model and in tools, finish times: what the episodes now record
+    tokens = await page.eval_on_selector_all(
+        "#chart-tokens svg rect.mark", "ms => ms.map(m => Number(m.dataset.value))"
+    )
+    assert sum(tokens) == 6
+    for label in ("model s", "tool s", "total tokens"):
+        row = await _table_row(page, "#percentiles", label)
+        assert "-" not in row[1:], (label, row)
+    assert await page.locator("#chart-throughput svg polyline.series").count() >= 2
+    # rewards of 0 and 1: a bar each, labelled 0 and 1 (no bin edge such as 0.967)
+    assert await _texts(page, "#chart-rewards") == ["3", "0", "0", "1"]
+    assert [
+        m
+        for m in await page.eval_on_selector_all(
+            "#chart-rewards svg rect.mark", "ms => ms.map(m => [m.dataset.label, Number(m.dataset.value)])"
+        )
+    ] == [["0", 3], ["1", 3]]
+    unparsed = await _table_row(page, "#tool-table", "(unparsed tool call)")
+    assert unparsed[1:] == ["3", "0", "3", "100.0%", "3"]
+
+    # the browser names episodes by item and rollout
+    title = await page.locator("#tf-detail h3").inner_text()
+    assert title in {f"{e['item_id']} · rollout {e['rollout']} · arithmetic" for e in episodes}
+    labels = await page.eval_on_selector_all("#tf-rows td.lbl", "ts => ts.map(t => t.textContent)")
+    assert sorted(labels) == sorted(e["item_id"] for e in episodes)
+    assert problems == []

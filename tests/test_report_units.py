@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import orjson
@@ -209,3 +210,18 @@ def test_an_env_run_reads_as_a_batch_run(tmp_path: Path) -> None:
     assert first["t"][2][1][0]["text"] == "a\nb\n" and first["t"][2][1][0]["meta"] == '{"exit_code": 0}'
     assert first["t"][3][1][0]["bad"] is True and first["t"][4][1][0]["err"] is True
     assert 'id="chart-rewards"' in html and "breakdown: correct" in html
+
+
+def test_a_few_distinct_rewards_get_a_bar_each_and_continuous_axes_end_at_their_last_edge() -> None:
+    from trajforge.report import charts
+
+    svg = str(charts.histogram([0.0, 1.0, 1.0, 0.0, 1.0], "reward", discrete_max=12))
+    labels = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    assert labels == ["3", "0", "0", "1"] and "0.967" not in svg  # peak, zero, then one bar per value
+    walls = [0.5 + k / 10 for k in range(40)]
+    svg = str(charts.histogram(walls, "wall", " s", markers={"p50": 2.5, "p99": 4.4}))
+    labels = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    assert "0.5 s" in labels and "4.4 s" in labels  # the first and the last bin edge (p99), not a bin start
+    line_x = float(re.search(r'<line x1="([\d.]+)"[^>]*class="marker"><title>p99', svg).group(1))
+    text_x = float(re.search(r'<text x="([\d.]+)"[^>]*>p99 4\.4 s<', svg).group(1))
+    assert line_x == 630.0 and text_x < line_x  # at the right edge the label leans left of its line

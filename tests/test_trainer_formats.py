@@ -1,87 +1,32 @@
-"""The llamafactory and axolotl presets read right in those trainers' own converters.
-
-Both trainers pin library versions this project cannot install next to TRL 1.16 and datasets 5.2,
-so their wheels are installed without dependencies (Makefile) and the tests import only the
-converter code: LLaMA-Factory's ``data/converter.py`` and ``data/formatter.py`` (loaded without
-``llamafactory/data/__init__.py``, which pulls torchaudio and gradio), Axolotl's
-``prompt_strategies/chat_template.py`` (needs only colorama and addict besides our stack).
-The template registry of LLaMA-Factory needs torchaudio, so its ``qwen`` template's two tool
-formatters are built here as ``template.py`` registers them.
-"""
+"""The llamafactory and axolotl presets read right in those trainers' own converters
+(wired in tests/export_consumers.py, which says how they are installed and imported)."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
-import sys
 import types
 from pathlib import Path
 from typing import Any
 
 import datasets
-import pytest
-import trl
 
+from export_consumers import axolotl_strategy, llamafactory, llamafactory_dataset_attr
 from export_runs import SYSTEM, read_jsonl, tool_run
 from trajforge.batch.export import export_run
-from trajforge.testing.tiny import build_tiny_tokenizer
 
 PROMPTS = ("make notes", "list files", "explain then act")
 
 
-def _llamafactory() -> tuple[Any, Any]:
-    spec = importlib.util.find_spec("llamafactory")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip(
-            "llamafactory is not installed: pip install --no-deps llamafactory==0.9.5 (make setup does)"
-        )
-    root = spec.submodule_search_locations[0]
-    for name, sub in (
-        ("llamafactory", ""),
-        ("llamafactory.data", "/data"),
-        ("llamafactory.extras", "/extras"),
-    ):
-        if name not in sys.modules:
-            module = types.ModuleType(name)
-            module.__path__ = [root + sub]
-            sys.modules[name] = module
-    return (
-        importlib.import_module("llamafactory.data.converter"),
-        importlib.import_module("llamafactory.data.formatter"),
-    )
-
-
-def _dataset_attr() -> Any:
-    """What LLaMA-Factory's parser makes of the dataset_info.json entry docs/formats.md gives."""
-    return types.SimpleNamespace(
-        messages="conversations",
-        system="system",
-        tools="tools",
-        images=None,
-        videos=None,
-        audios=None,
-        ranking=False,
-        kto_tag=None,
-        role_tag="from",
-        content_tag="value",
-        user_tag="human",
-        assistant_tag="gpt",
-        observation_tag="observation",
-        function_tag="function_call",
-        system_tag="system",
-        load_from="file",
-    )
-
-
 async def test_llamafactory_converter_keeps_every_turn(tmp_path: Path, scripted_batch_config: Any) -> None:
-    converter_mod, formatter_mod = _llamafactory()
+    converter_mod, formatter_mod = llamafactory()
     run_dir = await tool_run(tmp_path, scripted_batch_config, PROMPTS)
     path, n = export_run(run_dir, "llamafactory")
     messages_rows = read_jsonl(export_run(run_dir, "messages")[0])
     ds = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))
     assert n == 3 and [ds[i] for i in range(n)] == read_jsonl(path)
-    convert = converter_mod.SharegptDatasetConverter(_dataset_attr(), types.SimpleNamespace(media_dir=""))
+    convert = converter_mod.SharegptDatasetConverter(
+        llamafactory_dataset_attr(), types.SimpleNamespace(media_dir="")
+    )
     function = formatter_mod.FunctionFormatter(slots=["{{content}}<|im_end|>\n"], tool_format="qwen")
     observation = formatter_mod.StringFormatter(
         slots=[
@@ -120,29 +65,10 @@ async def test_llamafactory_converter_keeps_every_turn(tmp_path: Path, scripted_
                 assert msg["content"] in turn["content"]
 
 
-def _axolotl_strategy(tmp_path: Path) -> Any:
-    pytest.importorskip("axolotl", reason="pip install --no-deps axolotl==0.19.0 (make setup does)")
-    from axolotl.prompt_strategies.chat_template import StrategyLoader
-    from axolotl.utils.dict import DictDefault
-
-    tok = build_tiny_tokenizer(tmp_path / "tok")
-    tok.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text()
-    cfg = DictDefault(
-        {
-            "chat_template": "tokenizer_default",
-            "sequence_len": 8192,
-            "train_on_inputs": False,
-            "special_tokens": {},
-        }
-    )
-    ds_cfg = {"type": "chat_template", "field_messages": "messages", "field_tools": "tools"}
-    return StrategyLoader()(tok, cfg, ds_cfg), tok
-
-
 async def test_axolotl_chat_template_strategy_keeps_every_turn(
     tmp_path: Path, scripted_batch_config: Any
 ) -> None:
-    strategy, tok = _axolotl_strategy(tmp_path)
+    strategy, tok = axolotl_strategy(tmp_path)
     run_dir = await tool_run(tmp_path, scripted_batch_config, PROMPTS)
     path, n = export_run(run_dir, "axolotl")
     messages_rows = read_jsonl(export_run(run_dir, "messages")[0])

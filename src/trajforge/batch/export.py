@@ -13,33 +13,63 @@
   line and ``tool_stats`` / ``tool_error_counts`` zero-padded over every known tool;
 * ``parquet``: ``RUN_NAME.parquet``: ``messages`` and ``tools`` columns (typed ``Json`` for
   ``datasets``) next to the records' own fields; it carries its schema, so even zero rows load;
-* ``dpo``: ``{"prompt", "chosen", "rejected"}`` pairs by reward inside a ``prompt_index`` group, or
-  by completion status when nothing was graded (:mod:`trajforge.trajectory.pairs`); a
+* ``dpo``: ``{"prompt", "chosen", "rejected", "tools"}`` pairs by reward inside a ``prompt_index``
+  group, or by completion status when nothing was graded (:mod:`trajforge.trajectory.pairs`); a
   ``.stats.json`` sidecar says which.
 
+The messages, llamafactory and axolotl rows also carry the sample's ``key``, ``prompt_index``,
+``status`` and ``reward``, so a dataset can be filtered again after the export.
+
+What goes in (:class:`ExportOptions`): the output files read, a :class:`Selection` (status,
+minimum reward, best N per prompt, answers grounded in their tool outputs: rejection sampling),
+and what to do with a sample that holds a malformed tool call. Every sample read is either
+written or counted under the reason it was left out (``ExportReport.left_out``); nothing is
+dropped silently.
+
+**Calls are never invented.** The lines keep conversations as ShareGPT text, where a call that
+ran and call markup the model wrote as text look alike; :func:`trajforge.trajectory.calls.to_messages`
+tells them apart by the structure the agent loop leaves. A sample with a malformed call is left out
+of every SFT format by default (``malformed_calls="skip"``): training on it teaches the model to
+write broken calls, whatever shape it is given. ``malformed_calls="text"`` keeps it with the
+malformed call as the assistant's text, exactly as the model wrote it, and the loop's parse-error
+reply after it. In ``dpo`` a sample with a malformed call may always be the *rejected* answer
+(rendered as text: that is what DPO should push down) and is chosen only with ``"text"``.
+
+**No empty JSONL.** ``datasets`` cannot load a zero-row JSONL file, so an export that would write
+one raises :class:`EmptyExportError` (the CLI exits non-zero) and writes nothing; Parquet carries its
+schema and is written even empty (docs/formats.md says how to load it).
+
 Run lines keep tool schemas once in ``run.json``; exports put them back where a format needs them.
-The raw lines keep the exact call text (ShareGPT ``<tool_call>`` JSON, or the raw string when the
-model's arguments were not JSON); only the exports turn arguments into objects.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from trajforge.tools.toolsets import TOOLSETS
 from trajforge.trajectory import system_prompt
-from trajforge.trajectory.pairs import PairStats, choose_ground, pair_by_completion, pair_by_reward
-from trajforge.trajectory.trainer_formats import to_axolotl, to_llamafactory
+from trajforge.trajectory.calls import Conversation, to_messages
+from trajforge.trajectory.grounding import check_answer
+from trajforge.trajectory.pairs import (
+    PairStats,
+    choose_ground,
+    pair_by_completion,
+    pair_by_reward,
+    reward_of,
+)
+from trajforge.trajectory.selection import Selection, best_per_prompt
+from trajforge.trajectory.trainer_formats import llamafactory_problem, to_axolotl, to_llamafactory
 
 FORMATS: tuple[str, ...] = ("messages", "sharegpt", "llamafactory", "axolotl", "hermes", "parquet", "dpo")
 OUTPUT_FILES: tuple[str, ...] = ("trajectories.jsonl", "filtered.jsonl", "failed.jsonl")
+MalformedPolicy = Literal["skip", "text"]
 _HERMES_FIELDS = (
     "prompt_index",
     "conversations",
@@ -51,13 +81,49 @@ _HERMES_FIELDS = (
     "tool_stats",
     "tool_error_counts",
 )
-_THINK = re.compile(r"^<think>\n?(.*?)\n?</think>\n?", re.DOTALL)
-_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.DOTALL)
-_RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
 
 
 class ExportError(ValueError):
     """The run directory cannot be exported; the message says why."""
+
+
+class EmptyExportError(ExportError):
+    """Nothing would be written: the message says what was read and why each sample was left out."""
+
+
+class ExportOptions(BaseModel):
+    """What an export reads and keeps (the format and the output path are the call's own)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    include: tuple[str, ...] | None = Field(
+        None,
+        description="output files to read (default: trajectories.jsonl; dpo: all three; with a "
+        "status selection, the files that hold those statuses)",
+    )
+    select: Selection = Field(default_factory=Selection)
+    malformed_calls: MalformedPolicy = Field(
+        "skip",
+        description="skip: leave out samples with a malformed tool call (counted); text: keep them, "
+        "the malformed call as the assistant's text",
+    )
+
+    @field_validator("include")
+    @classmethod
+    def _known_files(cls, names: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if names is None:
+            return None
+        bad = [n for n in names if n not in OUTPUT_FILES]
+        if bad or not names:
+            raise ValueError(f"include takes {', '.join(OUTPUT_FILES)}; got {', '.join(names) or 'nothing'}")
+        return names
+
+    def files(self, fmt: str) -> list[str]:
+        if self.include is not None:
+            return list(self.include)
+        if fmt == "dpo":  # rejected answers live in failed/filtered when pairing by completion
+            return list(OUTPUT_FILES)
+        return self.select.files() or [OUTPUT_FILES[0]]
 
 
 @dataclass
@@ -79,6 +145,13 @@ def load_run(run_dir: Path) -> RunInfo:
         raise ExportError(f"{run_dir} is not a trajforge batch run (no run.json)") from None
     except orjson.JSONDecodeError as exc:
         raise ExportError(f"{run_file} is damaged: {exc}") from None
+    if (Path(run_dir) / "episodes.jsonl").exists() and not any(
+        (Path(run_dir) / name).exists() for name in OUTPUT_FILES
+    ):
+        raise ExportError(
+            f"{run_dir} is an env run (episodes.jsonl); export reads batch runs. For training data "
+            "from an env, run `trajforge batch DATASET --env ENV` and export that run"
+        )
     return RunInfo(Path(run_dir), info.get("tools", []))
 
 
@@ -91,73 +164,80 @@ def read_lines(path: Path) -> Iterator[dict[str, Any]]:
                 yield orjson.loads(raw)
 
 
-# -- ShareGPT -> OpenAI messages ----------------------------------------------------------------
-def _assistant(value: str, turn: int) -> dict[str, Any]:
-    msg: dict[str, Any] = {"role": "assistant"}
-    reasoning = None
-    m = _THINK.match(value)
-    if m:
-        reasoning = m.group(1).strip() or None
-        value = value[m.end() :]
-    calls = []
-    for k, body in enumerate(_CALL.findall(value)):
-        try:
-            call = json.loads(body)
-            name, arguments = call.get("name", ""), call.get("arguments", {})
-        except json.JSONDecodeError:
-            name, arguments = "", body
-        # objects, as chat templates expect; a string here is what the model wrote when it was not
-        # JSON (kept as written: the line's ShareGPT text has it too)
-        calls.append(
-            {"id": f"call_{turn}_{k}", "type": "function", "function": {"name": name, "arguments": arguments}}
+# -- one sample ---------------------------------------------------------------------------------
+@dataclass
+class Sample:
+    """A run line and its conversation as OpenAI messages (calls told apart from text)."""
+
+    line: dict[str, Any]
+    chat: Conversation
+
+    @classmethod
+    def of(cls, line: dict[str, Any]) -> Sample:
+        termination = line.get("termination")
+        ended = None if termination is None else termination == "final_answer"
+        return cls(line, to_messages(line.get("conversations") or [], ended_on_answer=ended))
+
+    @property
+    def answered(self) -> bool:
+        return any(m["role"] == "assistant" for m in self.chat.messages)
+
+    @property
+    def empty_answer(self) -> bool:
+        """The conversation ends on an assistant message with neither text nor a call: a sample
+        that trains a model to say nothing (and whose turns Axolotl finds nothing to train in)."""
+        last = self.chat.messages[-1] if self.chat.messages else None
+        return bool(
+            last is not None
+            and last["role"] == "assistant"
+            and not str(last.get("content") or "").strip()
+            and not last.get("tool_calls")
         )
-    first = value.find("<tool_call>")
-    content = (value if first < 0 else value[:first]).strip()
-    msg["content"] = content
-    if reasoning is not None:
-        msg["reasoning_content"] = reasoning
-    if calls:
-        msg["tool_calls"] = calls
-    return msg
+
+    @property
+    def malformed_kinds(self) -> list[str]:
+        return sorted({m.kind for m in self.chat.malformed})
+
+    def grounded(self) -> bool | None:
+        """Whether the final answer is grounded in the sample's tool outputs (None: no answer)."""
+        result = check_answer(self.chat.messages)
+        return None if result is None else result.grounded
+
+    def extras(self) -> dict[str, Any]:
+        """What rows carry beside the conversation, to filter on after the export."""
+        line = self.line
+        return {
+            "key": line.get("key"),
+            "prompt_index": line.get("prompt_index"),
+            "status": line.get("status"),
+            "reward": reward_of(line),
+        }
 
 
-def _tool_messages(value: str, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for k, body in enumerate(_RESPONSE.findall(value)):
-        try:
-            resp = json.loads(body)
-        except json.JSONDecodeError:
-            resp = {"content": body}
-        content = resp.get("content", "")
-        call_id = calls[k]["id"] if k < len(calls) else resp.get("tool_call_id") or f"call_x_{k}"
-        out.append(
-            {
-                "role": "tool",
-                "tool_call_id": call_id,
-                "name": resp.get("name", ""),
-                "content": content if isinstance(content, str) else json.dumps(content, ensure_ascii=False),
-            }
-        )
-    return out
+def _malformed_reason(sample: Sample) -> str:
+    return f"malformed tool call ({', '.join(sample.malformed_kinds)})"
 
 
-def sharegpt_to_messages(conversations: list[dict[str, str]]) -> list[dict[str, Any]]:
-    """Our ShareGPT turns back to OpenAI messages (the inverse of the reference conversion)."""
-    messages: list[dict[str, Any]] = []
-    last_calls: list[dict[str, Any]] = []
-    for turn, item in enumerate(conversations):
-        role, value = item["from"], item["value"]
-        if role == "system":
-            continue
-        if role == "human":
-            messages.append({"role": "user", "content": value})
-        elif role == "gpt":
-            msg = _assistant(value, turn)
-            last_calls = msg.get("tool_calls", [])
-            messages.append(msg)
-        elif role == "tool":
-            messages.extend(_tool_messages(value, last_calls))
-    return messages
+def _ungrounded_reason(grounded: bool | None) -> str:
+    return "no final answer (--grounded)" if grounded is None else "answer not grounded in its tool outputs"
+
+
+def left_out_reason(sample: Sample, options: ExportOptions) -> str | None:
+    """Why ``sample`` is not exported to an SFT format (None: it is)."""
+    why = options.select.left_out_reason(sample.line)
+    if why is not None:
+        return why
+    if not sample.answered:
+        return "no model answer"
+    if sample.empty_answer:
+        return "empty final answer"
+    if sample.chat.malformed and options.malformed_calls == "skip":
+        return _malformed_reason(sample)
+    if options.select.grounded:
+        grounded = sample.grounded()
+        if not grounded:
+            return _ungrounded_reason(grounded)
+    return None
 
 
 # -- formats ------------------------------------------------------------------------------------
@@ -168,11 +248,6 @@ def _with_system(line: dict[str, Any], run: RunInfo) -> list[dict[str, str]]:
         return list(conversations)
     system = {"from": "system", "value": system_prompt(run.tools_for(line["toolsets_used"]))}
     return [system, *conversations]
-
-
-def _chat(line: dict[str, Any]) -> list[dict[str, Any]]:
-    """OpenAI messages without the canonical system turn: trainers render ``tools`` themselves."""
-    return [m for m in sharegpt_to_messages(line["conversations"]) if m["role"] != "system"]
 
 
 def _all_known_tools(run: RunInfo) -> list[str]:
@@ -201,59 +276,121 @@ def _system(line: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"role": "system", "content": text}] if text else []
 
 
-def to_messages(line: dict[str, Any], run: RunInfo) -> dict[str, Any]:
+def to_messages_row(sample: Sample, run: RunInfo) -> dict[str, Any]:
+    line = sample.line
     return {
-        "messages": _system(line) + _chat(line),
+        "messages": _system(line) + sample.chat.messages,
         "tools": run.tools_for(line["toolsets_used"]),
+        **sample.extras(),
     }
 
 
-def _prompt_of(line: dict[str, Any]) -> str:
+def _row(
+    fmt: str, sample: Sample, run: RunInfo, known: list[str]
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(the row, None) or (None, why this format cannot hold the sample)."""
+    line = sample.line
+    if fmt == "messages":
+        return to_messages_row(sample, run), None
+    if fmt == "llamafactory":
+        row = to_llamafactory(sample.chat.messages, run.tools_for(line["toolsets_used"]), _system_text(line))
+        problem = llamafactory_problem(row)
+        if problem is not None:
+            return None, f"llamafactory cannot read it: {problem}"
+        return {**row, **sample.extras()}, None
+    if fmt == "axolotl":
+        row = to_axolotl(sample.chat.messages, run.tools_for(line["toolsets_used"]), _system_text(line))
+        return {**row, **sample.extras()}, None
+    if fmt == "sharegpt":
+        return {"conversations": _with_system(line, run)}, None
+    return to_hermes(line, run, known), None
+
+
+# -- DPO ----------------------------------------------------------------------------------------
+def _prompt_of(line: Mapping[str, Any]) -> str:
     return next((t["value"] for t in line["conversations"] if t["from"] == "human"), "")
 
 
-def _answered(line: dict[str, Any]) -> bool:
-    return any(m["role"] == "assistant" for m in _chat(line))
-
-
-def _pair_row(chosen: dict[str, Any], rejected: dict[str, Any], run: RunInfo) -> dict[str, Any]:
+def _pair_row(chosen: Sample, rejected: Sample, run: RunInfo) -> dict[str, Any]:
+    c, r = chosen.line, rejected.line
     return {
-        "prompt": [*_system(chosen), {"role": "user", "content": _prompt_of(chosen)}],
-        "chosen": _chat(chosen)[1:],
-        "rejected": _chat(rejected)[1:],
-        "tools": run.tools_for(chosen["toolsets_used"]),
-        "prompt_index": chosen.get("prompt_index"),
-        "chosen_key": chosen.get("key"),
-        "rejected_key": rejected.get("key"),
-        "chosen_reward": chosen.get("reward"),
-        "rejected_reward": rejected.get("reward"),
-        "rejected_status": rejected.get("status"),
-        "rejected_reason": rejected.get("reason"),
+        "prompt": [*_system(c), {"role": "user", "content": _prompt_of(c)}],
+        "chosen": chosen.chat.messages[1:],
+        "rejected": rejected.chat.messages[1:],
+        "tools": run.tools_for(c["toolsets_used"]),
+        "prompt_index": c.get("prompt_index"),
+        "chosen_key": c.get("key"),
+        "rejected_key": r.get("key"),
+        "chosen_reward": c.get("reward"),
+        "rejected_reward": r.get("reward"),
+        "rejected_status": r.get("status"),
+        "rejected_reason": r.get("reason"),
     }
 
 
-def dpo_pairs(run: RunInfo, lines: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], PairStats]:
+def dpo_pairs(
+    run: RunInfo, lines: list[dict[str, Any]], options: ExportOptions | None = None
+) -> tuple[list[dict[str, Any]], PairStats]:
     """The DPO rows of ``lines`` and how they were paired (by reward, else by completion status).
 
-    A line whose sample never got a model answer (failed before the first reply) can be neither
-    chosen nor rejected; it is left out and counted in the notes."""
-    answered = [line for line in lines if _answered(line)]
+    The selection says what a *chosen* answer must be (status, reward, no malformed call unless
+    ``malformed_calls="text"``, grounded with ``--grounded``, which also breaks ties of reward in
+    favour of the grounded answer); any answered sample may be rejected. A line whose sample never
+    got a model answer (failed before the first reply) can be neither; it is left out and counted."""
+    options = options or ExportOptions()
+    samples = [Sample.of(line) for line in lines]
+    answered = [s for s in samples if s.answered]
+    by_id = {id(s.line): s for s in answered}
+    grounded: dict[int, bool | None] = {}
+
+    def grounding(line: Mapping[str, Any]) -> bool | None:
+        if id(line) not in grounded:
+            grounded[id(line)] = by_id[id(line)].grounded()
+        return grounded[id(line)]
+
+    def can_choose(line: Mapping[str, Any]) -> str | None:
+        why = options.select.left_out_reason(line)
+        if why is not None:
+            return why
+        sample = by_id[id(line)]
+        if sample.empty_answer:
+            return "empty final answer"
+        if sample.chat.malformed and options.malformed_calls == "skip":
+            return _malformed_reason(sample)
+        if options.select.grounded and not grounding(line):
+            return _ungrounded_reason(grounding(line))
+        return None
+
+    def tiebreak(line: Mapping[str, Any]) -> int:
+        return 1 if grounding(line) else 0
+
+    chosen_lines = [s.line for s in answered]
     if choose_ground(lines) == "reward":
-        pairs, stats = pair_by_reward(answered)
+        pairs, stats = pair_by_reward(
+            chosen_lines,
+            can_choose=can_choose,
+            tiebreak=tiebreak if options.select.grounded else None,
+            max_per_prompt=options.select.max_per_prompt,
+        )
     else:
-        pairs, stats = pair_by_completion(answered, _prompt_of)
+        pairs, stats = pair_by_completion(chosen_lines, _prompt_of, can_choose=can_choose)
     stats.lines = len(lines)
     if len(answered) < len(lines):
         stats.notes.append(f"{len(lines) - len(answered)} line(s) without a model answer left out")
-    return [_pair_row(dict(c), dict(r), run) for c, r in pairs], stats
+    rows = [_pair_row(by_id[id(c)], by_id[id(r)], run) for c, r in pairs]
+    return rows, stats
 
 
+# -- the export ---------------------------------------------------------------------------------
 @dataclass
 class ExportReport:
-    """What an export wrote: the file, its row count and, for ``dpo``, how pairs were chosen."""
+    """What an export wrote: the file, its row count, what it read and what it left out (by reason)
+    and, for ``dpo``, how pairs were chosen."""
 
     path: Path
     rows: int
+    read: int = 0
+    left_out: dict[str, int] = field(default_factory=dict)
     pairing: PairStats | None = None
     sidecar: Path | None = None
 
@@ -264,66 +401,134 @@ def default_output(run_dir: Path, fmt: str) -> Path:
     return Path(run_dir) / "export" / f"{fmt}.jsonl"
 
 
-def _check_include(include: Iterable[str]) -> list[str]:
-    names = list(include)
-    bad = [n for n in names if n not in OUTPUT_FILES]
-    if bad or not names:
-        raise ExportError(f"include takes {', '.join(OUTPUT_FILES)}; got {', '.join(names) or 'nothing'}")
-    return names
+class _Kept:
+    """The samples of the run that the options keep, streamed (twice with --max-per-prompt:
+    once to choose the best per prompt, once to write), with every left-out one counted."""
+
+    def __init__(self, run_dir: Path, names: list[str], options: ExportOptions) -> None:
+        self.paths = [Path(run_dir) / name for name in names]
+        self.options = options
+        self.read = 0
+        self.left_out: Counter[str] = Counter()
+        self.allowed: set[str] | None = None
+        limit = options.select.max_per_prompt
+        if limit is not None:
+            candidates = (
+                (s.line.get("prompt_index"), reward_of(s.line), str(s.line.get("key")))
+                for s in self._eligible(count=False)
+            )
+            self.allowed = best_per_prompt(candidates, limit)
+
+    def _eligible(self, *, count: bool) -> Iterator[Sample]:
+        for path in self.paths:
+            for line in read_lines(path):
+                sample = Sample.of(line)
+                why = left_out_reason(sample, self.options)
+                if count:
+                    self.read += 1
+                    if why is not None:
+                        self.left_out[why] += 1
+                if why is None:
+                    yield sample
+
+    def __iter__(self) -> Iterator[Sample]:
+        for sample in self._eligible(count=True):
+            if self.allowed is not None and str(sample.line.get("key")) not in self.allowed:
+                self.left_out["over --max-per-prompt"] += 1
+                continue
+            yield sample
+
+
+def _describe(read: int, left_out: Mapping[str, int]) -> str:
+    if not left_out:
+        return f"{read} sample(s) read"
+    parts = ", ".join(f"{n} {why}" for why, n in sorted(left_out.items(), key=lambda kv: -kv[1]))
+    return f"{read} sample(s) read, left out: {parts}"
+
+
+def _empty(fmt: str, output: Path, what: str, hint: str) -> EmptyExportError:
+    return EmptyExportError(
+        f"nothing to export as {fmt}: {what}; {output} was not written (datasets cannot load a "
+        f"zero-row JSONL file). {hint}"
+    )
 
 
 def export(
-    run_dir: Path, fmt: str, output: Path | None = None, *, include: Iterable[str] | None = None
+    run_dir: Path,
+    fmt: str,
+    output: Path | None = None,
+    *,
+    include: Iterable[str] | None = None,
+    options: ExportOptions | None = None,
 ) -> ExportReport:
-    """Write the export. ``include`` picks which output files feed it, for every format; the
-    default is ``trajectories.jsonl``, and all three files for ``dpo`` (rejected answers live in
-    ``failed``/``filtered`` when pairing by completion)."""
+    """Write the export (module docstring). ``include`` is the shorthand for ``options.include``."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    names = _check_include(
-        include if include is not None else OUTPUT_FILES if fmt == "dpo" else OUTPUT_FILES[:1]
-    )
+    options = options or ExportOptions()
+    if include is not None:
+        try:
+            options = ExportOptions(**{**options.model_dump(), "include": tuple(include)})
+        except ValidationError as exc:
+            raise ExportError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
     run = load_run(run_dir)
     output = Path(output) if output else default_output(run_dir, fmt)
+    names = options.files(fmt)
+    if fmt == "dpo":
+        return _export_dpo(run, names, output, options)
+    kept = _Kept(Path(run_dir), names, options)
     output.parent.mkdir(parents=True, exist_ok=True)
-    lines = (line for name in names for line in read_lines(Path(run_dir) / name))
     if fmt == "parquet":
         from trajforge.batch.export_parquet import write_parquet
 
-        return ExportReport(output, write_parquet(((line, to_messages(line, run)) for line in lines), output))
-    pairing = None
-    if fmt == "dpo":
-        rows_list, pairing = dpo_pairs(run, list(lines))
-        rows: Iterable[dict[str, Any]] = rows_list
-    elif fmt == "messages":
-        rows = (to_messages(line, run) for line in lines)
-    elif fmt == "llamafactory":
-        rows = (
-            to_llamafactory(_chat(line), run.tools_for(line["toolsets_used"]), _system_text(line))
-            for line in lines
-        )
-    elif fmt == "axolotl":
-        rows = (
-            to_axolotl(_chat(line), run.tools_for(line["toolsets_used"]), _system_text(line))
-            for line in lines
-        )
-    elif fmt == "sharegpt":
-        rows = ({"conversations": _with_system(line, run)} for line in lines)
-    else:
-        known = _all_known_tools(run)
-        rows = (to_hermes(line, run, known) for line in lines)
+        rows = write_parquet(((s.line, to_messages_row(s, run), s.malformed_kinds) for s in kept), output)
+        return ExportReport(output, rows, kept.read, dict(kept.left_out))
+    known = _all_known_tools(run)
     count = 0
     tmp = output.with_name(f".{output.name}.tmp")
-    with open(tmp, "wb", buffering=1 << 20) as fh:  # streamed: a run can be larger than memory
-        for row in rows:
-            fh.write(orjson.dumps(row) + b"\n")
-            count += 1
+    try:
+        with open(tmp, "wb", buffering=1 << 20) as fh:  # streamed: a run can be larger than memory
+            for sample in kept:
+                row, problem = _row(fmt, sample, run, known)
+                if row is None:
+                    kept.left_out[problem or fmt] += 1
+                    continue
+                fh.write(orjson.dumps(row) + b"\n")
+                count += 1
+        if count == 0:
+            raise _empty(
+                fmt,
+                output,
+                f"{_describe(kept.read, kept.left_out)} from {', '.join(names)}",
+                "Loosen the selection, include other files (--include), or use --format parquet, "
+                "which carries its schema even with zero rows.",
+            )
+        tmp.replace(output)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return ExportReport(output, count, kept.read, dict(kept.left_out))
+
+
+def _export_dpo(run: RunInfo, names: list[str], output: Path, options: ExportOptions) -> ExportReport:
+    lines = [line for name in names for line in read_lines(run.run_dir / name)]
+    rows, pairing = dpo_pairs(run, lines, options)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    sidecar = output.with_name(output.name.removesuffix(".jsonl") + ".stats.json")
+    sidecar.write_bytes(orjson.dumps(pairing.as_dict(), option=orjson.OPT_INDENT_2))
+    if not rows:
+        p = pairing
+        left = "".join(f", {n} {why}" for why, n in p.pairs_left_out.items())
+        raise _empty(
+            "dpo",
+            output,
+            f"0 pairs by {p.ground} from {p.lines} lines in {p.groups} groups ({p.tied_pairs_skipped} "
+            f"tied pairs skipped, {p.ungraded_lines} ungraded lines{left}); details in {sidecar}",
+            "A pair needs two answers to one prompt that differ in reward (batch --samples-per-prompt N "
+            "with --env), or a completed and a failed one when nothing was graded.",
+        )
+    tmp = output.with_name(f".{output.name}.tmp")
+    tmp.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
     tmp.replace(output)
-    sidecar = None
-    if pairing is not None:
-        sidecar = output.with_name(output.name.removesuffix(".jsonl") + ".stats.json")
-        sidecar.write_bytes(orjson.dumps(pairing.as_dict(), option=orjson.OPT_INDENT_2))
-    return ExportReport(output, count, pairing, sidecar)
+    return ExportReport(output, len(rows), len(lines), {}, pairing, sidecar)
 
 
 def export_run(

@@ -10,6 +10,17 @@ import typer
 from trajforge.cli.errors import fail
 
 _FORMATS_HELP = "messages (TRL) | sharegpt | llamafactory | axolotl | hermes | parquet | dpo"
+_FILES = ("trajectories", "filtered", "failed")
+
+
+def _names(value: str | None, flag: str, allowed: tuple[str, ...]) -> list[str] | None:
+    if value is None:
+        return None
+    names = [part.strip() for part in value.split(",") if part.strip()]
+    bad = [n for n in names if n not in allowed]
+    if bad or not names:
+        raise fail(f"{flag} takes {', '.join(allowed)} (comma-separated); got {value!r}")
+    return names
 
 
 def export(
@@ -25,32 +36,93 @@ def export(
         str | None,
         typer.Option(
             help="comma-separated outputs to export: trajectories,filtered,failed "
-            "(default: trajectories; dpo: all three)"
+            "(default: trajectories; dpo: all three; with --status: the files holding those statuses)"
         ),
     ] = None,
+    status: Annotated[
+        str | None,
+        typer.Option(
+            help="keep only samples with these statuses: completed,partial,failed,filtered "
+            "(dpo: what the chosen answer may be)"
+        ),
+    ] = None,
+    min_reward: Annotated[
+        float | None,
+        typer.Option(
+            help="keep only graded samples with reward >= X: rejection sampling (dpo: the chosen answer's)"
+        ),
+    ] = None,
+    max_per_prompt: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="keep at most N samples per prompt_index, highest reward first (dpo: N pairs)"
+        ),
+    ] = None,
+    grounded: Annotated[
+        bool,
+        typer.Option(
+            "--grounded",
+            help="keep only samples whose final answer states no number missing from the prompt and "
+            "its own tool outputs (dpo: the chosen answer must be; ties of reward go to the grounded one)",
+        ),
+    ] = False,
+    malformed_calls: Annotated[
+        str,
+        typer.Option(
+            help="skip: leave out samples with a malformed tool call (counted); text: keep them with "
+            "the call as the assistant's text (docs/formats.md)"
+        ),
+    ] = "skip",
 ) -> None:
     """Export a run for a trainer: TRL messages, ShareGPT, LLaMA-Factory, Axolotl, the reference's
     padded format, Parquet, DPO pairs (docs/formats.md has each trainer's config)."""
-    from trajforge.batch.export import ExportError
-    from trajforge.batch.export import export as run_export
+    from pydantic import ValidationError
 
-    names = None
-    if include is not None:
-        names = [f"{part.strip()}.jsonl" for part in include.split(",") if part.strip()]
-        bad = [n for n in names if n not in {"trajectories.jsonl", "filtered.jsonl", "failed.jsonl"}]
-        if bad or not names:
-            raise fail("--include takes trajectories, filtered and/or failed")
+    from trajforge.batch.export import ExportError, ExportOptions
+    from trajforge.batch.export import export as run_export
+    from trajforge.trajectory.selection import STATUSES, Selection
+
+    files = _names(include, "--include", _FILES)
+    statuses = _names(status, "--status", STATUSES)
+    if malformed_calls not in ("skip", "text"):
+        raise fail(f"--malformed-calls takes skip or text; got {malformed_calls!r}")
     try:
-        report = run_export(run_dir, fmt, output, include=names)
+        options = ExportOptions(
+            include=tuple(f"{n}.jsonl" for n in files) if files else None,
+            select=Selection(
+                statuses=frozenset(statuses) if statuses else None,
+                min_reward=min_reward,
+                max_per_prompt=max_per_prompt,
+                grounded=grounded,
+            ),
+            malformed_calls=malformed_calls,
+        )
+    except ValidationError as exc:
+        raise fail(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
+    try:
+        report = run_export(run_dir, fmt, output, options=options)
     except ExportError as exc:
         raise fail(str(exc)) from None
     typer.echo(f"wrote {report.rows} rows to {report.path}")
+    if report.rows == 0:  # parquet only: the JSONL formats refuse to write an empty file
+        typer.echo(
+            "note: a zero-row Parquet file: load it with streaming=True or "
+            "datasets.Dataset(pyarrow.parquet.read_table(path)) (docs/formats.md)"
+        )
+    for why, n in sorted(report.left_out.items(), key=lambda kv: -kv[1]):
+        typer.echo(f"left out {n}: {why}")
+    if any(why.startswith("malformed tool call") for why in report.left_out):
+        typer.echo("note: --malformed-calls text keeps those samples, the call as the assistant's text")
     if report.pairing is not None:
         p = report.pairing
         typer.echo(
             f"pairs by {p.ground}: {p.pairs} pairs from {p.lines} lines in {p.groups} groups "
-            f"({p.tied_pairs_skipped} tied skipped, {p.ungraded_lines} ungraded); details in {report.sidecar}"
+            f"({p.tied_pairs_skipped} tied skipped, {p.ungraded_lines} ungraded"
+            + (f", {p.ties_broken} ties broken by grounding" if p.ties_broken else "")
+            + f"); details in {report.sidecar}"
         )
+        for why, n in p.pairs_left_out.items():
+            typer.echo(f"pairs left out {n}: the better-rewarded answer may not be chosen: {why}")
         for note in p.notes:
             typer.echo(f"note: {note}")
 

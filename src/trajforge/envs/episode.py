@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 import random
 import time
@@ -167,6 +168,7 @@ class Rollouts:
             "toolsets": draw.toolsets,
             "tools": [t.name for t in draw.tools],
             "wall_s": round(time.monotonic() - draw.started, 4),
+            "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
         }
 
     def _record(self, draw: _Draw, result: AgentResult, judged: Judgement, model: ChatModel) -> Episode:
@@ -202,6 +204,9 @@ class Rollouts:
             kept=judged.kept,
             model=result.model or model.name,
             reward_s=round(judged.seconds, 4),
+            usage=result.usage.model_dump(),
+            model_s=round(result.model_time_s, 4),
+            tool_s=round(result.tool_time_s, 4),
         )
 
     # ------------------------------------------------------------------ groups

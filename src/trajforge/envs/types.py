@@ -76,6 +76,11 @@ class Episode(BaseModel):
     model: str | None = None
     wall_s: float = 0.0
     reward_s: float = 0.0
+    # what a batch line records too (the run report reads both): tokens and where the time went
+    usage: dict[str, int] = Field(default_factory=dict, description="token usage summed over the model calls")
+    model_s: float = Field(0.0, description="seconds spent waiting for the model")
+    tool_s: float = Field(0.0, description="seconds spent running tools")
+    finished_at: str | None = Field(None, description="when the episode was recorded (ISO 8601, UTC)")
 
     @property
     def key(self) -> str:

@@ -24,9 +24,11 @@ from trajforge.report.page import embed_json, render
 from trajforge.report.sample import StatusSampler
 from trajforge.report.schema import normalize
 from trajforge.report.source import (
+    ENV_STATUS_FILE,
     OUTPUT_FILES,
     RUN_FILE,
     STATISTICS_FILE,
+    SUMMARY_FILE,
     LineRef,
     iter_lines,
     output_paths,
@@ -75,6 +77,8 @@ def build_report(
     }
     stats = read_json(run_dir / STATISTICS_FILE) or {}
     run = read_json(run_dir / RUN_FILE) or {}
+    if "env" in run and not stats:  # an env run: its own status and summary files
+        stats = _env_stats(run, read_json(run_dir / ENV_STATUS_FILE) or {}, read_json(run_dir / SUMMARY_FILE))
     files = [name for name, path in zip(OUTPUT_FILES, paths, strict=True) if path is not None]
     context = _context(facts, stats, run, run_dir, files)
 
@@ -153,7 +157,7 @@ def _context(
     tool_items = sorted(facts.tools.items(), key=lambda kv: -kv[1].calls)
     rates = [f"({t.failure / t.calls:.1%} failed)" if t.calls else "" for _, t in tool_items]
     wall = percentiles(facts.wall_s)
-    throughput, bin_note = _throughput(facts)
+    throughput, bin_note, legend = _throughput(facts)
     chart_set: dict[str, Any] = {
         "status": charts.bars(
             [(s, float(n)) for s, n in status_items], "samples by status", colours=charts.STATUS_COLOURS
@@ -172,9 +176,11 @@ def _context(
             markers=_marks(percentiles(facts.total_tokens)),
         ),
         "latency": charts.histogram(facts.wall_s, "wall time per sample", " s", markers=_marks(wall)),
-        "throughput": charts.lines(throughput, "samples finished per second", " s", "samples/s"),
+        "throughput": charts.lines(
+            throughput, "samples finished per second", " s", "samples/s", legend=legend
+        ),
         "rewards": charts.histogram(
-            facts.rewards, "reward per sample", markers=_marks(percentiles(facts.rewards))
+            facts.rewards, "reward per sample", markers=_marks(percentiles(facts.rewards)), discrete_max=12
         )
         if facts.rewards
         else None,
@@ -220,9 +226,13 @@ def _marks(pct: dict[str, float | None]) -> dict[str, float | None]:
     return {k: pct[k] for k in ("p50", "p90", "p99")}
 
 
-def _throughput(facts: RunFacts) -> tuple[dict[str, list[tuple[float, float]]], str]:
+def _throughput(
+    facts: RunFacts,
+) -> tuple[dict[str, list[tuple[float, float]]], str, dict[str, str]]:
+    """Samples finished per second in bins over the run, per status; the legend says how many
+    samples each series holds and their mean rate."""
     if not facts.finished_at:
-        return {}, "no finish times"
+        return {}, "no finish times", {}
     start, end = min(facts.finished_at), max(facts.finished_at)
     span = max(end - start, 1e-3)
     bins = min(_THROUGHPUT_BINS, max(1, len(facts.finished_at) // 2))
@@ -234,7 +244,11 @@ def _throughput(facts: RunFacts) -> tuple[dict[str, list[tuple[float, float]]], 
         counts.setdefault(status, [0] * bins)[k] += 1
     ordered = sorted(counts, key=lambda s: (s != "all", _STATUS_ORDER.get(s, 9), s))
     series = {s: [((k + 0.5) * width, counts[s][k] / width) for k in range(bins)] for s in ordered}
-    return series, f"{bins} bins of {width:.3g} s from the first finish"
+    legend = {
+        s: f"{sum(counts[s]):,} sample{'s' * (sum(counts[s]) != 1)}, {sum(counts[s]) / span:.3g} samples/s"
+        for s in ordered
+    }
+    return series, f"{bins} bins of {width:.3g} s from the first finish", legend
 
 
 def _reward_rows(facts: RunFacts) -> list[tuple[str, str, str, str, str]]:
@@ -248,12 +262,63 @@ def _reward_rows(facts: RunFacts) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
+def _joined(value: Any) -> str | None:
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or None
+    return str(value) if value else None
+
+
+def _interval(value: Any) -> str | None:
+    if not isinstance(value, dict) or not isinstance(value.get("value"), int | float):
+        return None
+    low, high = value.get("low"), value.get("high")
+    bounds = (
+        f" [{low:.3f}, {high:.3f}]" if isinstance(low, int | float) and isinstance(high, int | float) else ""
+    )
+    return f"{value['value']:.3f}{bounds}"
+
+
+def _env_stats(run: dict[str, Any], status: dict[str, Any], summary: dict[str, Any] | None) -> dict[str, Any]:
+    """An env run's run.json, status.json and summary.json in the shape the run table reads."""
+    cfg = as_dict(run.get("config"))
+    stats: dict[str, Any] = {
+        "env": run.get("env"),
+        "model": run.get("model"),
+        "agent": run.get("agent"),
+        "items × group": f"{run.get('n')} × {run.get('group_size')}" if "n" in run else None,
+        "toolsets": ", ".join(map(str, cfg.get("enabled_toolsets") or [])) or None,
+        "temperature": cfg.get("agent_temperature"),
+        "max turns": cfg.get("max_agent_turns"),
+        "finished": summary is not None,
+    }
+    if "total" in status:
+        stats["total_done"], stats["total_prompts"] = status.get("finished"), status.get("total")
+    if isinstance(status.get("elapsed_s"), int | float):
+        stats["duration_s"] = status["elapsed_s"]
+    if summary:
+        stats["mean reward [95% CI]"] = _interval(summary.get("mean_reward"))
+        stats["pass@1 [95% CI]"] = _interval(summary.get("pass_at_1"))
+        pass_k = summary.get("pass_at_k")
+        if isinstance(pass_k, dict) and pass_k:
+            stats["pass@k"] = ", ".join(
+                f"pass@{k} {v:.3f}" for k, v in pass_k.items() if isinstance(v, int | float)
+            )
+    return stats
+
+
 def _run_rows(
     stats: dict[str, Any], run: dict[str, Any], cfg: dict[str, Any], facts: RunFacts
 ) -> list[tuple[str, str]]:
+    env_rows = [
+        (key, stats.get(key))
+        for key in ("env", "agent", "items × group", "temperature", "max turns")
+        if stats.get(key) is not None
+    ]
     rows: list[tuple[str, Any]] = [
+        *env_rows[:1],
         ("model", stats.get("model") or cfg.get("model")),
-        ("toolsets", ", ".join(map(str, cfg.get("toolsets") or [])) or None),
+        *env_rows[1:],
+        ("toolsets", _joined(cfg.get("toolsets") or stats.get("toolsets"))),
         ("distribution", cfg.get("distribution")),
         ("dataset", cfg.get("dataset")),
         ("sandbox", cfg.get("sandbox")),
@@ -271,6 +336,7 @@ def _run_rows(
         ("duration", f"{stats['duration_s']} s" if "duration_s" in stats else None),
         ("status", ", ".join(f"{s}: {n:,}" for s, n in facts.status.most_common())),
     ]
+    rows += [(key, stats.get(key)) for key in ("mean reward [95% CI]", "pass@1 [95% CI]", "pass@k")]
     coverage = stats.get("reasoning_coverage")
     if isinstance(coverage, dict) and "coverage" in coverage:
         rows.append(("assistant turns with reasoning", f"{coverage['coverage']:.1%}"))

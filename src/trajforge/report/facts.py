@@ -14,6 +14,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from trajforge.trajectory.calls import unparsed_replies
+
+# The tool table's row for replies whose call could not be parsed (no tool name: nothing ran).
+UNPARSED = "(unparsed tool call)"
+
 
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -114,6 +119,13 @@ class RunFacts:
             self.finished_status.append(status)
 
     def _add_tools(self, line: dict[str, Any]) -> None:
+        turns = line.get("conversations") or line.get("messages")
+        unparsed = unparsed_replies(t for t in turns if isinstance(t, dict)) if isinstance(turns, list) else 0
+        if unparsed:  # the loop told the model its call could not be parsed: a failed call, no tool
+            facts = self.tools.setdefault(UNPARSED, ToolFacts())
+            facts.calls += unparsed
+            facts.failure += unparsed
+            facts.samples += 1
         stats = line.get("tool_stats")
         if not isinstance(stats, dict):
             return

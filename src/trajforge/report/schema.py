@@ -1,8 +1,10 @@
 """Env-run episodes (``episodes.jsonl``) in the batch line's shape, so one report reads both.
 
-An episode keeps OpenAI ``messages`` rather than ShareGPT turns, ``toolsets``/``turns``/``wall_s``
-rather than ``toolsets_used``/``api_calls``/``timings``, and ``reward_components`` for the
-breakdown. Tool statistics are derived from the messages: a call per assistant ``tool_calls``
+An episode keeps OpenAI ``messages`` rather than ShareGPT turns, ``toolsets``/``turns``/``wall_s``/
+``model_s``/``tool_s``/``finished_at`` rather than ``toolsets_used``/``api_calls``/``timings``,
+``reward_components`` for the breakdown, and no ``prompt_index`` (an episode is ``item_id`` and
+``rollout``). Tokens come from its ``usage`` (episodes recorded before it was kept: the length of a
+token trace, when there is one). Tool statistics are derived from the messages: a call per assistant ``tool_calls``
 entry, a failure per tool result that starts with ``Error`` (what the tools return on failure).
 """
 
@@ -28,6 +30,12 @@ def normalize(line: dict[str, Any]) -> dict[str, Any]:
         len(trace["tokens"]) if isinstance(trace, dict) and isinstance(trace.get("tokens"), list) else None
     )
     reason = line.get("reason") or line.get("termination") or ""
+    usage = line.get("usage") if isinstance(line.get("usage"), dict) and line.get("usage") else None
+    if usage is None:
+        usage = {"total_tokens": tokens} if tokens is not None else {}
+    timings = {
+        k: line.get(k) for k in ("wall_s", "model_s", "tool_s", "finished_at") if line.get(k) is not None
+    }
     return {
         **line,
         "key": line.get("key") or f"{line.get('item_id', '?')}#{line.get('rollout', 0)}",
@@ -39,8 +47,8 @@ def normalize(line: dict[str, Any]) -> dict[str, Any]:
             for name, n in calls.items()
         },
         "api_calls": line.get("turns"),
-        "usage": {"total_tokens": tokens} if tokens is not None else {},
-        "timings": {"wall_s": line.get("wall_s")},
+        "usage": usage,
+        "timings": timings,
         "reward_breakdown": line.get("reward_breakdown") or line.get("reward_components"),
         "metadata": {"model": line.get("model")},
     }

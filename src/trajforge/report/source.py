@@ -17,6 +17,8 @@ import orjson
 OUTPUT_FILES = ("trajectories.jsonl", "filtered.jsonl", "failed.jsonl", "episodes.jsonl")
 STATISTICS_FILE = "statistics.json"
 RUN_FILE = "run.json"
+ENV_STATUS_FILE = "status.json"  # an env run's progress (envs.runner.STATUS_FILE)
+SUMMARY_FILE = "summary.json"  # an env run's results (envs.runner.SUMMARY_FILE)
 
 
 class ReportError(RuntimeError):

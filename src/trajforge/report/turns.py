@@ -22,6 +22,7 @@ from trajforge.messages import (
 )
 from trajforge.report.facts import as_dict, tools_used
 from trajforge.report.schema import is_episode
+from trajforge.trajectory.calls import is_parse_error, parse_responses
 
 _TAGS = {
     THINK_OPEN[1:-1]: "think",
@@ -117,7 +118,7 @@ def message_turns(messages: list[Any], max_chars: int) -> tuple[str | None, list
             reasoning = message_reasoning(msg)
             if reasoning:
                 segs.append({"k": "think", "text": cut(reasoning.strip(), max_chars)})
-            segs += segments(text, max_chars)
+            segs += _unparsed(segments(text, max_chars), 0, None)  # markup in the text never ran
             for call in msg.get("tool_calls") or ():
                 if not isinstance(call, dict):
                     continue
@@ -137,6 +138,16 @@ def message_turns(messages: list[Any], max_chars: int) -> tuple[str | None, list
         else:
             turns.append([role, [{"k": "text", "text": cut(text, max_chars)}]])
     return system, turns
+
+
+def _unparsed(segs: list[dict[str, Any]], start: int, ran: int | None) -> list[dict[str, Any]]:
+    """Mark the call pieces of ``segs[start:]`` that never ran: all but the last ``ran`` of them
+    (None: all). A call that ran ends its turn and has a result; text that only looks like a call
+    (an unparsed call the loop told the model about) does not (trajectory.calls)."""
+    calls = [seg for seg in segs[start:] if seg["k"] == "call"]
+    for seg in calls[: len(calls) - ran] if ran else calls:
+        seg["unp"] = True
+    return segs
 
 
 def segments(value: str, max_chars: int) -> list[dict[str, Any]]:
@@ -195,6 +206,7 @@ class RecordBuilder:
                 else [{"k": "text", "text": cut(text, self.max_chars)}]
             )
             turns.append([role, segs])
+        _mark_unparsed(conversations if isinstance(conversations, list) else [], turns)
         return system, turns
 
     def record(self, line: dict[str, Any]) -> dict[str, Any]:
@@ -211,8 +223,19 @@ class RecordBuilder:
         reward = line.get("reward")
         toolsets = line.get("toolsets_used")
         meta = as_dict(line.get("metadata"))
+        index = line.get("prompt_index")
+        if is_episode(line):  # an env episode: an item and a rollout of it, no prompt index
+            label = str(line.get("item_id") or line.get("key") or "")
+            title = f"{label} · rollout {line.get('rollout', 0)}" + (
+                f" · {line['category']}" if line.get("category") else ""
+            )
+        else:
+            label = "" if index is None else str(index)
+            title = f"sample {label} · {line.get('key', '')}" if label else str(line.get("key", ""))
         return {
-            "i": line.get("prompt_index"),
+            "i": index,
+            "lbl": label,
+            "ttl": title,
             "key": str(line.get("key", "")),
             "s": str(line.get("status") or "unknown"),
             "r": str(line.get("reason") or ""),
@@ -222,6 +245,8 @@ class RecordBuilder:
             "n": line.get("api_calls"),
             "tok": usage.get("total_tokens"),
             "w": timings.get("wall_s"),
+            "ms": timings.get("model_s"),
+            "tls": timings.get("tool_s"),
             "rw": reward if isinstance(reward, int | float) and not isinstance(reward, bool) else None,
             "rb": line.get("reward_breakdown") if isinstance(line.get("reward_breakdown"), dict) else None,
             "p": cut(prompt, 300),
@@ -229,3 +254,21 @@ class RecordBuilder:
             "sys": system,
             "t": turns,
         }
+
+
+def _mark_unparsed(conversations: list[Any], turns: list[list[Any]]) -> None:
+    """In ShareGPT turns, a ``gpt`` turn followed by the loop's parse-error turn held call markup
+    that never ran; only its last blocks, as many as the next ``tool`` turn has results, did."""
+    shown = [t for t in conversations if isinstance(t, dict) and t.get("from") != "system"][: len(turns)]
+    for k, turn in enumerate(shown):
+        if turn.get("from") != "gpt":
+            continue
+        nxt = shown[k + 1] if k + 1 < len(shown) else None
+        results = parse_responses(str(nxt.get("value", ""))) if nxt and nxt.get("from") == "tool" else None
+        after = (
+            shown[k + (2 if results is not None else 1)]
+            if k + (2 if results is not None else 1) < len(shown)
+            else None
+        )
+        if after is not None and after.get("from") == "human" and is_parse_error(after.get("value")):
+            _unparsed(turns[k][1], 0, len(results) if results else None)

@@ -10,9 +10,13 @@ returns one dataset row. Why each shape is what it is (checked against the train
   ``function_call`` is the call JSON (``{"name", "arguments"}``, a list for parallel calls), with
   reasoning in a leading ``<think>`` block, the only text LLaMA-Factory keeps in such a turn, so
   prose an assistant wrote next to its calls goes into that block too instead of vanishing;
-  ``tools`` is a JSON *string*. A conversation that ends on tool results (a sample cut off after
-  its last call) loses that trailing observation: there is no answer to train on after it, and
-  LLaMA-Factory rejects an example that does not end on a model turn.
+  ``tools`` is a JSON *string*. A conversation that ends on tool results or a user turn (a sample
+  cut off after its last call) loses that tail: there is no answer to train on after it, and
+  LLaMA-Factory rejects an example that does not end on a model turn. What its converter and
+  function formatter would still refuse or misread (roles that do not alternate, as a user turn
+  right after tool results; ``<tool_call>`` or ``</think>`` in the text of a call turn, which its
+  formatter would take for the call or the thought's end) is named by
+  :func:`llamafactory_problem`, so an export leaves such a row out and counts it.
 * **Axolotl** (``type: chat_template``): OpenAI messages, but ``arguments`` as JSON strings and
   ``tools`` as one JSON string: Axolotl ``json.loads`` both before rendering (so the template sees
   objects, encoded once) and strings keep one Arrow schema however the arguments' keys vary.
@@ -72,9 +76,47 @@ def to_llamafactory(
                 turns.append({"from": "function_call", "value": _think(reasoning, content) + body})
             else:
                 turns.append({"from": "gpt", "value": _think(reasoning, "") + content})
-    # trailing tool results have no model turn after them: nothing to learn, and LLaMA-Factory
-    # drops an example that ends on an observation
+    flush_results()
+    # a tail of tool results or user text has no model turn after it: nothing to learn, and
+    # LLaMA-Factory drops an example that does not end on a model turn
+    while turns and turns[-1]["from"] in ("observation", "human"):
+        turns.pop()
     return {"conversations": turns, "system": system or "", "tools": _dumps(list(tools))}
+
+
+_ODD, _EVEN = ("human", "observation"), ("gpt", "function_call")
+
+
+def llamafactory_problem(row: Mapping[str, Any]) -> str | None:
+    """Why LLaMA-Factory would drop or misread this row (None: it reads it as written).
+
+    Mirrors ``SharegptDatasetConverter`` (roles alternate human|observation, gpt|function_call,
+    an even count, at least one exchange) and ``FunctionFormatter`` (a call turn is a
+    ``<think>`` block and the call JSON; a ``<tool_call>`` tag anywhere in it is taken for the
+    call, a ``</think>`` inside the block ends the thought early)."""
+    turns = row["conversations"]
+    if not turns:
+        return "no model turn"
+    for k, turn in enumerate(turns):
+        if turn["from"] not in (_ODD, _EVEN)[k % 2]:
+            before = turns[k - 1]["from"] if k else "the start"
+            return f"roles do not alternate ({turn['from']} after {before})"
+    if len(turns) % 2:
+        return "does not end on a model turn"
+    for turn in turns:
+        if turn["from"] != "function_call":
+            continue
+        value = turn["value"]
+        thought, _, body = (
+            value.rpartition("\n</think>\n\n") if value.startswith("<think>\n") else ("", "", value)
+        )
+        if "<tool_call>" in value or "</think>" in thought:
+            return "call turn text holds <tool_call> or </think>"
+        try:
+            json.loads(body)
+        except json.JSONDecodeError:
+            return "call turn is not JSON after its thought"
+    return None
 
 
 def to_axolotl(

@@ -13,7 +13,7 @@
   }
   function haystack(r) {
     if (r._h === undefined) {
-      var parts = [r.key, r.p, r.r, String(r.i)];
+      var parts = [r.key, r.p, r.r, r.lbl];
       for (var t = 0; t < r.t.length; t++) {
         var segs = r.t[t][1];
         for (var s = 0; s < segs.length; s++) { parts.push(segs[s].text || ""); if (segs[s].name) parts.push(segs[s].name); }
@@ -62,7 +62,7 @@
       var tr = el("tr");
       tr.setAttribute("data-key", r.key);
       if (r === selected) tr.className = "sel";
-      tr.appendChild(el("td", "num", r.i));
+      var lbl = el("td", "num lbl", r.lbl); lbl.title = r.lbl; tr.appendChild(lbl);
       var std = el("td"); std.appendChild(el("span", "st" + (KNOWN[r.s] ? " st-" + r.s : ""), r.s)); tr.appendChild(std);
       tr.appendChild(el("td", "num", r.n));
       tr.appendChild(el("td", "num", fmt(r.rw)));
@@ -79,9 +79,13 @@
       d.appendChild(el("summary", null, "think")); d.appendChild(el("pre", null, seg.text)); return d;
     }
     if (seg.k === "call" || seg.k === "result") {
-      var box = el("div", seg.k + (seg.err ? " err" : ""));
-      var head = el("div"); head.appendChild(el("span", null, seg.k === "call" ? "tool call → " : "tool result ← "));
-      head.appendChild(el("span", "name", seg.name)); if (seg.bad) head.appendChild(el("span", "warn", " (arguments are not a JSON object)"));
+      var box = el("div", seg.k + (seg.err || seg.unp ? " err" : ""));
+      var head = el("div");
+      if (seg.unp) head.appendChild(el("span", "warn", "unparsed tool call (not run) — as the model wrote it:"));
+      else {
+        head.appendChild(el("span", null, seg.k === "call" ? "tool call → " : "tool result ← "));
+        head.appendChild(el("span", "name", seg.name)); if (seg.bad) head.appendChild(el("span", "warn", " (arguments are not a JSON object)"));
+      }
       box.appendChild(head); box.appendChild(el("pre", null, seg.text));
       if (seg.meta) box.appendChild(el("pre", "note", seg.meta));
       return box;
@@ -95,12 +99,13 @@
   function renderDetail(r) {
     var box = $("tf-detail");
     box.replaceChildren();
-    box.appendChild(el("h3", null, "sample " + r.i + " · " + r.key));
+    box.appendChild(el("h3", null, r.ttl));
     var t = el("table", "kv");
     kv(t, "status", r.s); kv(t, "reason", r.r); kv(t, "model", r.m); kv(t, "toolsets", r.ts.join(", "));
     kv(t, "tools used", r.tu.join(", ")); kv(t, "tools that failed", r.tf.join(", ")); kv(t, "model turns", r.n);
     kv(t, "tokens", r.tok); kv(t, "wall s", fmt(r.w)); kv(t, "reward", fmt(r.rw));
-    if (r.rb) kv(t, "reward breakdown", JSON.stringify(r.rb));
+    if (r.rb && Object.keys(r.rb).length) kv(t, "reward breakdown", JSON.stringify(r.rb));
+    kv(t, "model s", fmt(r.ms)); kv(t, "tool s", fmt(r.tls));
     box.appendChild(t);
     if (r.sys !== null && r.sys !== undefined) {
       var sys = el("details", "turn role-system"); sys.appendChild(el("summary", "role", "system"));
