@@ -76,9 +76,14 @@ def _check_attacks(report: dict[str, Any]) -> None:
     # beside trajforge (a checkout's other files, or site-packages) only what the env host needs
     beside = Path(trajforge.__file__).resolve().parents[2]
     if boxed["read_beside_trajforge"]["ok"] and not beside.is_relative_to(Path(sys.prefix).resolve()):
-        assert boxed["read_beside_trajforge"]["value"] == repr(
-            [Path(trajforge.__file__).resolve().parents[1].name]
-        )
+        # the package's own directory, and the Python install when it lives in the checkout
+        # (a ``.venv`` beside ``src``, as ``make setup`` makes one): the env host needs both
+        needed = {Path(trajforge.__file__).resolve().parents[1].name}
+        for prefix in (sys.prefix, sys.base_prefix):
+            real = Path(prefix).resolve()
+            if real.is_relative_to(beside) and real != beside:
+                needed.add(real.relative_to(beside).parts[0])
+        assert boxed["read_beside_trajforge"]["value"] == repr(sorted(needed))
         assert control["read_beside_trajforge"]["value"] != boxed["read_beside_trajforge"]["value"]
     # the host's home shows nothing but the Python install the env host needs, if that lives there
     if boxed["list_host_home"]["ok"]:
