@@ -1,0 +1,14 @@
+import os
+
+got = sorted(os.listdir("/app/configs"))
+assert got == ["app.conf", "index.txt", "logging.conf", "web.conf"], got
+assert open("/app/configs/web.conf").read() == "port=80\n"
+assert open("/app/configs/logging.conf").read() == "level=info\n"
+assert open("/app/configs/app.conf").read() == "user=app\n"
+index = open("/app/configs/index.txt").read().splitlines()
+assert index == [
+    "app.conf etc/app.conf",
+    "logging.conf etc/app/logging.conf",
+    "web.conf srv/web/conf.d/web.conf",
+], index
+assert sorted(os.listdir("/app")) == ["bundle.tar.gz", "configs"], os.listdir("/app")
