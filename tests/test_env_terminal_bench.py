@@ -8,6 +8,7 @@ reading of task.toml against the harbor package itself: tests/test_harbor_parity
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import time
 from collections import Counter
@@ -219,6 +220,7 @@ def test_dockerfile_parsing_and_path_rewrites():
     assert rewrite_paths("cd /app; cat /app/x /apple /x/app > /logs/verifier/r", mapping) == (
         "cd /workspace; cat /workspace/x /apple /x/app > /tmp/v/logs/verifier/r"
     )
+    assert rewrite_paths("Work in /app. Not /app.py nor /app-x.", mapping) == "Work in /workspace. Not /app.py nor /app-x."
 
 
 class _NoOracleEnv(BaseEnv):
@@ -305,5 +307,36 @@ async def test_task_toml_workdir_env_and_canary_are_honoured(tmp_path, factory):
         [tool_turn(("terminal", {"command": "pwd; echo $SHARED-$ONLY_ORACLE"})), answer("x")]
     )
     ep = await _rollouts(env, factory, model=model).episode(item)
-    assert "/workspace/sub" in _tool_output(ep) and "s-\n" in _tool_output(ep), _tool_output(ep)
+    assert json.loads(_tool_output(ep))["output"] == "/workspace/sub\ns-\n", _tool_output(ep)
     assert ep.reward == 0.0
+
+
+@pytest.mark.parametrize(
+    ("task_id", "command"),
+    [
+        # the tests count words of their own pristine copy, not of the agent's book.txt
+        ("word-frequency", ": > book.txt; : > top10.txt"),
+        # all orders cancelled, and a view that holds numbers instead of computing them
+        (
+            "sqlite-monthly-view",
+            "python3 -c \"import sqlite3; d = sqlite3.connect('shop.db'); "
+            "d.execute(\\\"UPDATE orders SET status = 'cancelled'\\\"); "
+            "d.execute('CREATE VIEW monthly_revenue AS SELECT 1 AS month, 2 AS revenue WHERE 0'); d.commit()\"",
+        ),
+        # history rewritten so that the named commit is whatever the agent wrote down
+        (
+            "git-bisect-regression",
+            "cd repo && git -c user.name=x -c user.email=x@y commit -q --amend -m 'Change 14' "
+            "&& git rev-parse HEAD > ../first_bad.txt",
+        ),
+    ],
+)
+async def test_editing_the_inputs_wins_nothing(task_id, command, factory):
+    """Hidden tests judge against data the agent cannot reach (a copy in tests/, a database
+    regenerated from the shipped generator, commit ids known in advance), so changing the inputs
+    until a trivial answer matches them scores 0."""
+    task = next(t for t in TASKS if t["id"] == task_id)
+    model = ScriptedModel([tool_turn(("terminal", {"command": command})), answer("done")])
+    ep = await _rollouts(ENV, factory, model=model).episode(task)
+    assert ep.status == "completed" and ep.reward_error is None, ep.reason
+    assert ep.reward == 0.0, ep.reward_reason

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from trajforge.envs.base import EnvDataError
+from trajforge.envs.library.harbor_task import strip_canary
 from trajforge.envs.library.terminal_bench import TbTask, load_task, shipped_dir
 from trajforge.sandbox.confined import HostPath
 
@@ -106,8 +107,6 @@ def ours(d: Path) -> dict[str, Any]:
 
 
 def _instruction(task: TbTask) -> str:
-    from trajforge.envs.library.harbor_task import strip_canary
-
     return strip_canary((task.path / "instruction.md").read_text())
 
 

@@ -11,4 +11,8 @@ assert index == [
     "logging.conf etc/app/logging.conf",
     "web.conf srv/web/conf.d/web.conf",
 ], index
-assert sorted(os.listdir("/app")) == ["bundle.tar.gz", "configs"], os.listdir("/app")
+for name in ("etc", "srv", "home", "stage"):
+    assert not os.path.exists(os.path.join("/app", name)), f"{name}/ extracted into /app"
+for top, _, files in os.walk("/app"):
+    if top != "/app/configs":
+        assert not [f for f in files if f.endswith(".conf")], (top, files)

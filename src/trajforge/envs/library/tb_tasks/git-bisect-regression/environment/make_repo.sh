@@ -8,7 +8,7 @@ git add -A && git -c user.name=Dev -c user.email=dev@example.com commit -q -m "I
 for i in $(seq 1 24); do
   echo "note $i" >> notes.txt
   if [ "$i" = 14 ]; then
-    printf 'def scale(x, k):\n    return x * k if k > 3 else x + k\n' > calc.py
+    printf 'def scale(x, k):\n    return x * k if k < 3 else x + k\n' > calc.py
   fi
   git add -A && git -c user.name=Dev -c user.email=dev@example.com commit -q -m "Change $i"
 done

@@ -2,6 +2,7 @@
 # Hidden test (copied in only after the agent has finished).
 cd /app/calc || { echo 0 > /logs/verifier/reward.txt; exit 0; }
 ok=1
+for f in calc.c ops.c ops.h; do cmp -s "$f" "/tests/sources/$f" || { echo "$f changed"; ok=0; }; done
 t() { sleep 0.1; touch "$1"; }
 timeout 60 make clean >/dev/null 2>&1
 [ -e calc ] || [ -e calc.o ] || [ -e ops.o ] && { echo "clean left files"; ok=0; }
