@@ -220,7 +220,10 @@ def test_dockerfile_parsing_and_path_rewrites():
     assert rewrite_paths("cd /app; cat /app/x /apple /x/app > /logs/verifier/r", mapping) == (
         "cd /workspace; cat /workspace/x /apple /x/app > /tmp/v/logs/verifier/r"
     )
-    assert rewrite_paths("Work in /app. Not /app.py nor /app-x.", mapping) == "Work in /workspace. Not /app.py nor /app-x."
+    assert (
+        rewrite_paths("Work in /app. Not /app.py nor /app-x.", mapping)
+        == "Work in /workspace. Not /app.py nor /app-x."
+    )
 
 
 class _NoOracleEnv(BaseEnv):
