@@ -18,7 +18,7 @@ from trajforge.envs.base import EnvDataError
 from trajforge.envs.library.tblite import TbliteEnv
 from trajforge.envs.library.terminal_bench import shipped_dir
 
-PICK = ("word-frequency", "orders-totals", "http-json-server")  # text, data, a server on loopback
+PICK = ("word-frequency", "orders-totals", "port-check")  # text, data, listeners on loopback
 
 
 def test_without_a_directory_it_says_how_to_get_one() -> None:
