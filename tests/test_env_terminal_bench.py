@@ -1,12 +1,17 @@
 """The ``terminal_bench`` env under the real bwrap sandbox: the oracle (solution/solve.sh) scores
-1.0 and the do-nothing agent 0.0 on every shipped task; the Dockerfile subset (COPY, RUN, ENV,
-ARG, WORKDIR) is replayed in the sandbox; tasks that need more are skipped with the reason; the
-agent cannot plant the reward file or the tests. (The docker backend, image builds included, on a
-real engine: tests/test_sandbox_docker.py.)"""
+1.0 and the do-nothing agent 0.0 on every task of the shipped offline suite (run concurrently);
+the Dockerfile subset (COPY, RUN, ENV, ARG, WORKDIR) is replayed in the sandbox; tasks that need
+more are skipped with the reason; the agent cannot plant the reward file or the tests. (The
+docker backend, image builds included, on a real engine: tests/test_sandbox_docker.py; the
+reading of task.toml against the harbor package itself: tests/test_harbor_parity.py.)"""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import shutil
+import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -26,8 +31,12 @@ pytestmark = [
 
 ENV = load_env("terminal_bench")
 assert isinstance(ENV, TerminalBenchEnv)
-TASKS = ENV.eval_items(100)
-IDS = [t["id"] for t in TASKS]
+TASKS = ENV.eval_items(1000)
+# Terminal-Bench 2's kinds of work, each with several tasks in the suite (docs/envs.md has the table)
+CATEGORIES = {
+    "file-operations", "text-processing", "data-processing", "version-control",
+    "software-engineering", "debugging", "system-administration", "scripting", "networking",
+}  # fmt: skip
 
 
 @pytest.fixture
@@ -44,9 +53,16 @@ def _rollouts(env, factory, *, model=None, model_for=None) -> Rollouts:
     return Rollouts(env, backends)
 
 
-def test_ships_six_runnable_tasks():
-    assert len(TASKS) >= 6 and ENV.skipped == {}
-    for name in IDS:
+def test_ships_the_offline_suite():
+    """At least 30 tasks over TB2's categories, every part of the Harbor layout present; a task is
+    skipped only for a program its task.toml requires and this machine's /usr lacks."""
+    every = ENV.all_tasks
+    assert len(every) >= 36, len(every)
+    for name, why in ENV.skipped.items():
+        assert "([metadata] requires), absent from the sandbox's /usr" in why, (name, why)
+    counts = Counter(t.category for t in every.values())
+    assert set(counts) >= CATEGORIES and all(counts[c] >= 3 for c in CATEGORIES), counts
+    for name in every:
         task = shipped_dir() / name
         for part in (
             "task.toml",
@@ -56,22 +72,34 @@ def test_ships_six_runnable_tasks():
             "tests/test.sh",
         ):
             assert (task / part).is_file(), (name, part)
+    if all(shutil.which(p) for p in ("gcc", "make", "git", "tar", "gzip")):
+        assert ENV.skipped == {} and len(TASKS) == len(every)
 
 
-@pytest.mark.parametrize("task", TASKS, ids=IDS)
-async def test_oracle_scores_one_and_nothing_zero(task, factory):
-    oracle = await _rollouts(ENV, factory, model_for=oracle_model_for(ENV)).episode(task)
-    assert oracle.status == "completed" and oracle.reward_error is None, oracle.reason
-    assert oracle.reward == 1.0, oracle.reward_reason
-    assert [m["role"] for m in oracle.messages if m["role"] != "system"] == [
-        "user",
-        "assistant",
-        "tool",
-        "assistant",
-    ]
-    nothing = await _rollouts(ENV, factory, model_for=nothing_model_for(ENV)).episode(task)
-    assert nothing.status == "completed" and nothing.reward_error is None
-    assert nothing.reward == 0.0, nothing.reward_reason
+async def test_oracle_scores_one_and_nothing_zero_on_every_task(factory):
+    """Both agents on every runnable task, all episodes at once (8 in flight): every oracle 1.0,
+    every do-nothing 0.0, each with a completed status and no reward error."""
+    gate = asyncio.Semaphore(8)
+
+    async def run(task, model_for):
+        async with gate:
+            return await _rollouts(ENV, factory, model_for=model_for).episode(task)
+
+    start = time.monotonic()
+    oracle, nothing = oracle_model_for(ENV), nothing_model_for(ENV)
+    eps = await asyncio.gather(*(run(t, m) for t in TASKS for m in (oracle, nothing)))
+    took = time.monotonic() - start
+    wrong = []
+    for i, task in enumerate(TASKS):
+        for ep, want in ((eps[2 * i], 1.0), (eps[2 * i + 1], 0.0)):
+            if ep.status != "completed" or ep.reward_error is not None or ep.reward != want:
+                wrong.append(
+                    f"{task['id']}: want {want}, got {ep.status} {ep.reward} {ep.reason or ''} {ep.reward_reason}"
+                )
+    assert not wrong, "\n".join(wrong)
+    oracle_turns = [m["role"] for m in eps[0].messages if m["role"] != "system"]
+    assert oracle_turns == ["user", "assistant", "tool", "assistant"]
+    print(f"{len(TASKS)} tasks x 2 agents in {took:.1f}s")
 
 
 async def test_dockerfile_steps_run_before_the_rollout(factory):
@@ -192,6 +220,10 @@ def test_dockerfile_parsing_and_path_rewrites():
     assert rewrite_paths("cd /app; cat /app/x /apple /x/app > /logs/verifier/r", mapping) == (
         "cd /workspace; cat /workspace/x /apple /x/app > /tmp/v/logs/verifier/r"
     )
+    assert (
+        rewrite_paths("Work in /app. Not /app.py nor /app-x.", mapping)
+        == "Work in /workspace. Not /app.py nor /app-x."
+    )
 
 
 class _NoOracleEnv(BaseEnv):
@@ -217,3 +249,97 @@ async def test_cli_agents_run_the_same_oracle(env_name, factory):
     assert oracle.reward == 1.0, oracle.reward_reason
     none = await _rollouts(env, factory, model_for=agent_model_for(env, "none")).episode(item)
     assert none.reward == 0.0
+
+
+def test_harbor_fields_trajforge_cannot_honour_skip_the_task(tmp_path):
+    """Multi-step, Windows, an env value naming a host variable, a required program this /usr
+    lacks: skipped, each with its reason (harbor would run them; trajforge says why it won't)."""
+    ok = _task_dir(tmp_path, "ok", "FROM x\nWORKDIR /app\n")
+    (ok / "task.toml").write_text('[metadata]\nrequires = ["bash", "sh"]\n')
+    for name, toml in {
+        "steps": '[[steps]]\nname = "one"\n',
+        "windows": '[environment]\nos = "Windows"\n',
+        "hostvar": '[verifier.env]\nAPI_KEY = "${OPENAI_API_KEY}"\n',
+        "missing": '[metadata]\nrequires = ["trajforge-no-such-program"]\n',
+        "outside": '[environment]\nworkdir = "/srv"\n',
+    }.items():
+        task = _task_dir(tmp_path, name, "FROM x\nWORKDIR /app\n")
+        (task / "task.toml").write_text(toml)
+    env = TerminalBenchEnv(TerminalBenchConfig(tasks_dir=str(tmp_path)))
+    skipped = env.skipped
+    assert [t["id"] for t in env.eval_items(10)] == ["ok"], skipped
+    assert "multi-step" in skipped["steps"]
+    assert "only Linux" in skipped["windows"]
+    assert "${OPENAI_API_KEY}" in skipped["hostvar"] and "never passed in" in skipped["hostvar"]
+    assert skipped["missing"] == (
+        "needs trajforge-no-such-program ([metadata] requires), absent from the sandbox's /usr"
+    )
+    assert "workdir /srv is outside the first WORKDIR /app" in skipped["outside"]
+
+
+async def test_task_toml_workdir_env_and_canary_are_honoured(tmp_path, factory):
+    """[environment] workdir is where the agent, the oracle and test.sh start; [environment] env
+    reaches all three, [solution] env only the oracle, [verifier] env only test.sh
+    (``${VAR:-default}`` gives its default); canary lines never reach the prompt."""
+    task = _task_dir(
+        tmp_path,
+        "fields",
+        "FROM x\nWORKDIR /app\nENV FROM_DOCKERFILE=d\nRUN mkdir -p sub\n",
+        test_sh=(
+            'ok=1; [ "$(pwd)" = /app/sub ] || ok=0; [ "$SHARED/$ONLY_TESTS" = "s/t-default" ] || ok=0\n'
+            '[ -z "$ONLY_ORACLE" ] || ok=0; [ "$(cat /app/sub/seen)" = "/app/sub s o d" ] || ok=0\n'
+            "echo $ok > /logs/verifier/reward.txt\n"
+        ),
+    )
+    (task / "task.toml").write_text(
+        '[environment]\nworkdir = "/app/sub"\n[environment.env]\nSHARED = "s"\n'
+        '[solution.env]\nONLY_ORACLE = "o"\n[verifier.env]\nONLY_TESTS = "${NOT_SET:-t-default}"\n'
+    )
+    (task / "instruction.md").write_text(
+        "<!-- canary GUID 1234 -->\n# BENCHMARK DATA canary\n\nDo it in /app.\n"
+    )
+    (task / "solution" / "solve.sh").write_text(
+        'echo "$(pwd) $SHARED $ONLY_ORACLE $FROM_DOCKERFILE" > /app/sub/seen\n'
+    )
+    env = TerminalBenchEnv(TerminalBenchConfig(tasks_dir=str(tmp_path), enabled_toolsets=["terminal"]))
+    item = env.eval_items(1)[0]
+    assert env.format_prompt(item) == "Do it in /workspace."
+    ep = await _rollouts(env, factory, model_for=oracle_model_for(env)).episode(item)
+    assert ep.reward == 1.0, ep.reward_reason
+    model = ScriptedModel(
+        [tool_turn(("terminal", {"command": "pwd; echo $SHARED-$ONLY_ORACLE"})), answer("x")]
+    )
+    ep = await _rollouts(env, factory, model=model).episode(item)
+    assert json.loads(_tool_output(ep))["output"] == "/workspace/sub\ns-\n", _tool_output(ep)
+    assert ep.reward == 0.0
+
+
+@pytest.mark.parametrize(
+    ("task_id", "command"),
+    [
+        # the tests count words of their own pristine copy, not of the agent's book.txt
+        ("word-frequency", ": > book.txt; : > top10.txt"),
+        # all orders cancelled, and a view that holds numbers instead of computing them
+        (
+            "sqlite-monthly-view",
+            "python3 -c \"import sqlite3; d = sqlite3.connect('shop.db'); "
+            "d.execute(\\\"UPDATE orders SET status = 'cancelled'\\\"); "
+            "d.execute('CREATE VIEW monthly_revenue AS SELECT 1 AS month, 2 AS revenue WHERE 0'); d.commit()\"",
+        ),
+        # history rewritten so that the named commit is whatever the agent wrote down
+        (
+            "git-bisect-regression",
+            "cd repo && git -c user.name=x -c user.email=x@y commit -q --amend -m 'Change 14' "
+            "&& git rev-parse HEAD > ../first_bad.txt",
+        ),
+    ],
+)
+async def test_editing_the_inputs_wins_nothing(task_id, command, factory):
+    """Hidden tests judge against data the agent cannot reach (a copy in tests/, a database
+    regenerated from the shipped generator, commit ids known in advance), so changing the inputs
+    until a trivial answer matches them scores 0."""
+    task = next(t for t in TASKS if t["id"] == task_id)
+    model = ScriptedModel([tool_turn(("terminal", {"command": command})), answer("done")])
+    ep = await _rollouts(ENV, factory, model=model).episode(task)
+    assert ep.status == "completed" and ep.reward_error is None, ep.reason
+    assert ep.reward == 0.0, ep.reward_reason

@@ -3,9 +3,10 @@ image debootstrapped from Debian packages): sessions, timeouts, the output cap, 
 network, memory/pids/CPU limits, cleanup after ``kill -9``, and the documented differences from
 bwrap (commands are root in the container, no reuse). Each defence is shown next to its control.
 
-Then ``terminal_bench`` under ``--sandbox docker``, end to end: every shipped Harbor task's
-Dockerfile is built on the local base (its ``FROM`` names that image, as a task directory prepared
-for an offline machine does), the agent runs in the built image, the tests run in the same
+Then ``terminal_bench`` under ``--sandbox docker``, end to end: the shipped Harbor tasks that need
+no more than the local base has (bash, coreutils, python3: ``DOCKER_TASKS``, 8 of the suite's 40)
+have their Dockerfile built on that base (its ``FROM`` names that image, as a task directory
+prepared for an offline machine does), the agent runs in the built image, the tests run in the same
 container at their real paths (``/tests``, ``/logs``), and the reward comes back: the oracle 1.0, the
 do-nothing agent 0.0, on every task, in-process and through the CLI. The agent cannot plant the
 reward: not as files, not with a detached process that writes it during verification.
@@ -390,12 +391,21 @@ async def test_without_an_engine_the_backend_refuses_clearly(tmp_path, monkeypat
 
 # ---------------------------------------------------------------- terminal_bench end to end
 
-SHIPPED = sorted(p.name for p in shipped_dir().iterdir() if (p / "task.toml").is_file())
+# The shipped tasks whose Dockerfile builds on the debootstrapped base (minbase + python3): no
+# gcc, make or git there, and no registry to pull the images the other tasks name.
+DOCKER_TASKS = sorted(
+    [
+        "csv-to-json", "env-config", "fix-backup-script", "greet-tool", "log-summary", "sqlite-revenue",
+        "organize-by-extension", "http-json-server",
+    ]
+)  # fmt: skip
+SHIPPED = DOCKER_TASKS
 
 
 def _offline_copy(dest: Path, base: str) -> Path:
-    """The shipped tasks with every ``FROM`` on the local base image (no registry is reachable)."""
-    shutil.copytree(shipped_dir(), dest, ignore=shutil.ignore_patterns("__pycache__", "__init__.py"))
+    """DOCKER_TASKS with every ``FROM`` on the local base image (no registry is reachable)."""
+    for name in DOCKER_TASKS:
+        shutil.copytree(shipped_dir() / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
     for dockerfile in dest.glob("*/environment/Dockerfile"):
         text = dockerfile.read_text()
         dockerfile.write_text(re.sub(r"(?im)^FROM\s+\S+", f"FROM {base}", text))
@@ -433,7 +443,7 @@ def _rollouts(env, factory, *, model=None, model_for=None) -> Rollouts:
     return Rollouts(env, backends)
 
 
-async def test_every_shipped_task_builds_on_the_local_base(env):
+async def test_the_docker_tasks_build_on_the_local_base(env):
     assert env.skipped == {}
     assert sorted(t.name for t in env.tasks) == SHIPPED and len(SHIPPED) >= 6
     for task in env.tasks:

@@ -32,6 +32,7 @@ LIBRARY: Mapping[str, str] = MappingProxyType(
         "tiny_tasks": "trajforge.envs.library.tiny_tasks:TinyTasksEnv",
         "swe": "trajforge.envs.library.swe:SweEnv",
         "terminal_bench": "trajforge.envs.library.terminal_bench:TerminalBenchEnv",
+        "tblite": "trajforge.envs.library.tblite:TbliteEnv",
         "yc_bench": "trajforge.envs.library.yc_bench:YcBenchEnv",
         "web_research": "trajforge.envs.library.web_research:WebResearchEnv",
         "opd": "trajforge.envs.library.opd:OnPolicyDistillationEnv",

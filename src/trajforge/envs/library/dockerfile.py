@@ -184,10 +184,10 @@ def _under(path: str, root: str) -> bool:
 
 def rewrite_paths(text: str, mapping: Mapping[str, str]) -> str:
     """Replace each absolute path prefix of ``mapping`` where it stands as a path (``/app`` and
-    ``/app/x``, not ``/apple`` or ``/x/app``)."""
+    ``/app/x``, and ``/app`` ending a sentence, not ``/apple``, ``/app.py`` or ``/x/app``)."""
     live = {k: v for k, v in mapping.items() if k != v}
     if not live:
         return text
     keys = sorted(live, key=len, reverse=True)
-    pattern = re.compile(r"(?<![\w./-])(" + "|".join(re.escape(k) for k in keys) + r")(?![\w.-])")
+    pattern = re.compile(r"(?<![\w./-])(" + "|".join(re.escape(k) for k in keys) + r")(?![\w-]|\.\w)")
     return pattern.sub(lambda m: live[m.group(1)], text)

@@ -86,6 +86,27 @@ def read_reward(directory: str, name: str) -> str | None:
         os.close(fd)
 
 
+def _wait(proc: subprocess.Popen[bytes], deadline: float) -> bool:
+    """Wait for test.sh (True: it timed out and was killed), reaping meanwhile every orphan its
+    processes leave to us (we are their subreaper): a zombie still answers ``kill -0``, so a
+    test that stops a daemon and waits for it to be gone would otherwise wait forever."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:  # cannot happen while test.sh is ours; be safe anyway
+            pid, status = 0, 0
+        if pid == proc.pid:
+            proc.returncode = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+            return False
+        if pid:
+            continue
+        if time.monotonic() > deadline:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return True
+        time.sleep(0.02)
+
+
 def main(argv: list[str]) -> int:
     nonce_file, verifier_dir, timeout_s, test_sh = argv
     trusted_proc.harden()
@@ -96,15 +117,7 @@ def main(argv: list[str]) -> int:
         os.unlink(verifier_dir)
     os.makedirs(verifier_dir)
     proc = subprocess.Popen(["bash", test_sh], stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + float(timeout_s)
-    timed_out = False
-    while proc.poll() is None:
-        if time.monotonic() > deadline:
-            timed_out = True
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-            break
-        time.sleep(0.02)
+    timed_out = _wait(proc, time.monotonic() + float(timeout_s))
     trusted_proc.reap()
     survivors = len(trusted_proc.children())
     killed = trusted_proc.kill_descendants()

@@ -2,14 +2,19 @@
 
 A task is a directory::
 
-    task.toml                [metadata] category/difficulty, [verifier] timeout_sec, [agent] timeout_sec
-    instruction.md           the prompt
+    task.toml                [metadata] category/difficulty, [verifier] timeout_sec + env,
+                             [environment] workdir/env/docker_image/build_timeout_sec, [solution] env
+    instruction.md           the prompt (leading canary comment lines stripped, as harbor does)
     environment/Dockerfile   (+ the files it COPYs)
     solution/solve.sh        the reference solution (the ``oracle`` agent runs it)
     tests/test.sh            the verifier: writes /logs/verifier/reward.txt (or reward.json with a
                              "reward" key); without either, exit code 0 scores 1.0, else 0.0
 
-``tasks_dir`` points at a directory of such tasks (default: the shipped ones in ``tb_tasks/``).
+``tasks_dir`` points at a directory of such tasks (default: the shipped suite in ``tb_tasks/``).
+task.toml is read as the ``harbor`` package reads it (:mod:`harbor_task`; equal parsing is tested
+against harbor itself). A task harbor would run but trajforge cannot is skipped with the reason:
+multi-step (``[[steps]]``), Windows, an env value naming a host variable, a program in
+``[metadata] requires`` that the bwrap sandbox's /usr lacks.
 
 Backends. With ``sandbox: docker`` each task's image is built (``docker build``, once per env,
 tagged by the hash of its environment directory) and the rollout runs in it; ``/tests``,
@@ -48,6 +53,7 @@ import logging
 import math
 import secrets
 import shlex
+import shutil
 import tomllib
 from dataclasses import dataclass
 from functools import cached_property
@@ -62,6 +68,7 @@ from trajforge.envs.base import BaseEnv, EnvDataError
 from trajforge.envs.config import EnvConfig
 from trajforge.envs.library import tb_verify
 from trajforge.envs.library.dockerfile import NEEDS_MORE, DockerPlan, parse_dockerfile, rewrite_paths
+from trajforge.envs.library.harbor_task import HarborTaskConfig, literal_env, strip_canary
 from trajforge.envs.library.trusted_run import run_trusted
 from trajforge.envs.types import Item, RewardBreakdown
 from trajforge.sandbox.confined import DataPathError, HostPath
@@ -77,6 +84,7 @@ SHIPPED = "tb_tasks"
 BWRAP_WORKDIR = "/workspace"
 BWRAP_SOLUTION = "/tmp/trajforge-solution"
 VERIFY_PREFIX = "/tmp/trajforge-verify-"
+SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # bwrap's, over the host's /usr
 
 
 class TerminalBenchConfig(EnvConfig):
@@ -91,22 +99,25 @@ def shipped_dir() -> Path:
 
 @dataclass
 class TbTask:
-    name: str
+    name: str  # the directory's name: the item id
     path: HostPath  # beneath the tasks directory: read without following links
-    meta: dict[str, Any]
+    config: HarborTaskConfig
     plan: DockerPlan
     skip: str | None = None
     image: str | None = None
+    env: dict[str, str] | None = None  # [environment] env, templates resolved
+    verifier_env: dict[str, str] | None = None
+    solution_env: dict[str, str] | None = None
 
     @property
     def verifier_timeout(self) -> float | None:
-        value = (self.meta.get("verifier") or {}).get("timeout_sec")
-        return float(value) if isinstance(value, int | float) else None
+        """[verifier] timeout_sec when the task sets it (else the env's default applies)."""
+        verifier = self.config.verifier
+        return verifier.timeout_sec if "timeout_sec" in verifier.model_fields_set else None
 
     @property
     def category(self) -> str:
-        meta = self.meta.get("metadata") or {}
-        return str(meta.get("category") or meta.get("difficulty") or "task")
+        return self.config.category
 
 
 def _text_files(root: HostPath) -> dict[str, bytes]:
@@ -128,37 +139,62 @@ def load_task(path: HostPath, backend: str) -> TbTask:
     needs more than the backend gives."""
     problem = path.first_problem()
     if problem:
-        return TbTask(path.name, path, {}, DockerPlan(), skip=problem)
+        return TbTask(path.name, path, HarborTaskConfig(), DockerPlan(), skip=problem)
     try:
-        meta = tomllib.loads((path / "task.toml").read_text())
-    except (OSError, DataPathError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        config = HarborTaskConfig.from_toml((path / "task.toml").read_text())
+    except (OSError, DataPathError, tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError) as exc:
         raise EnvDataError(f"terminal_bench task {path}: cannot read task.toml ({exc})") from None
     dockerfile = path / "environment" / "Dockerfile"
     plan = parse_dockerfile(dockerfile.read_text()) if dockerfile.is_file() else DockerPlan()
-    task = TbTask(path.name, path, meta, plan)
+    task = TbTask(path.name, path, config, plan)
+    task.skip = _harbor_problem(task) or _backend_problem(task, backend)
+    return task
+
+
+def _harbor_problem(task: TbTask) -> str | None:
+    """What of the Harbor layout trajforge does not run, on any backend."""
+    config, path = task.config, task.path
+    if config.steps:
+        return "a multi-step task ([[steps]]) is not supported"
+    if config.environment.os != "linux":
+        return f"[environment] os = {config.environment.os!r}: only Linux tasks run"
     for needed in ("instruction.md", "tests/test.sh"):
         if not (path / needed).is_file():
-            task.skip = f"no {needed}"
-            return task
+            return f"no {needed}"
+    task.env, why_env = literal_env(config.environment.env, "environment")
+    task.verifier_env, why_verifier = literal_env(config.verifier.env, "verifier")
+    task.solution_env, why_solution = literal_env(config.solution.env, "solution")
+    problems = [p for p in (why_env, why_verifier, why_solution) if p]
+    return problems[0] if problems else None
+
+
+def _backend_problem(task: TbTask, backend: str) -> str | None:
+    path, plan, config = task.path, task.plan, task.config
+    dockerfile = (path / "environment" / "Dockerfile").is_file()
     if backend == "docker":
-        if not dockerfile.is_file():
-            task.skip = "no environment/Dockerfile to build"
-        return task
+        if not dockerfile and not config.environment.docker_image:
+            return "no environment/Dockerfile to build and no [environment] docker_image"
+        return None
     if backend != "bwrap":
-        task.skip = f"the {backend} backend cannot run Harbor tasks (no fixed workdir, no isolation): use bwrap or docker"
-        return task
-    if not dockerfile.is_file():
-        task.skip = "no environment/Dockerfile"
-    elif plan.problems:
-        task.skip = "; ".join(plan.problems)
-    else:
-        for script in ("tests/test.sh", "solution/solve.sh"):
-            file = path / script
-            found = NEEDS_MORE.search(file.read_text(errors="replace")) if file.is_file() else None
-            if found:
-                task.skip = f"{script} needs a package manager or the network ({found.group(1)})"
-                break
-    return task
+        return f"the {backend} backend cannot run Harbor tasks (no fixed workdir, no isolation): use bwrap or docker"
+    if not dockerfile:
+        return "no environment/Dockerfile"
+    if plan.problems:
+        return "; ".join(plan.problems)
+    workdir = config.environment.workdir
+    if workdir and not (
+        plan.root and (workdir == plan.root or workdir.startswith(plan.root.rstrip("/") + "/"))
+    ):
+        return f"[environment] workdir {workdir} is outside the first WORKDIR {plan.root} (under bwrap only it is writable)"
+    missing = [p for p in config.requires if shutil.which(p, path=SANDBOX_PATH) is None]
+    if missing:
+        return f"needs {', '.join(missing)} ([metadata] requires), absent from the sandbox's /usr"
+    for script in ("tests/test.sh", "solution/solve.sh"):
+        file = path / script
+        found = NEEDS_MORE.search(file.read_text(errors="replace")) if file.is_file() else None
+        if found:
+            return f"{script} needs a package manager or the network ({found.group(1)})"
+    return None
 
 
 class TerminalBenchEnv(BaseEnv):
@@ -177,9 +213,13 @@ class TerminalBenchEnv(BaseEnv):
 
     # ---------------------------------------------------------------- tasks
 
+    def tasks_root(self) -> Path:
+        """The directory of tasks: ``tasks_dir``, else the shipped suite."""
+        return Path(self.cfg.tasks_dir) if self.cfg.tasks_dir else shipped_dir()
+
     @cached_property
     def all_tasks(self) -> dict[str, TbTask]:
-        given = Path(self.cfg.tasks_dir) if self.cfg.tasks_dir else shipped_dir()
+        given = self.tasks_root()
         if not given.is_dir():
             raise EnvDataError(f"terminal_bench tasks_dir {given} is not a directory")
         root = HostPath.of(given)  # the operator's: from here on no link is followed
@@ -187,7 +227,7 @@ class TerminalBenchEnv(BaseEnv):
         for p in root.iterdir():
             kind = p.kind()
             if kind == "link":  # maybe a task, maybe not: said either way, never followed
-                tasks[p.name] = TbTask(p.name, p, {}, DockerPlan(), skip=p.first_problem())
+                tasks[p.name] = TbTask(p.name, p, HarborTaskConfig(), DockerPlan(), skip=p.first_problem())
             elif kind == "dir" and (p / "task.toml").kind() is not None:
                 tasks[p.name] = load_task(p, self.cfg.sandbox)
         if not tasks:
@@ -216,8 +256,17 @@ class TerminalBenchEnv(BaseEnv):
                 await self._build(task)
 
     async def _build(self, task: TbTask) -> None:
-        """``docker build`` the task's environment (once; tagged by its content hash)."""
+        """``docker build`` the task's environment (once; tagged by its content hash); a task
+        with no Dockerfile runs in its ``[environment] docker_image`` as it is."""
         context = task.path / "environment"
+        if not (context / "Dockerfile").is_file():
+            task.image = task.config.environment.docker_image
+            return
+        build_timeout = (
+            task.config.environment.build_timeout_sec
+            if "build_timeout_sec" in task.config.environment.model_fields_set
+            else self.cfg.build_timeout_s
+        )
         digest = hashlib.sha256()
         for rel, data in _text_files(context).items():
             digest.update(rel.encode() + b"\0" + data + b"\0")
@@ -227,11 +276,11 @@ class TerminalBenchEnv(BaseEnv):
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
         try:
-            out, _ = await asyncio.wait_for(proc.communicate(), self.cfg.build_timeout_s)
+            out, _ = await asyncio.wait_for(proc.communicate(), build_timeout)
         except TimeoutError:
             proc.kill()
             await proc.wait()
-            task.skip = f"docker build timed out after {self.cfg.build_timeout_s}s"
+            task.skip = f"docker build timed out after {build_timeout}s"
             return
         if proc.returncode != 0:
             task.skip = f"docker build failed: {out.decode(errors='replace').strip()[-500:]}"
@@ -245,11 +294,10 @@ class TerminalBenchEnv(BaseEnv):
             raise EnvDataError(f"terminal_bench has no task {item.get('id')!r}") from None
 
     def _item(self, task: TbTask) -> Item:
-        meta = task.meta.get("metadata") or {}
         return {
             "id": task.name,
             "category": task.category,
-            "difficulty": meta.get("difficulty"),
+            "difficulty": task.config.metadata.get("difficulty"),
             "task_dir": str(task.path),
         }
 
@@ -277,17 +325,23 @@ class TerminalBenchEnv(BaseEnv):
         return mapping
 
     def _workdir(self, task: TbTask) -> str:
-        return rewrite_paths(task.plan.workdir, self._mapping(task))
+        """Where commands start: ``[environment] workdir``, else the Dockerfile's last WORKDIR."""
+        return rewrite_paths(task.config.environment.workdir or task.plan.workdir, self._mapping(task))
 
-    def _env(self, task: TbTask) -> dict[str, str]:
+    def _env(self, task: TbTask, *extra: dict[str, str] | None) -> dict[str, str]:
+        """The Dockerfile's ENV, then ``[environment] env`` (and ``extra`` tables), paths mapped."""
         mapping = self._mapping(task)
-        return {k: rewrite_paths(v, mapping) for k, v in task.plan.env.items() if k.isidentifier()}
+        merged = {**task.plan.env, **(task.env or {})}
+        for table in extra:
+            merged |= table or {}
+        return {k: rewrite_paths(v, mapping) for k, v in merged.items() if k.isidentifier()}
 
     # ---------------------------------------------------------------- rollout
 
     def format_prompt(self, item: Item) -> str:
         task = self._task(item)
-        return rewrite_paths((task.path / "instruction.md").read_text().strip(), self._mapping(task))
+        text = strip_canary((task.path / "instruction.md").read_text())
+        return rewrite_paths(text.strip(), self._mapping(task))
 
     def sandbox_image(self, item: Item) -> str | None:
         """The built image of the task (docker backend); None under bwrap."""
@@ -345,8 +399,14 @@ class TerminalBenchEnv(BaseEnv):
             rel: _rewrite_bytes(data, mapping) for rel, data in _text_files(task.path / "solution").items()
         }
         workdir = shlex.quote(self._workdir(task))
+        exports = "".join(
+            f"export {k}={shlex.quote(rewrite_paths(v, mapping))}; "
+            for k, v in (task.solution_env or {}).items()
+            if k.isidentifier()
+        )
         return (
-            f"{write_files_command(files, where)} && cd {workdir} && bash {shlex.quote(where + '/solve.sh')}"
+            f"{write_files_command(files, where)} && cd {workdir} && {exports}"
+            f"bash {shlex.quote(where + '/solve.sh')}"
         )
 
     # ---------------------------------------------------------------- verification
@@ -373,7 +433,7 @@ class TerminalBenchEnv(BaseEnv):
                 marker=tb_verify.MARKER,
                 timeout=timeout + 60,
                 cwd=self._workdir(task),
-                env=self._env(task),
+                env=self._env(task, task.verifier_env),
             )
         finally:
             if verify_dir:

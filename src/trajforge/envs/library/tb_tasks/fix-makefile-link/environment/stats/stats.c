@@ -1,0 +1,14 @@
+#include <math.h>
+#include "stats.h"
+
+double mean(const double *x, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += x[i];
+    return s / n;
+}
+
+double stddev(const double *x, int n) {
+    double m = mean(x, n), s = 0;
+    for (int i = 0; i < n; i++) s += (x[i] - m) * (x[i] - m);
+    return sqrt(s / n);
+}

@@ -1,0 +1,2 @@
+double mean(const double *x, int n);
+double stddev(const double *x, int n);
