@@ -177,3 +177,15 @@ def test_seed_config_fields_map_or_say_what_to_do() -> None:
         HermesAgentEnvConfig(terminal_backend="modal")
     with pytest.raises(EnvConfigError, match="not_a_field"):
         cfg.with_overrides({"not_a_field": 1})
+
+
+def test_the_seeds_parser_names_resolve() -> None:
+    """A seed config's ``tool_call_parser: qwen`` (Qwen 2.5: Hermes's ``<tool_call>`` JSON) and
+    ``deepseek_v3_1`` work; they are aliases, not families of their own."""
+    from trajforge.llm.parsers import ParsedCall, get_parser, list_parsers
+
+    qwen = get_parser("qwen")
+    assert qwen.name == "hermes" and "qwen" not in list_parsers()
+    text = qwen.format_calls([ParsedCall("terminal", {"command": "ls"})])
+    assert text.lstrip().startswith("<tool_call>") and '"terminal"' in text
+    assert get_parser("deepseek_v3_1").name == "deepseek_v31"
