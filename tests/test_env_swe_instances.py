@@ -120,6 +120,9 @@ def swebench_setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         src = Path(mod.__file__).parent
         shutil.copytree(src, env_dir / src.name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(site / "pytest", env_dir / "pytest", ignore=shutil.ignore_patterns("__pycache__"))
+    for dist in ("pytest", "pluggy", "iniconfig", "packaging"):  # pytest checks their versions
+        for info in site.glob(f"{dist}-*.dist-info"):
+            shutil.copytree(info, env_dir / info.name)
     if (site / "py.py").is_file():
         shutil.copy(site / "py.py", env_dir / "py.py")
     return {"root": root, "repos": root / "repos", "instances": root / "instances.jsonl", "env": env_dir}

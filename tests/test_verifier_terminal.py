@@ -59,7 +59,7 @@ class ServiceEnv(BaseEnv):
                 "token": float("token=t0k3n" in out),
                 "served": float("hello from the agent" in out),
             },
-            reason=out[-300:],
+            reason=f"{(out.splitlines() or [''])[0]} | {out[-200:]}",
         )
 
 
@@ -92,7 +92,7 @@ async def test_default_fresh_mode_sees_none_of_them(factory):
     # the rollout's processes were stopped and the reward shell is a clean one from the workdir
     assert ep.reward == 0.0
     assert ep.reward_components == {"in_site": 0.0, "token": 0.0, "served": 0.0}, ep.reward_reason
-    assert "cwd=workspace" in (ep.reward_reason or "") or "token=unset" in (ep.reward_reason or "")
+    assert "token=unset" in (ep.reward_reason or "") and "cwd=site" not in (ep.reward_reason or "")
 
 
 async def test_session_mode_refuses_the_trusted_runners(factory):
