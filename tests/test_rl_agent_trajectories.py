@@ -42,14 +42,18 @@ async def test_each_task_of_a_session_is_one_line(tmp_path: Path) -> None:
     assert (first["task_index"], second["task_index"]) == (0, 1)
     assert first["completed"] is True and first["model"] == "scripted" and first["source"] == "rl_agent"
     roles = [t["from"] for t in first["conversations"]]
-    assert roles[0] == "human" and "tool" in roles and roles[-1] == "gpt"
-    assert first["conversations"][0]["value"] == "List the environments."
+    # the ShareGPT format of the project: the tools in a system turn, then the human prompt
+    assert roles[:2] == ["system", "human"] and "tool" in roles and roles[-1] == "gpt"
+    assert '"terminal"' in first["conversations"][0]["value"]
+    assert first["conversations"][1]["value"] == "List the environments."
     assert any("from-the-sandbox" in t["value"] for t in first["conversations"] if t["from"] == "tool")
     assert first["tool_stats"]["terminal"]["success"] == 1
     # the exact messages ride on the same line; the second line extends the first
     assert first["messages"][0]["role"] == "system"
     assert second["messages"][: len(first["messages"])][1:] == first["messages"][1:]
-    assert second["conversations"][-1] == {"from": "gpt", "value": "again"}
+    last = second["conversations"][-1]
+    assert last["from"] == "gpt" and last["value"].endswith("again")  # <think></think> first, as every gpt turn
+    assert [t["value"] for t in second["conversations"] if t["from"] == "human"] == ["List the environments.", "And now?"]
 
 
 async def test_a_directory_splits_by_outcome(tmp_path: Path) -> None:
@@ -79,7 +83,7 @@ def test_the_cli_flag_saves_the_session(tmp_path: Path, monkeypatch: pytest.Monk
         )  # fmt: skip
     assert result.exit_code == 0, result.output
     (line,) = _lines(out)
-    assert line["completed"] is True and line["conversations"][0]["value"] == "Say hi."
+    assert line["completed"] is True and line["conversations"][1] == {"from": "human", "value": "Say hi."}
     assert any(t["from"] == "tool" and "cli" in t["value"] for t in line["conversations"])
 
 
