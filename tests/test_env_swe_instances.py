@@ -19,7 +19,7 @@ from trajforge.envs.base import EnvDataError
 from trajforge.envs.config import EnvConfigError
 from trajforge.envs.library import swe_grading
 from trajforge.envs.library.swe import SweEnv
-from trajforge.envs.library.swe_instances import load_instances, test_command
+from trajforge.envs.library.swe_instances import instance_test_command, load_instances
 from trajforge.sandbox import SandboxConfig, close_factory, create_sandbox_factory
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
 from trajforge.tools.registry import default_registry
@@ -170,7 +170,9 @@ def test_instances_load_in_the_swebench_format(swebench_setup):
     assert files["tests/test_calc.py"].decode() == BASE_TESTS  # the test patch is not there
     assert env.solution_files(item) == {"calc/__init__.py": FIXED.encode()}
     (row,) = load_instances(swebench_setup["instances"])
-    assert test_command(row) == "pytest -rA -p no:cacheprovider tests/test_calc.py"  # from eval_script
+    assert (
+        instance_test_command(row) == "pytest -rA -p no:cacheprovider tests/test_calc.py"
+    )  # from eval_script
 
 
 async def test_the_reference_patch_resolves_and_nothing_does_not(swebench_setup, factory):

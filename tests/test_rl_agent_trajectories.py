@@ -52,8 +52,13 @@ async def test_each_task_of_a_session_is_one_line(tmp_path: Path) -> None:
     assert first["messages"][0]["role"] == "system"
     assert second["messages"][: len(first["messages"])][1:] == first["messages"][1:]
     last = second["conversations"][-1]
-    assert last["from"] == "gpt" and last["value"].endswith("again")  # <think></think> first, as every gpt turn
-    assert [t["value"] for t in second["conversations"] if t["from"] == "human"] == ["List the environments.", "And now?"]
+    assert last["from"] == "gpt" and last["value"].endswith(
+        "again"
+    )  # <think></think> first, as every gpt turn
+    assert [t["value"] for t in second["conversations"] if t["from"] == "human"] == [
+        "List the environments.",
+        "And now?",
+    ]
 
 
 async def test_a_directory_splits_by_outcome(tmp_path: Path) -> None:

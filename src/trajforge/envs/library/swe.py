@@ -63,7 +63,7 @@ from trajforge.envs.base import BaseEnv, EnvDataError
 from trajforge.envs.config import EnvConfig
 from trajforge.envs.library import swe_runner
 from trajforge.envs.library.swe_grading import grade, markers, runner_log
-from trajforge.envs.library.swe_instances import LocalRepos, load_instances, prompt, test_command
+from trajforge.envs.library.swe_instances import LocalRepos, instance_test_command, load_instances, prompt
 from trajforge.envs.library.trusted_run import run_trusted
 from trajforge.envs.types import Item, RewardBreakdown
 from trajforge.envs.verifier import SYSTEM_PATH
@@ -317,7 +317,7 @@ class SweEnv(BaseEnv):
             start, end, exit_marker = await asyncio.to_thread(markers)
             q = shlex.quote
             script = (
-                f"exec 2>&1\necho {q(start)}\n{test_command(inst)}\nrc=$?\n"
+                f"exec 2>&1\necho {q(start)}\n{instance_test_command(inst)}\nrc=$?\n"
                 f"echo {q(end)}\necho {q(exit_marker)}: $rc"
             )
             run = await ctx.exec(script, timeout=self.cfg.test_timeout_s, env=variables)

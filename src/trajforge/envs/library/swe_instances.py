@@ -104,7 +104,7 @@ def patch_files(patch: str) -> list[str]:
     return names
 
 
-def test_command(instance: dict[str, Any]) -> str:
+def instance_test_command(instance: dict[str, Any]) -> str:
     """The instance's test command: the lines of its ``eval_script`` between swebench's start and
     end markers; else ``test_cmd`` (our field) or ``pytest -rA``, over the test patch's files."""
     from trajforge.envs.library.swe_grading import markers
