@@ -169,3 +169,25 @@ async def test_terminal_and_the_file_verbs(factory, tmp_path):
     assert ep.reward_error is None, ep.reward_reason
     assert all(v == 1.0 for v in (ep.reward_components or {}).values()), ep.reward_components
     assert ep.reward == 1.0
+
+
+async def test_the_rl_agent_cannot_choose_the_session_shell_or_host_paths(tmp_path):
+    """Where reward commands run, and the swe env's host paths, are the operator's settings."""
+    from trajforge.rl.manager import Manager
+    from trajforge.rl.tools import RLToolSettings, rl_tools
+    from trajforge.tools.base import ToolContext
+
+    tools = {
+        t.name: t for t in rl_tools(Manager(tmp_path / "runs"), RLToolSettings(envs_dir=tmp_path / "envs"))
+    }
+    ctx = ToolContext(task_id="rl")
+    picked = await tools["rl_select_environment"]({"name": "swe"}, ctx)
+    assert picked.ok, picked.content
+    for field, value in (
+        ("reward_shell", "session"),
+        ("instances", "/etc/passwd"),
+        ("repos_dir", "/"),
+        ("test_env_dir", "/home"),
+    ):
+        out = await tools["rl_edit_config"]({"field": field, "value": value}, ctx)
+        assert not out.ok and f"{field} is locked" in out.content, out.content
