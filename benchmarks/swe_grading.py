@@ -51,7 +51,12 @@ def main() -> None:
     item = {"id": "t", "fail_to_pass": ids[:3], "pass_to_pass": ids[3:]}
     results = {i: "passed" for i in ids}
     errors: dict[str, str] = {}
-    spec = {"instance_id": "t", "fail_to_pass": ids[:3], "pass_to_pass": ids[3:], "log_parser": "parse_log_pytest"}
+    spec = {
+        "instance_id": "t",
+        "fail_to_pass": ids[:3],
+        "pass_to_pass": ids[3:],
+        "log_parser": "parse_log_pytest",
+    }
 
     async def run() -> tuple[list[float], list[float]]:
         await grade(spec, runner_log(results, errors), partial_credit=False)  # warm: the import

@@ -62,7 +62,7 @@ from trajforge.envs.agents import write_files_command
 from trajforge.envs.base import BaseEnv, EnvDataError
 from trajforge.envs.config import EnvConfig
 from trajforge.envs.library import swe_runner
-from trajforge.envs.library.swe_grading import grade, markers, runner_log
+from trajforge.envs.library.swe_grading import grade, markers, require_swebench, runner_log
 from trajforge.envs.library.swe_instances import LocalRepos, instance_test_command, load_instances, prompt
 from trajforge.envs.library.trusted_run import run_trusted
 from trajforge.envs.types import Item, RewardBreakdown
@@ -227,6 +227,7 @@ class SweEnv(BaseEnv):
         return tasks
 
     async def setup(self) -> None:
+        require_swebench()
         await asyncio.to_thread(lambda: self.tasks)
 
     def generate(self, index: int, *, split: str) -> Item:

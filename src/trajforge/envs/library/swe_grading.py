@@ -22,6 +22,7 @@ swebench with its dependencies.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import tempfile
 from dataclasses import dataclass
@@ -29,14 +30,23 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
+from trajforge.envs.base import EnvDataError
 from trajforge.envs.types import RewardBreakdown
 
 INSTALL = "pip install 'trajforge[swe]'"
 DEFAULT_PARSER = "parse_log_pytest"
 
 
-class SwebenchMissingError(RuntimeError):
-    """The swebench package is not installed here."""
+class SwebenchMissingError(EnvDataError):
+    """The swebench package is not installed here (the env cannot grade: it says so at setup)."""
+
+
+def require_swebench() -> None:
+    """Refuse early, without importing it (a look-up only), when swebench is not installed."""
+    if importlib.util.find_spec("swebench") is None:
+        raise SwebenchMissingError(
+            f"the swe env grades with the swebench package, which is not installed; install it with `{INSTALL}`"
+        )
 
 
 @dataclass(frozen=True)
