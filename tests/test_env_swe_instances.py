@@ -254,3 +254,27 @@ def test_bad_instances_and_missing_checkouts_say_what_to_do(swebench_setup, tmp_
     env = load_env("swe", {"instances": str(elsewhere), "repos_dir": str(swebench_setup["repos"])})
     with pytest.raises(EnvDataError, match="no local checkout of acme/other.*needs the internet"):
         env.eval_items(1)
+
+
+def test_env_eval_runs_instances_from_a_config_file(swebench_setup, tmp_path):
+    """What a user types: `trajforge env eval swe --config swe-bench.yaml --agent oracle`."""
+    from typer.testing import CliRunner
+
+    from trajforge.cli.main import app
+
+    config = tmp_path / "swe-bench.yaml"
+    config.write_text(
+        f"instances: {swebench_setup['instances']}\nrepos_dir: {swebench_setup['repos']}\n"
+        f"test_env_dir: {swebench_setup['env']}\n"
+    )
+    for agent, expected in (("oracle", 1.0), ("none", 0.0)):
+        out = CliRunner().invoke(
+            app,
+            [
+                "env", "eval", "swe", "--config", str(config), "--agent", agent, "--n", "1",
+                "--group-size", "1", "--output-dir", str(tmp_path / "runs"), "--run-name", agent, "--json",
+            ],
+        )  # fmt: skip
+        assert out.exit_code == 0, out.output
+        summary = json.loads(out.output[out.output.index("{") :])
+        assert summary["mean_reward"]["value"] == expected, summary
