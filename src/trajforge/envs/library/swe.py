@@ -12,9 +12,10 @@ Each task is a directory (the shipped ones are in ``swe_tasks/``; ``tasks_dir`` 
 first fail on the untouched repository (so an agent that does nothing, or only adds the names the
 tests import, scores 0), the second pass there and must keep passing.
 
-Reward: 1.0 when every listed test passes, else 0.0. With ``partial_credit`` the reward is the
-fraction of ``fail_to_pass`` tests that pass, and 0.0 whenever a ``pass_to_pass`` test fails
-(breaking what worked earns nothing). ``components`` always hold both fractions.
+Reward (graded by swebench, below): 1.0 when every listed test passes, else 0.0. With
+``partial_credit`` the reward is the fraction of ``fail_to_pass`` tests that pass, and 0.0
+whenever a ``pass_to_pass`` test fails (breaking what worked earns nothing). ``components``
+always hold both fractions.
 
 The tests run with the runner of :mod:`trajforge.envs.library.swe_runner`, which keeps the rule
 "the tests and the code that records their result never share an interpreter or a writable
