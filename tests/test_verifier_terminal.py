@@ -191,3 +191,33 @@ async def test_the_rl_agent_cannot_choose_the_session_shell_or_host_paths(tmp_pa
     ):
         out = await tools["rl_edit_config"]({"field": field, "value": value}, ctx)
         assert not out.ok and f"{field} is locked" in out.content, out.content
+
+
+async def test_web_verbs_call_the_runs_configured_web_tools(factory):
+    """``web_search`` / ``web_extract`` go to the run's web tools (a SearXNG-style server and a
+    site on 127.0.0.1, allowed by the policy), as the model's calls would."""
+    import sys
+
+    import orjson
+
+    from trajforge.tools.netpolicy import NetPolicy
+    from trajforge.tools.web import WebConfig, web_tools
+
+    sys.path.insert(0, str(Path(__file__).parent / "site"))
+    from localsite import start_site
+
+    site = await start_site()
+    sandbox = await factory.create("web-verbs")
+    try:
+        site.search_results = [
+            {"title": "The lighthouse keeper", "url": site.url("/page1"), "content": "log"}
+        ]
+        cfg = WebConfig(provider="searxng", endpoint=site.base, policy=NetPolicy(allow_cidrs=["127.0.0.0/8"]))
+        ctx = VerifierContext(sandbox, tools={t.name: t for t in web_tools(cfg)})
+        found = await ctx.web_search("lighthouse keeper")
+        assert found.ok and orjson.loads(found.content)["results"][0]["url"] == site.url("/page1")
+        page = await ctx.web_extract([site.url("/page1")])
+        assert page.ok and "lighthouse" in page.content.lower()
+    finally:
+        await sandbox.close()
+        await site.runner.cleanup()
