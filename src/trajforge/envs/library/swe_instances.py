@@ -18,6 +18,12 @@ files as they are after the ``patch``. The test command is the one in the instan
 test patch's files), run by the sandbox's ``python3`` with the packages of ``test_env_dir``.
 
 A checkout is the operator's data: git runs on it with every program-running setting off.
+
+Known limits: the workdir has no ``.git``; the tree's symbolic links are left out and its files
+lose their executable bits (the sandbox's copy-in writes regular files); nothing of SWE-bench's
+per-repository environment set-up (``pre_install``, ``install``, building C extensions) is run,
+so a repository whose tests need a build step, or another Python than the sandbox's ``python3``,
+needs that prepared in ``test_env_dir`` by the operator.
 """
 
 from __future__ import annotations
@@ -205,7 +211,7 @@ class LocalRepos:
             return {rel: (root / rel).read_bytes() if (root / rel).is_file() else None for rel in touched}
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=2)  # a whole tree each: the latest instances' repositories
 def _tree(
     repos: LocalRepos, repo: str, commit: str, paths: tuple[str, ...] | None
 ) -> tuple[tuple[str, bytes], ...]:
