@@ -36,6 +36,7 @@ SEED_ENV = textwrap.dedent(
     """Write a word into answer.txt; the seed's reward code checks it with ctx.terminal."""
     from typing import Any, Dict, List, Tuple
 
+    from atroposlib.envs.server_handling.server_manager import APIServerConfig
     from environments.agent_loop import AgentResult
     from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig
     from environments.tool_context import ToolContext
@@ -46,7 +47,7 @@ SEED_ENV = textwrap.dedent(
         env_config_cls = HermesAgentEnvConfig
 
         @classmethod
-        def config_init(cls) -> Tuple[HermesAgentEnvConfig, List[Any]]:
+        def config_init(cls) -> Tuple[HermesAgentEnvConfig, List[APIServerConfig]]:
             env_config = HermesAgentEnvConfig(
                 enabled_toolsets=["terminal", "file"],
                 max_agent_turns=4,
@@ -58,7 +59,13 @@ SEED_ENV = textwrap.dedent(
                 total_steps=10,
                 max_token_length=2048,
             )
-            return env_config, []
+            server_configs = [
+                APIServerConfig(
+                    base_url="http://localhost:8000/v1", model_name="NousResearch/Hermes-4-14B",
+                    server_type="openai", api_key="x", health_check=False,
+                )
+            ]
+            return env_config, server_configs
 
         async def setup(self):
             self.train = [{"word": w} for w in ("alpha", "bravo", "charlie")]
