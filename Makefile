@@ -21,7 +21,7 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e '.[ml,dev,tools,atropos,verifiers,ray,rl]'
+	$(PY) -m pip install -q -e '.[ml,dev,tools,atropos,verifiers,ray,rl,swe]'
 	# trainer data converters tested by tests/test_trainer_formats.py: their pins clash with TRL/datasets, so no deps
 	$(PY) -m pip install -q --no-deps llamafactory==0.9.5 axolotl==0.19.0
 	touch $(STAMP) $(DEMO_STAMP)

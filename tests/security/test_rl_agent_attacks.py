@@ -324,10 +324,12 @@ class WordEnv(BaseEnv):
         missing = await ctx.exists("no-such-file")
         await ctx.write_file("judged.txt", "yes")
         judged = (await ctx.exec("cat judged.txt")).text
+        term = await ctx.terminal("cat answer.txt; exit 4", timeout=30)  # the seed's verb, via the host
         return RewardBreakdown(
             reward=1.0 if got == expected else 0.0,
             components={"blob": float(blob == bytes([0, 255, 1])), "hits": float(len(hits)),
-                        "missing": float(missing), "judged": float(judged == "yes")},
+                        "missing": float(missing), "judged": float(judged == "yes"),
+                        "terminal": float(term["exit_code"] == 4 and term["output"].strip() == got)},
             reason=f"answer {got!r}, final {result.final_answer!r}",
         )
 
@@ -375,7 +377,13 @@ async def test_an_approved_agent_env_is_evaluated_through_its_env_host(tmp_path:
     for e in episodes:
         assert e["reward_error"] is None and e["env"] == "agent/word_file"
         hits = 2.0 if e["reward"] else 1.0  # the word in expected.txt, and in answer.txt when solved
-        assert e["reward_components"] == {"blob": 1.0, "hits": hits, "missing": 0.0, "judged": 1.0}
+        assert e["reward_components"] == {
+            "blob": 1.0,
+            "hits": hits,
+            "missing": 0.0,
+            "judged": 1.0,
+            "terminal": 1.0,
+        }
         assert e["reward_reason"].endswith("final 'written'")
     assert [e["kept"]["answer"] for e in episodes] == ["w0", "nope", "w2", "nope"]
     assert [r.reward for r in rescored] == [1.0, 0.0, 1.0, 0.0]

@@ -226,6 +226,12 @@ def agent_cmd(
         "`trajforge rl agent-envs --approve NAME`.",
         metavar="",
     ),
+    save_trajectories: Path | None = typer.Option(
+        None,
+        "--save-trajectories",
+        help="Append each task's conversation as a trajectory line: to PATH if it ends in .jsonl, else "
+        "to trajectory_samples.jsonl / failed_trajectories.jsonl in the directory PATH.",
+    ),
 ) -> None:
     """The RL agent: discovers, configures, tests, trains and evaluates through the rl tools."""
     from trajforge.endpoint import EndpointConfig, pairing_problem
@@ -252,6 +258,7 @@ def agent_cmd(
             toolsets=[t.strip() for t in chosen.split(",") if t.strip()],
             sandbox=sandbox,  # type: ignore[arg-type]  # validated by pydantic
             system_prompt=COMPACT_PROMPT if compact else SYSTEM_PROMPT,
+            save_trajectories=save_trajectories,
         )
     except ValueError as exc:
         raise fail(str(exc)) from None

@@ -137,6 +137,7 @@ def _load_attr(ref: str) -> Any:
         if not path.is_file():
             raise UnknownEnvError(f"{path} does not exist (expected path/to/file.py:name)")
         _refuse_agent_file(path)
+        _seed_names(path)
         mod_name = f"trajforge_user_env_{abs(hash(str(path.resolve())))}"
         spec = importlib.util.spec_from_file_location(mod_name, path)
         if spec is None or spec.loader is None:
@@ -156,6 +157,19 @@ def _load_attr(ref: str) -> Any:
         return getattr(module, name)
     except AttributeError:
         raise UnknownEnvError(f"{where} has no {name!r}") from None
+
+
+def _seed_names(path: Path) -> None:
+    """A file written for the seed system (``from environments.hermes_base_env import ...``)
+    gets trajforge's stand-ins for those modules (docs/hermes.md)."""
+    try:
+        source = path.read_text(errors="replace")
+    except OSError as exc:
+        raise UnknownEnvError(f"cannot read {path}: {exc}") from None
+    from trajforge.envs.hermes_compat import install_seed_modules, seed_imports
+
+    if seed_imports(source):
+        install_seed_modules()
 
 
 def _refuse_agent_file(path: Path) -> None:

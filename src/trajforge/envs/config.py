@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -61,6 +61,13 @@ class EnvConfig(BaseModel):
         True,
         description="kill what the rollout left running before reward code looks (so nothing rewrites "
         "what it checks); an env that tests a service the agent started sets this False",
+    )
+    reward_shell: Literal["fresh", "session"] = Field(
+        "fresh",
+        description="where ctx.terminal runs reward commands: 'fresh' (a clean shell, the hardened "
+        "environment; the safe default) or 'session' (the rollout's own shell: its cwd, variables and "
+        "live processes, which are then not stopped before the reward; for checking a running service; "
+        "see docs/security.md)",
     )
 
     @model_validator(mode="after")

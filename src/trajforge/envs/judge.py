@@ -2,7 +2,8 @@
 do, in the ``inspect`` hook of :func:`trajforge.agent.run_session` (after the loop, before the
 sandbox is closed or reset).
 
-In order: stop what the rollout left running (unless the env opted out: a service it must test),
+In order: stop what the rollout left running (unless the env opted out: a service it must test,
+or asked for its reward commands in the rollout's own shell session, ``reward_shell: session``),
 clear the verifier's scratch space, put the verifier files in place (each top-level directory
 they go into removed whole first: see :func:`hidden_dirs`), call ``compute_reward`` and
 ``keep`` under the env's reward deadline. A reward that raises (or times out) scores 0 with the
@@ -59,8 +60,10 @@ async def judge(
     t0 = time.monotonic()
     try:
         async with asyncio.timeout(cfg.reward_timeout_s):
+            session = cfg.reward_shell == "session"  # the service the reward checks must live
+            stop = cfg.stop_processes_before_reward and not session
             if isinstance(sandbox, SupportsVerification):
-                if cfg.stop_processes_before_reward:
+                if stop:
                     await sandbox.stop_processes()
                 scratch = shlex.quote(f"{sandbox.scratch_dir}/{_SCRATCH}")
                 await sandbox.exec_fresh(f"rm -rf -- {scratch}", timeout=60)
@@ -68,8 +71,9 @@ async def judge(
                 sandbox,
                 tools=tools,
                 default_timeout_s=cfg.reward_timeout_s,
-                stop_leftovers=cfg.stop_processes_before_reward,
+                stop_leftovers=stop,
                 max_read_bytes=cfg.max_read_bytes,
+                shell=cfg.reward_shell,
             )
             files = env.verifier_files(item)
             for top in hidden_dirs(files, ctx.workdir):

@@ -16,6 +16,15 @@ nor its home directory (the workdir): each command gets a fresh ``HOME`` and the
 environment of :func:`verifier_env`.
 Arguments given as a list are quoted with :func:`shlex.join`, so a path or pattern from the
 model's output is data, never shell code.
+
+The seed's ``ToolContext`` verbs are here too, for reward code written in its style:
+``await ctx.terminal("pytest -q", timeout=180)`` -> ``{"output": str, "exit_code": int}``,
+``read_file``/``write_file``, ``upload``/``download`` (a file or a tree), ``web_search``/``web_extract``
+(when the web tools are configured) and ``call_tool``. ``terminal`` runs in a fresh shell by default;
+``shell="session"`` (the env's ``reward_shell``) runs it in the rollout's own resident shell
+instead: its cwd, exported variables and live processes (a server the agent started), at the price
+of everything the fresh shell protects against (docs/security.md, "Reward commands in the
+rollout's session"). ``exec`` and the trusted runners built on it are always fresh.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Literal
 
 from trajforge.envs.config import MAX_READ_BYTES
 from trajforge.protocols import Sandbox, SupportsVerification
@@ -232,6 +241,7 @@ class VerifierContext:
         default_timeout_s: float = 300.0,
         stop_leftovers: bool = False,
         max_read_bytes: int = MAX_READ_BYTES,
+        shell: Literal["fresh", "session"] = "fresh",
     ) -> None:
         if not isinstance(sandbox, SupportsVerification):
             raise VerifierError(
@@ -247,6 +257,9 @@ class VerifierContext:
         self._limits = limits or ToolLimits()
         self._timeout = default_timeout_s
         self.stop_leftovers = stop_leftovers
+        if shell not in ("fresh", "session"):
+            raise ValueError(f"shell must be 'fresh' or 'session', not {shell!r}")
+        self.shell: Literal["fresh", "session"] = shell
         self._tool_ctx: ToolContext | None = None
 
     @property
@@ -296,6 +309,31 @@ class VerifierContext:
         finally:
             await self._verify.exec_fresh(f"rm -rf -- {q(abs_box)}", timeout=60)
         return VerifierExec(res.exit_code, stdout, stderr, res.timed_out)
+
+    async def terminal(
+        self,
+        command: str,
+        timeout: float = 180,  # noqa: ASYNC109 (the command's own deadline, enforced in the sandbox)
+        *,
+        session: bool | None = None,
+    ) -> dict[str, Any]:
+        """The seed's ``ToolContext.terminal``: run shell text, get ``{"output", "exit_code"}``
+        (stdout then stderr as text; ``exit_code`` -1 when it was killed at ``timeout``).
+
+        ``session`` (default: this context's ``shell == "session"``) runs it in the rollout's own
+        resident shell: from the cwd the agent left, with the variables it exported, beside the
+        processes it left running, with the sandbox's output cap. Otherwise it is :meth:`exec`: a
+        fresh shell in the hardened environment, output exact and bounded by ``max_read_bytes``."""
+        if not isinstance(command, str):
+            raise TypeError("terminal takes shell text; use exec(argv) for an argument list")
+        if self.shell == "session" if session is None else session:
+            res = await self.sandbox.exec(command, timeout=timeout)
+            code = -1 if res.timed_out or res.exit_code is None else res.exit_code
+            return {"output": res.output, "exit_code": code, "timed_out": res.timed_out}
+        ran = await self.exec(command, timeout=timeout)
+        out = (ran.stdout + ran.stderr).decode(errors="replace")
+        code = -1 if ran.timed_out or ran.exit_code is None else ran.exit_code
+        return {"output": out, "exit_code": code, "timed_out": ran.timed_out}
 
     async def _scratch_or_empty(self, path: str, stream: str, command: str | Sequence[str]) -> bytes:
         """A command's output, read back bounded: over ``max_read_bytes`` it is refused unread.
@@ -411,6 +449,22 @@ class VerifierContext:
             written.append(target)
         return written
 
+    async def upload(self, local: str | os.PathLike[str], remote: str) -> list[str]:
+        """The seed's upload: a host file or directory tree into the sandbox (``upload_file`` or
+        ``upload_dir``); the sandbox paths written."""
+        if await asyncio.to_thread(Path(local).is_dir):
+            return await self.upload_dir(local, remote)
+        await self.upload_file(local, remote)
+        return [remote]
+
+    async def download(self, remote: str, local: str | os.PathLike[str]) -> list[Path]:
+        """The seed's download: a sandbox file or directory to the host (``download_file`` or
+        ``download_dir``, bounded the same way); the host paths written."""
+        res = await self.exec(["test", "-d", remote])
+        if res.ok:
+            return await self.download_dir(remote, local)
+        return [await self.download_file(remote, local)]
+
     async def download_file(self, remote: str, local: str | os.PathLike[str]) -> Path:
         """Copy a sandbox file to the host (bounded like :meth:`read_file`: nothing is written
         when it is over the limit)."""
@@ -462,6 +516,22 @@ class VerifierContext:
         return hits
 
     # ------------------------------------------------------------------ tools
+
+    async def web_search(self, query: str) -> ToolOutput:
+        """The model's ``web_search`` tool (only when the run configured a search backend)."""
+        return await self._configured("web_search", {"query": query})
+
+    async def web_extract(self, urls: list[str]) -> ToolOutput:
+        """The model's ``web_extract`` tool (only when the run configured it)."""
+        return await self._configured("web_extract", {"urls": list(urls)})
+
+    async def _configured(self, name: str, args: dict[str, Any]) -> ToolOutput:
+        if name not in self._tools:
+            raise KeyError(
+                f"{name} is not configured for this run: give the run a tools config with a web "
+                "backend (tools: web: ...; `trajforge tools check` shows what is set up)"
+            )
+        return await self.call_tool(name, args)
 
     async def call_tool(self, name: str, args: dict[str, Any]) -> ToolOutput:
         """Call one of the model's tools exactly as the model would (its own state, not the

@@ -55,6 +55,11 @@ _ENV_LOCKED = {
     "dataset_file": "it names a host file: the operator sets data paths",
     "dataset_name": "it names a host dataset: the operator sets data sources",
     "tasks_dir": "it names a host directory: the operator sets task directories",
+    "instances": "it names a host file: the operator sets SWE-bench instance files",
+    "repos_dir": "it names a host directory: the operator sets the repositories' checkouts",
+    "test_env_dir": "it names a host directory: the operator sets the tests' packages",
+    "reward_shell": "where reward commands run is the operator's choice (a session-mode reward "
+    "trusts the rollout's live processes)",
 }
 _TRAIN_FIELDS = [n for n in TrainConfig.model_fields if n not in {"output_dir", "env_overrides"}]
 _FILE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")

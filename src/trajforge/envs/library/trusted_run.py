@@ -49,7 +49,18 @@ async def run_trusted(
     extra_files: tuple[str, ...] = (),
 ) -> TrustedResult:
     """Run ``program`` (a file of this package, with ``extra_files`` of it beside it) from a fresh
-    directory under ``where``."""
+    directory under ``where``.
+
+    Refused in a context whose reward commands run in the rollout's session (``reward_shell:
+    session``): the rollout's processes are then still alive, and a signed result means nothing
+    when the code under test could be running beside the program that signs it."""
+    if ctx.shell == "session":
+        from trajforge.envs.verifier import VerifierError
+
+        raise VerifierError(
+            f"{program} is a trusted verifier: it runs only after every process of the rollout was "
+            "stopped, which reward_shell: session keeps alive; use reward_shell: fresh for this env"
+        )
     box = f"{where.rstrip('/')}/.trajforge-trusted-{secrets.token_hex(8)}"
     nonce = secrets.token_hex(32)
     for name in (program, "trusted_proc.py", *extra_files):

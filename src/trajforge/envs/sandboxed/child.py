@@ -360,6 +360,11 @@ class RemoteVerifierContext:
             timed_out=bool(value["timed_out"]),
         )
 
+    async def terminal(self, command: str, timeout: float = 180) -> dict[str, Any]:  # noqa: ASYNC109
+        """The seed's verb: ``{"output", "exit_code", "timed_out"}`` (where it runs: the env's
+        ``reward_shell``)."""
+        return dict(await self._call("terminal", {"command": command, "timeout": timeout}))
+
     async def stop_processes(self) -> None:
         await self._call("stop_processes", {})
 

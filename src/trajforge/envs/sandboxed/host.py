@@ -69,6 +69,7 @@ _BOOT = (
 )
 _CALL_OPS = (
     "exec",
+    "terminal",
     "read_file",
     "exists",
     "write_file",
@@ -582,6 +583,11 @@ async def _perform(binding: _Binding, op: str, args: dict[str, Any]) -> Any:
             "stderr": blob(res.stderr),
             "timed_out": res.timed_out,
         }
+    if op == "terminal":  # the seed's verb; fresh or the rollout's session as the env's config says
+        a = _ExecArgs.model_validate(args)
+        if a.env or a.cwd:
+            raise ValueError("terminal takes a command and a timeout; use ctx.exec for cwd and env")
+        return await ctx.terminal(a.command, timeout=min(a.timeout or 180, binding.timeout_s))
     if op == "sandbox_exec":
         a = _ExecArgs.model_validate(args)
         if a.env:

@@ -36,6 +36,11 @@ _PARSERS = MappingProxyType(
     }
 )
 
+# The seed system's other names for the same formats (docs/hermes.md): Qwen 2.5 writes Hermes's
+# ``<tool_call>`` JSON; DeepSeek V3.1 is also registered there as ``deepseek_v3_1``. Accepted by
+# :func:`get_parser`, not listed as families of their own.
+ALIASES = MappingProxyType({"qwen": "hermes", "deepseek_v3_1": "deepseek_v31"})
+
 
 def list_parsers() -> list[str]:
     """The names :func:`get_parser` accepts, sorted."""
@@ -47,7 +52,7 @@ def get_parser(name: str) -> ToolCallParser:
 
     Raises ``ValueError`` listing the known names when ``name`` is not one of them.
     """
-    target = _PARSERS.get(name)
+    target = _PARSERS.get(ALIASES.get(name, name))
     if target is None:
         raise ValueError(f"unknown tool-call parser {name!r}; choose one of: {', '.join(list_parsers())}")
     module_name, _, class_name = target.partition(":")

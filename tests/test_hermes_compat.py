@@ -1,0 +1,198 @@
+"""An env written against the seed system's API (Hermes Agent's ``environments/``: a
+``HermesAgentBaseEnv`` subclass with ``config_init`` and a ``compute_reward`` calling the blocking
+``ctx.terminal``) runs unchanged with ``trajforge env eval path/file.py:Class``, end to end: the
+scripted OpenAI-compatible server plays the model, the rollouts run in bubblewrap, the seed's
+reward code judges them."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from trajforge.cli.main import app
+from trajforge.envs.config import EnvConfigError
+from trajforge.envs.hermes_compat import HermesAgentEnvConfig
+from trajforge.testing.policies import count_assistant_turns, last_user_text
+from trajforge.testing.scripted_server import Reply, ScriptedServer, ToolCallSpec
+
+pytestmark = [
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
+
+runner = CliRunner()
+
+# Written as a Hermes Agent user writes one: the seed's imports, config_init, blocking ctx verbs.
+SEED_ENV = textwrap.dedent(
+    '''
+    """Write a word into answer.txt; the seed's reward code checks it with ctx.terminal."""
+    from typing import Any, Dict, List, Tuple
+
+    from atroposlib.envs.server_handling.server_manager import APIServerConfig
+    from environments.agent_loop import AgentResult
+    from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig
+    from environments.tool_context import ToolContext
+
+
+    class WordFileEnv(HermesAgentBaseEnv):
+        name = "word-file"
+        env_config_cls = HermesAgentEnvConfig
+
+        @classmethod
+        def config_init(cls) -> Tuple[HermesAgentEnvConfig, List[APIServerConfig]]:
+            env_config = HermesAgentEnvConfig(
+                enabled_toolsets=["terminal", "file"],
+                max_agent_turns=4,
+                group_size=1,
+                terminal_backend="local",
+                terminal_timeout=60,
+                tokenizer_name="NousResearch/Hermes-3-Llama-3.1-8B",
+                use_wandb=False,
+                total_steps=10,
+                max_token_length=2048,
+            )
+            server_configs = [
+                APIServerConfig(
+                    base_url="http://localhost:8000/v1", model_name="NousResearch/Hermes-4-14B",
+                    server_type="openai", api_key="x", health_check=False,
+                )
+            ]
+            return env_config, server_configs
+
+        async def setup(self):
+            self.train = [{"word": w} for w in ("alpha", "bravo", "charlie")]
+            self.iter = 0
+
+        async def get_next_item(self) -> Dict[str, Any]:
+            item = self.train[self.iter % len(self.train)]
+            self.iter += 1
+            return item
+
+        def format_prompt(self, item: Dict[str, Any]) -> str:
+            return f"Write the word {item['word']} into answer.txt"
+
+        async def compute_reward(self, item, result: AgentResult, ctx: ToolContext) -> float:
+            test = ctx.terminal("cat answer.txt")
+            if test["exit_code"] != 0:
+                return 0.0
+            read = ctx.read_file("answer.txt")
+            assert read["content"] == test["output"], (read, test)
+            if result.managed_state is not None or result.turns_used < 1:
+                return 0.0
+            return 1.0 if test["output"].strip() == item["word"] else 0.0
+
+        async def evaluate(self, *args, **kwargs):
+            pass
+
+
+    class ExportedWordEnv(WordFileEnv):
+        """The seed's same-session check: a variable the agent exported, seen by reward code."""
+
+        name = "exported-word"
+
+        async def compute_reward(self, item, result, ctx: ToolContext) -> float:
+            got = ctx.terminal("echo word=$WORD")
+            return 1.0 if got["output"].strip() == f"word={item['word']}" else 0.0
+    '''
+)
+
+
+def _policy(body: dict[str, Any]) -> Reply:
+    """Writes the asked word (but 'charlie' misspelt), exporting it too; then answers."""
+    word = re.search(r"word (\w+)", last_user_text(body) or "")
+    text = word.group(1) if word else "none"
+    if count_assistant_turns(body) == 0:
+        written = "charly" if text == "charlie" else text
+        command = f"echo {written} > answer.txt && export WORD={written}"
+        return Reply(tool_calls=[ToolCallSpec("terminal", {"command": command})])
+    return Reply(content="done")
+
+
+def _eval(
+    tmp_path: Path, srv: Any, ref: str, name: str, *extra: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    out = runner.invoke(
+        app,
+        [
+            "env", "eval", ref, "--model", "scripted", "--base-url", srv.base_url,
+            "--api-key-env", "TF_SEED_KEY", "--n", "3", "--group-size", "1",
+            "--output-dir", str(tmp_path / "runs"), "--run-name", name, "--json", *extra,
+        ],
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    summary = json.loads(out.output[out.output.index("{") :])
+    episodes = [
+        orjson.loads(line) for line in (tmp_path / "runs" / name / "episodes.jsonl").read_bytes().splitlines()
+    ]
+    return summary, episodes
+
+
+def _by_word(episodes: list[dict[str, Any]]) -> dict[str, float]:
+    return {e["item"]["word"]: e["reward"] for e in episodes}
+
+
+def test_a_seed_env_runs_unchanged_under_env_eval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TF_SEED_KEY", "k")
+    env_file = tmp_path / "word_env.py"
+    env_file.write_text(SEED_ENV)
+    with ScriptedServer(_policy).in_thread() as srv:
+        summary, episodes = _eval(tmp_path, srv, f"{env_file}:WordFileEnv", "seed")
+    assert summary["episodes"] == 3
+    assert _by_word(episodes) == {"alpha": 1.0, "bravo": 1.0, "charlie": 0.0}, episodes
+    assert all(e["status"] == "completed" and e.get("reward_error") is None for e in episodes)
+    cfg = orjson.loads((tmp_path / "runs" / "seed" / "run.json").read_bytes())["config"]
+    # the seed's config names arrived as trajforge's; atroposlib's are kept, named
+    assert cfg["command_timeout_s"] == 60.0 and cfg["sandbox"] == "bwrap" and cfg["max_tokens"] == 2048
+    assert cfg["atropos"]["tokenizer_name"] == "NousResearch/Hermes-3-Llama-3.1-8B"
+
+
+def test_same_session_reward_needs_reward_shell_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seed ran reward commands in the rollout's own shell; here that is an explicit choice."""
+    monkeypatch.setenv("TF_SEED_KEY", "k")
+    env_file = tmp_path / "word_env.py"
+    env_file.write_text(SEED_ENV)
+    config = tmp_path / "session.yaml"
+    config.write_text("reward_shell: session\n")
+    with ScriptedServer(_policy).in_thread() as srv:
+        _, session = _eval(tmp_path, srv, f"{env_file}:ExportedWordEnv", "session", "--config", str(config))
+        _, fresh = _eval(tmp_path, srv, f"{env_file}:ExportedWordEnv", "fresh")
+    assert _by_word(session) == {"alpha": 1.0, "bravo": 1.0, "charlie": 0.0}, session
+    assert _by_word(fresh) == {"alpha": 0.0, "bravo": 0.0, "charlie": 0.0}, fresh
+
+
+def test_seed_config_fields_map_or_say_what_to_do() -> None:
+    cfg = HermesAgentEnvConfig(
+        terminal_backend="docker", terminal_timeout=30, terminal_lifetime=900, use_wandb=True,
+        max_token_length=512, disabled_toolsets=None, extra_body=None,
+    )  # fmt: skip
+    assert cfg.sandbox == "docker" and cfg.command_timeout_s == 30.0 and cfg.sandbox_lifetime_s == 900.0
+    assert cfg.max_tokens == 512 and cfg.atropos == {"use_wandb": True, "max_token_length": 512}
+    assert cfg.max_agent_turns == 30 and cfg.disabled_toolsets == []
+    again = cfg.with_overrides({"sandbox": "bwrap"})  # a dump re-validates, a flag still wins
+    assert again.sandbox == "bwrap" and again.atropos == cfg.atropos
+    with pytest.raises(ValueError, match="modal"):
+        HermesAgentEnvConfig(terminal_backend="modal")
+    with pytest.raises(EnvConfigError, match="not_a_field"):
+        cfg.with_overrides({"not_a_field": 1})
+
+
+def test_the_seeds_parser_names_resolve() -> None:
+    """A seed config's ``tool_call_parser: qwen`` (Qwen 2.5: Hermes's ``<tool_call>`` JSON) and
+    ``deepseek_v3_1`` work; they are aliases, not families of their own."""
+    from trajforge.llm.parsers import ParsedCall, get_parser, list_parsers
+
+    qwen = get_parser("qwen")
+    assert qwen.name == "hermes" and "qwen" not in list_parsers()
+    text = qwen.format_calls([ParsedCall("terminal", {"command": "ls"})])
+    assert text.lstrip().startswith("<tool_call>") and '"terminal"' in text
+    assert get_parser("deepseek_v3_1").name == "deepseek_v31"
