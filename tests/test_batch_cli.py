@@ -147,12 +147,13 @@ def test_unimplemented_toolsets_are_announced(tmp_path):
 
 
 def test_every_config_field_is_a_flag_with_its_description() -> None:
-    """The options are derived from BatchConfig: a new field is a new flag, with its help."""
-    import typer
-
+    """The options are derived from BatchConfig: a new field is a new flag, with its help (named
+    by docs/cli.md's vocabulary where the field says so: ``--network``, ``--group-size``)."""
     from trajforge.batch.config import BatchConfig
+    from trajforge.cli.config_flags import flag_of
+    from trajforge.cli.main import load_command
 
-    command = typer.main.get_command(app).commands["batch"]
+    command = load_command("batch")
     params = {p.name: p for p in command.params}
     for name, field in BatchConfig.model_fields.items():
         if name == "tools":  # a nested section: the YAML `tools:` section or --tools-config FILE
@@ -161,7 +162,11 @@ def test_every_config_field_is_a_flag_with_its_description() -> None:
         param = params[name]
         assert field.description and param.help.startswith(field.description), name
         if name != "dataset":
-            assert f"--{name.replace('_', '-')}" in param.opts, name
+            assert flag_of(name, field) in param.opts, name
+    assert "--network" in params["sandbox_network"].opts and params["sandbox_network"].secondary_opts == [
+        "--no-network"
+    ]
+    assert params["samples_per_prompt"].opts == ["--group-size"]
     assert params["fsync"].secondary_opts == ["--no-fsync"] and not params["resume"].secondary_opts
     assert params["no_reasoning"].opts == ["--no-reasoning"] and params["concurrency"].default == 64
 

@@ -77,11 +77,22 @@ def run_mode(mode: str, env: str, args: list[str]) -> None:
         raise fail(str(exc)) from None
 
 
+_HELP = ("--help", "-h")
+
+
 def _command(mode: str):  # type: ignore[no-untyped-def]
     def command(
         ctx: typer.Context,
-        env: str = typer.Argument(..., help="env name (trajforge env list) or path/to/file.py:ClassName"),
+        env: str | None = typer.Argument(
+            None, metavar="ENV", help="env name (trajforge env list) or path/to/file.py:ClassName"
+        ),
     ) -> None:
+        # --help before ENV is ours (no env to ask atroposlib about); after ENV it is atroposlib's.
+        if env is None or env in _HELP:
+            if env in _HELP or set(_HELP) & set(ctx.args):
+                typer.echo(ctx.get_help())
+                raise typer.Exit()
+            raise fail(f"give ENV: trajforge env {mode} ENV [ATROPOS FLAGS] (trajforge env list names them)")
         run_mode(mode, env, list(ctx.args))
 
     command.__doc__ = _MODES[mode] + " Flags after ENV go to atroposlib (ENV --help lists them)."
