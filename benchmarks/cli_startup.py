@@ -53,7 +53,9 @@ def main() -> None:
         print(f"{name:32s} {value * 1000:7.0f} ms median  (min {min(times[name]) * 1000:.0f})")
     for flag in ("--help", "--version"):
         old, now = median[f"{flag} (old: eager imports)"], median[f"{flag} (now)"]
-        print(f"{flag}: {old / now:.1f}x faster than the eager import ({old * 1000:.0f} -> {now * 1000:.0f} ms)")
+        print(
+            f"{flag}: {old / now:.1f}x faster than the eager import ({old * 1000:.0f} -> {now * 1000:.0f} ms)"
+        )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,14 @@ from trajforge.report import build_report
 
 def _snap(done: int, elapsed: float, total: int = 100) -> Snapshot:
     return Snapshot(
-        total=total, completed=done, failed=0, partial=0, filtered=0, session_done=done, elapsed_s=elapsed, tokens=0
+        total=total,
+        completed=done,
+        failed=0,
+        partial=0,
+        filtered=0,
+        session_done=done,
+        elapsed_s=elapsed,
+        tokens=0,
     )
 
 
@@ -79,7 +86,9 @@ def test_live_progress_plain_lines_have_phase_rate_and_eta() -> None:
     assert lines[0] == "[env eval tiny] starting the embedded policy server"
     assert lines[1] == "served on http://127.0.0.1:1234"
     assert lines[2] == "[env eval tiny] rollouts"
-    assert lines[-1].startswith("[env eval tiny] rollouts: 5/10 episodes | 0.50/s eta 10s | mean reward 0.400")
+    assert lines[-1].startswith(
+        "[env eval tiny] rollouts: 5/10 episodes | 0.50/s eta 10s | mean reward 0.400"
+    )
     assert eta_text(3725) == "1h02m" and eta_text(125) == "2m05s" and eta_text(None) == "-"
 
 

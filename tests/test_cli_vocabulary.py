@@ -7,10 +7,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-import click
 import pytest
 import typer
+from typer.core import TyperGroup, TyperOption
 from typer.testing import CliRunner
 
 from trajforge.cli.main import app
@@ -20,30 +21,31 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 _NO_DEFAULT = "-"
 
 
-def walk(group: click.Group, ctx: click.Context, path: tuple[str, ...] = ()) -> Iterator[tuple[str, click.Command]]:
+def walk(group: TyperGroup, ctx: typer.Context, path: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]]:
     """(command path, command) for every leaf command under ``group``, loading each for real."""
     for name in group.list_commands(ctx):
         command = group.get_command(ctx, name)
         assert command is not None, name
         if command.hidden:
             continue
-        if isinstance(command, click.Group):
-            yield from walk(command, click.Context(command, parent=ctx, info_name=name), (*path, name))
+        if isinstance(command, TyperGroup):
+            yield from walk(command, typer.Context(command, parent=ctx, info_name=name), (*path, name))
         else:
             yield " ".join((*path, name)), command
 
 
-def commands() -> dict[str, click.Command]:
+def commands() -> dict[str, Any]:
+    """command path -> command (typer's own click objects), every command of the real app."""
     root = typer.main.get_command(app)
-    assert isinstance(root, click.Group)
-    return dict(walk(root, click.Context(root, info_name="trajforge")))
+    assert isinstance(root, TyperGroup)
+    return dict(walk(root, typer.Context(root, info_name="trajforge")))
 
 
-def options(command: click.Command) -> dict[str, click.Option]:
+def options(command: Any) -> dict[str, TyperOption]:
     """long flag -> option, the command's own (not --help, not hidden ones)."""
     out = {}
     for param in command.params:
-        if isinstance(param, click.Option) and not param.hidden:
+        if isinstance(param, TyperOption) and not param.hidden:
             flag = max(param.opts, key=len)
             out[flag] = param
     return out
@@ -96,7 +98,7 @@ def test_a_documented_default_is_the_default_of_every_command_with_that_flag() -
             assert text == default, f"{path} {flag}: default {text!r}, docs/cli.md says {default!r}"
 
 
-def _shown(option: click.Option) -> str:
+def _shown(option: TyperOption) -> str:
     """An option's default as docs/cli.md writes it: ``-`` for none, on/off for a switch."""
     value = option.default
     if option.is_flag and isinstance(value, bool):
@@ -146,10 +148,12 @@ def test_modernize_rewrites_both_forms_and_stops_at_the_double_dash() -> None:
     [
         (["rl", "list", "--runs-dir", "{tmp}"], "--runs-dir", "--output-dir"),
         (["env", "resize", "{tmp}", "--rollouts", "3"], "--rollouts", "--concurrency"),
-        (["rl", "status", "nosuch", "--runs-dir", "{tmp}"], "--runs-dir", "--output-dir"),
+        (["parse", "--parser", "hermes"], "--parser", "--tool-call-parser"),
     ],
 )
-def test_an_old_spelling_works_with_one_note_on_stderr(tmp_path: Path, argv: list[str], old: str, new: str) -> None:
+def test_an_old_spelling_works_with_one_note_on_stderr(
+    tmp_path: Path, argv: list[str], old: str, new: str
+) -> None:
     result = CliRunner().invoke(app, [a.replace("{tmp}", str(tmp_path)) for a in argv])
     assert result.exit_code == 0, result.output
     notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
@@ -160,7 +164,9 @@ def test_an_old_spelling_works_with_one_note_on_stderr(tmp_path: Path, argv: lis
 
 
 def test_an_old_spelling_reaches_the_option_it_was_renamed_to(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["env", "resize", str(tmp_path), "--rollouts", "3", "--tools=2", "--json"])
+    result = CliRunner().invoke(
+        app, ["env", "resize", str(tmp_path), "--rollouts", "3", "--tools=2", "--json"]
+    )
     assert result.exit_code == 0, result.output
     import json
 

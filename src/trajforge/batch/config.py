@@ -304,7 +304,6 @@ def flag_name(field: str) -> str:
 def _format_validation(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "config"
         msg = err["msg"].removeprefix("Value error, ")
         where = flag_name(str(err["loc"][0])) + "".join(f".{x}" for x in err["loc"][1:]) if err["loc"] else ""
         parts.append(f"{where}: {msg}" if where else msg)

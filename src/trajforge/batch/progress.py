@@ -80,7 +80,13 @@ def _eta_text(eta_s: float | None) -> str:
     if eta_s is None:
         return "-"
     minutes, seconds = divmod(int(eta_s), 60)
-    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+    return (
+        f"{minutes // 60}h{minutes % 60:02d}m"
+        if minutes >= 60
+        else f"{minutes}m{seconds:02d}s"
+        if minutes
+        else f"{seconds}s"
+    )
 
 
 def _short(n: float) -> str:
@@ -185,6 +191,7 @@ class RichProgress:
         self._start()
         self._phase = text
         self._progress.update(self._task, counts=text)
+        self._progress.refresh()  # a new phase shows at once, not at the next tick
 
     def update(self, snap: Snapshot) -> None:
         self._start()

@@ -57,6 +57,7 @@ _JSON = inspect.Parameter(
     default=False,
     annotation=Annotated[bool, typer.Option("--json", help="Print the run's statistics as JSON (stdout)")],
 )
+_REQUIRED_DATASET = "DATASET"
 # Old spellings, kept for one release (docs/cli.md).
 RENAMES = {"--sandbox-network": "--network", "--samples-per-prompt": "--group-size"}
 
@@ -70,7 +71,9 @@ def batch(ctx: typer.Context, **given: Any) -> None:
         typed["tools"] = _tools(tools_file)
     config_file = typed.pop("config", None)
     if "dataset" not in typed and not _names_dataset(config_file):
-        raise fail("give the JSONL dataset: trajforge batch DATASET --run-name NAME (or `dataset:` in --config)")
+        raise fail(
+            "give the JSONL dataset: trajforge batch DATASET --run-name NAME (or `dataset:` in --config)"
+        )
     cfg = _config(config_file, typed)
     summary = _run(cfg)
     if json_out:
@@ -213,6 +216,14 @@ def _sandbox_rows(boxes: dict[str, Any]) -> list[tuple[str, str]]:
     return [("sandboxes", text)]
 
 
+class _BatchCommand(renamed(RENAMES)):  # type: ignore[misc]
+    """Usage shows DATASET as the required argument it is; click's optional marks come from
+    letting ``--config`` name it instead."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return [_REQUIRED_DATASET if p == "[DATASET]" else p for p in super().collect_usage_pieces(ctx)]
+
+
 def register(app: typer.Typer) -> None:
     typing.cast(Any, batch).__signature__ = inspect.Signature(_parameters())
-    app.command("batch", cls=renamed(RENAMES))(batch)
+    app.command("batch", cls=_BatchCommand)(batch)

@@ -69,7 +69,9 @@ def option(name: str, field: FieldInfo, *, required: bool = False) -> inspect.Pa
     return inspect.Parameter(name, KEYWORD, default=_default(field, kind), annotation=annotation)
 
 
-def options(config: type[BaseModel], skip: Iterable[str] = (), required: Iterable[str] = ()) -> list[inspect.Parameter]:
+def options(
+    config: type[BaseModel], skip: Iterable[str] = (), required: Iterable[str] = ()
+) -> list[inspect.Parameter]:
     """One option per field of ``config`` but ``skip``; ``required`` ones have no default."""
     left_out, needed = frozenset(skip), frozenset(required)
     return [

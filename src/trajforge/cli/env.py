@@ -43,7 +43,11 @@ def list_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON."))
     here = available()
     if json_out:
         rows = [
-            {"name": name, "available": name in here, "description": describe(name)[1] if name in here else None}
+            {
+                "name": name,
+                "available": name in here,
+                "description": describe(name)[1] if name in here else None,
+            }
             for name in LIBRARY
         ]
         typer.echo(json.dumps(rows, indent=2))
@@ -191,7 +195,9 @@ def _endpoint(model: str | None, base_url: str | None, api_key_env: str | None, 
     return EndpointConfig(model=model, base_url=base_url, api_key_env=api_key_env, tokenizer=tokenizer)
 
 
-def _placement(backend: Backend, ray_address: str | None, actors_per_node: int | None) -> RayEvalConfig | None:
+def _placement(
+    backend: Backend, ray_address: str | None, actors_per_node: int | None
+) -> RayEvalConfig | None:
     """Where the rollouts run: None here, or the Ray cluster's ``RayEvalConfig``."""
     from trajforge.raycluster import missing_ray
 
@@ -214,7 +220,14 @@ def _placement(backend: Backend, ray_address: str | None, actors_per_node: int |
 
 def _load_for_eval(env: str, settings: dict[str, Any], config: Path | None, tasks: Path | None) -> Any:
     """The env, built from its defaults, the ``--config`` file, then the flags."""
-    from trajforge.envs import EnvConfig, EnvConfigError, UnknownEnvError, env_class, load_env, load_env_config
+    from trajforge.envs import (
+        EnvConfig,
+        EnvConfigError,
+        UnknownEnvError,
+        env_class,
+        load_env,
+        load_env_config,
+    )
 
     try:
         cls = env_class(env)
@@ -247,7 +260,9 @@ def _run_with_progress(
     try:
         with live:
             return asyncio.run(
-                _eval(instance, endpoint, run_dir, n, size, agent, live, ray=(env_ref, where) if where else None)
+                _eval(
+                    instance, endpoint, run_dir, n, size, agent, live, ray=(env_ref, where) if where else None
+                )
             )
     except (ValueError, ClusterError) as exc:
         raise fail(str(exc)) from None

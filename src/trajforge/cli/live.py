@@ -63,6 +63,8 @@ class LiveProgress:
         if self._mode == "plain" and time.monotonic() >= self._speak_at:
             self._print(f"[{self._name}] {text}")
         self._draw()
+        if self._bar is not None:
+            self._bar.refresh()  # a new phase shows at once, not at the next tick
 
     def note(self, text: str) -> None:
         """A line worth keeping (a server started, a warning): printed above the bar."""

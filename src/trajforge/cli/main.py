@@ -13,9 +13,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-import click
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 # Fixed map of commands (no import-time registry): name -> (module with ``register(app)``, help
 # line of the root listing). The help line is the command's own first line (a test holds them equal).
@@ -33,7 +32,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "trajforge.cli.batch",
         "Generate trajectories for every prompt of DATASET into OUTPUT_DIR/RUN_NAME (resumable).",
     ),
-    "export": ("trajforge.cli.export", "Export a run for a trainer: TRL, ShareGPT, LLaMA-Factory, Axolotl, Parquet, DPO pairs."),
+    "export": (
+        "trajforge.cli.export",
+        "Export a run for a trainer: TRL, ShareGPT, LLaMA-Factory, Axolotl, Parquet, DPO pairs.",
+    ),
     "report": (
         "trajforge.cli.report",
         "Write a run report: statistics, charts and a trajectory browser, in one HTML file.",
@@ -44,17 +46,40 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "model": ("trajforge.cli.model", "Build and evaluate the embedded tiny tool-calling policy."),
     "tools": ("trajforge.cli.tools", "The tools a model may call: readiness and backend checks."),
-    "env": ("trajforge.cli.env", "RL and evaluation environments: list, show, eval, rescore, resize, serve, process, evaluate."),
-    "rl": ("trajforge.cli.rl", "Reinforcement learning: train, demo, start/status/stop/results/list/logs, the RL agent."),
+    "env": (
+        "trajforge.cli.env",
+        "RL and evaluation environments: list, show, eval, rescore, resize, serve, process, evaluate.",
+    ),
+    "rl": (
+        "trajforge.cli.rl",
+        "Reinforcement learning: train, demo, start/status/stop/results/list/logs, the RL agent.",
+    ),
 }
 
 
-def load_command(name: str) -> click.Command:
-    """The click command (or group) ``name``, its module imported now."""
+def load_command(name: str) -> Any:
+    """The click command (or group) ``name`` (typer's own click), its module imported now."""
     module = importlib.import_module(COMMANDS[name][0])
     holder = typer.Typer()
     module.register(holder)
-    return typer.main.get_group(holder).commands[name]
+    command = typer.main.get_group(holder).commands[name]
+    quiet_switches(command)
+    return command
+
+
+def quiet_switches(command: Any) -> None:
+    """Show no value type for a switch: typer's help prints ``<bool>`` after ``--json``,
+    ``--network/--no-network`` and ``--help`` itself, although a switch takes no value."""
+    help_option = command.get_help_option(typer.Context(command, **(command.context_settings or {})))
+    for param in [*command.params, *([help_option] if help_option is not None else [])]:
+        _no_metavar(param)
+    for sub in getattr(command, "commands", {}).values():
+        quiet_switches(sub)
+
+
+def _no_metavar(param: Any) -> None:
+    if getattr(param, "is_flag", False) and param.metavar is None:
+        param.metavar = ""
 
 
 class LazyRoot(TyperGroup):
@@ -62,22 +87,28 @@ class LazyRoot(TyperGroup):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._loaded: dict[str, click.Command] = {}
+        self._loaded: dict[str, Any] = {}
         self._listing = False
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def get_params(self, ctx: Any) -> Any:
+        params = super().get_params(ctx)
+        for param in params:  # the root's own switches: --version, completion (added after init)
+            _no_metavar(param)
+        return params
+
+    def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
         if cmd_name not in COMMANDS:
             return None
         if self._listing:  # the root --help: the fixed help line, nothing imported
-            return click.Command(cmd_name, help=COMMANDS[cmd_name][1], short_help=COMMANDS[cmd_name][1])
+            return TyperCommand(cmd_name, help=COMMANDS[cmd_name][1], short_help=COMMANDS[cmd_name][1])
         if cmd_name not in self._loaded:
             self._loaded[cmd_name] = load_command(cmd_name)
         return self._loaded[cmd_name]
 
-    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_help(self, ctx: Any, formatter: Any) -> None:
         self._listing = True
         try:
             super().format_help(ctx, formatter)

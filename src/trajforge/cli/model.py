@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import typer
@@ -28,6 +29,7 @@ def build_tiny_cmd(
     examples: int | None = typer.Option(None, "--examples", min=1, help="Synthetic trajectories to build."),
     sandbox: str = typer.Option("bwrap", "--sandbox", help="Sandbox backend that runs the tool calls."),
     eval_n: int = typer.Option(0, "--eval", min=0, help="Evaluate on this many held-out tasks afterwards."),
+    json_out: bool = typer.Option(False, "--json", help="Print the build (and evaluation) report as JSON."),
 ) -> None:
     """Train the tiny policy from scratch: real-tool synthetic data, BPE tokenizer, TRL SFT."""
     _require_ml("`trajforge model build-tiny`")
@@ -48,6 +50,11 @@ def build_tiny_cmd(
 
         quality = asyncio.run(evaluate(out, eval_n, sandbox_kind=sandbox))
     write_model_card(out, report, quality)
+    if json_out:
+        data = {"model_path": str(out), "build": report.model_dump(mode="json")}
+        data["quality"] = quality.model_dump(mode="json") if quality is not None else None
+        typer.echo(json.dumps(data, indent=2))
+        return
     typer.echo(
         f"wrote {out}: {report.parameters:,} parameters, {report.weights_bytes / 1e6:.1f} MB, "
         f"{report.conversations} trajectories ({len(report.rejected)} rejected), "
@@ -66,6 +73,7 @@ def eval_cmd(
     seed: int | None = typer.Option(None, "--seed", help="Task seed (default: the held-out seed)."),
     temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 = greedy decoding."),
     sandbox: str = typer.Option("bwrap", "--sandbox", help="Sandbox backend for the tool calls."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Run a policy on held-out generated tasks through the agent loop; print format and success rates."""
     _require_ml("`trajforge model eval`")
@@ -84,6 +92,9 @@ def eval_cmd(
             model, n, seed=EVAL_SEED if seed is None else seed, temperature=temperature, sandbox_kind=sandbox
         )
     )
+    if json_out:
+        typer.echo(report.model_dump_json(indent=2))
+        return
     _print_quality(report)
 
 

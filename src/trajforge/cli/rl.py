@@ -212,9 +212,7 @@ def _print_state(state: Any, json_out: bool = False) -> None:
 @rl_app.command("agent", cls=renamed(AGENT_RENAMES))
 def agent_cmd(
     task: str | None = typer.Argument(None, help='The task, e.g. "Train a model on tiny_tasks".'),
-    interactive: bool = typer.Option(
-        False, "--interactive", "-i", help="A REPL; 'status' lists runs."
-    ),
+    interactive: bool = typer.Option(False, "--interactive", "-i", help="A REPL; 'status' lists runs."),
     model: str | None = typer.Option(None, "--model", help="Model name at the endpoint."),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint root."),
     api_key_env: str | None = typer.Option(None, "--api-key-env", help="Env var holding the API key."),

@@ -17,7 +17,6 @@ import typer
 from trajforge.cli.errors import fail
 from trajforge.cli.vocab import renamed
 
-
 # Old spellings, kept for one release (docs/cli.md).
 TRAIN_RENAMES = {"--model": "--model-path"}
 DEMO_RENAMES = {"--model": "--model-path", "--eval-n": "--max-samples"}

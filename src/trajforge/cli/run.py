@@ -49,16 +49,14 @@ Toolsets = Annotated[str | None, typer.Option(help="Comma-separated toolsets, e.
 Distribution = Annotated[str | None, typer.Option(help="Sample toolsets from this distribution.")]
 Seed = Annotated[int | None, typer.Option(help="Seed for the distribution draw.")]
 Sandbox = Annotated[str, typer.Option(help="bwrap (default), local (no isolation) or docker.")]
-Network = Annotated[bool, typer.Option(help="Allow network access inside the sandbox.", metavar="")]
+Network = Annotated[bool, typer.Option(help="Allow network access inside the sandbox.")]
 MaxTurns = Annotated[int, typer.Option(help="Model calls allowed.")]
 SystemPrompt = Annotated[str | None, typer.Option(help="System prompt.")]
 MaxTokens = Annotated[int | None, typer.Option(help="max_tokens per model call.")]
 Temperature = Annotated[float | None, typer.Option(help="Sampling temperature.")]
 ReasoningEffort = Annotated[str | None, typer.Option(help="low|medium|high.")]
-NoReasoning = Annotated[
-    bool, typer.Option("--no-reasoning", help="Ask the provider not to reason.", metavar="")
-]
-Stream = Annotated[bool, typer.Option(help="Use SSE streaming.", metavar="")]
+NoReasoning = Annotated[bool, typer.Option("--no-reasoning", help="Ask the provider not to reason.")]
+Stream = Annotated[bool, typer.Option(help="Use SSE streaming.")]
 Timeout = Annotated[
     float,
     typer.Option(
@@ -83,11 +81,14 @@ ToolsConfigFile = Annotated[
 Output = Annotated[
     Path | None,
     typer.Option(
-        "--output", "-o", help="Append the trajectory here (default: ./trajectory_samples.jsonl or failed_...)."
+        "--output",
+        "-o",
+        help="Append the trajectory here (default: ./trajectory_samples.jsonl or failed_...).",
     ),
 ]
 JsonOut = Annotated[
-    bool, typer.Option("--json", help="Print the result as JSON (final answer, termination, trajectory path).")
+    bool,
+    typer.Option("--json", help="Print the result as JSON (final answer, termination, trajectory path)."),
 ]
 
 

@@ -62,13 +62,13 @@ def list_tools(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Every tool with its toolset and whether it is ready here (and why not)."""
+    from dataclasses import replace
+
     from rich.console import Console
     from rich.table import Table
 
     from trajforge.tools.builtin import build_registry
     from trajforge.tools.probe import tools_status
-
-    from dataclasses import replace
 
     registry = with_rl_tools(build_registry(load_tools_option(tools_config)), runs_dir)
     where = f"with the run manager in {runs_dir} (trajforge rl agent)"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import click
+import typer
 from typer.core import TyperCommand
 
 
@@ -47,10 +47,10 @@ class RenamedCommand(TyperCommand):
 
     renames: Mapping[str, str] = {}
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         args, notes = modernize(list(args), self.renames)
         for note in notes:
-            click.echo(note, err=True)
+            typer.echo(note, err=True)
         return super().parse_args(ctx, args)
 
 

@@ -12,9 +12,9 @@ import datetime as dt
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from trajforge import __version__
@@ -66,7 +66,10 @@ def _quiet(phase: str, done: int, total: int) -> None:
 
 
 def build_report(
-    run_dir: Path, out: Path | None = None, options: ReportOptions | None = None, progress: Progress | None = None
+    run_dir: Path,
+    out: Path | None = None,
+    options: ReportOptions | None = None,
+    progress: Progress | None = None,
 ) -> ReportSummary:
     """Write the report of ``run_dir`` to ``out`` (default ``RUN_DIR/report.html``)."""
     started = time.monotonic()
@@ -358,7 +361,10 @@ def _run_rows(
         ("duration", f"{stats['duration_s']} s" if "duration_s" in stats else None),
         ("status", ", ".join(f"{s}: {n:,}" for s, n in facts.status.most_common())),
     ]
-    rows += [(key, stats.get(key)) for key in ("mean reward [95% CI]", "pass@1 [95% CI]", "pass@k [95% CI]", "pass@k")]
+    rows += [
+        (key, stats.get(key))
+        for key in ("mean reward [95% CI]", "pass@1 [95% CI]", "pass@k [95% CI]", "pass@k")
+    ]
     coverage = stats.get("reasoning_coverage")
     if isinstance(coverage, dict) and "coverage" in coverage:
         rows.append(("assistant turns with reasoning", f"{coverage['coverage']:.1%}"))
