@@ -321,7 +321,8 @@ def _env_stats(run: dict[str, Any], status: dict[str, Any], summary: dict[str, A
         stats["mean reward [95% CI]"] = _interval(summary.get("mean_reward"))
         stats["pass@1 [95% CI]"] = _interval(summary.get("pass_at_1"))
         pass_k = summary.get("pass_at_k")
-        ci = summary.get("pass_at_k_interval") if isinstance(summary.get("pass_at_k_interval"), dict) else {}
+        found = summary.get("pass_at_k_interval")
+        ci: dict[str, Any] = found if isinstance(found, dict) else {}
         if isinstance(pass_k, dict) and pass_k:  # each with its interval (summaries before it: none)
             stats["pass@k [95% CI]" if ci else "pass@k"] = ", ".join(
                 f"pass@{k} {_interval(ci[k]) if k in ci else f'{v:.3f}'}"
