@@ -109,6 +109,10 @@ class LazyRoot(TyperGroup):
         return self._loaded[cmd_name]
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
+        # Plain click formatting here: typer's rich help imports rich's markdown and syntax
+        # modules (about as long as everything else `trajforge --help` does); each command's own
+        # --help keeps the rich panels.
+        self.rich_markup_mode = None
         self._listing = True
         try:
             super().format_help(ctx, formatter)
