@@ -90,6 +90,14 @@ class LazyRoot(TyperGroup):
         self._loaded: dict[str, Any] = {}
         self._listing = False
 
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        # `trajforge` alone: the help, as no_args_is_help does (typer's error handler would print
+        # nothing, taking it for rich help already shown), and click's exit code 2.
+        if not args and not ctx.resilient_parsing:
+            typer.echo(ctx.get_help())
+            raise typer.Exit(code=2)
+        return super().parse_args(ctx, args)  # type: ignore[no-any-return]
+
     def get_params(self, ctx: Any) -> Any:
         params = super().get_params(ctx)
         for param in params:  # the root's own switches: --version, completion (added after init)
