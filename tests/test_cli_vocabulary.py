@@ -172,3 +172,23 @@ def test_an_old_spelling_reaches_the_option_it_was_renamed_to(tmp_path: Path) ->
 
     assert json.loads(result.stdout) == {"run_dir": str(tmp_path), "concurrency": 3, "max_parallel_tools": 2}
     assert len([line for line in result.stderr.splitlines() if line.startswith("note:")]) == 2
+
+
+def test_rl_train_run_directory_is_output_dir_slash_run_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As in batch and env eval; an --output-dir that already holds a run (the old meaning: the
+    run directory itself) is resumed in place for one release, with a note."""
+    from trajforge.cli.rl_train import run_dir
+
+    assert run_dir(None, None, "rl") is None  # neither given: the config file's or TrainConfig's
+    assert run_dir(tmp_path, None, "rl") == tmp_path / "rl"
+    assert run_dir(tmp_path, "exp1", "rl") == tmp_path / "exp1"
+    assert run_dir(None, "exp1", "rl") == Path("runs") / "exp1"
+    old = tmp_path / "old-run"
+    old.mkdir()
+    (old / "state.json").write_text("{}")
+    assert run_dir(old, None, "rl") == old
+    assert f"--output-dir {tmp_path} --run-name old-run" in capsys.readouterr().err
+    with pytest.raises(typer.Exit):
+        run_dir(tmp_path, "a/b", "rl")
