@@ -102,6 +102,14 @@ def test_config_file_run_and_export(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         assert result.exit_code == 0, result.output
         assert "4/4 done" in result.output and "statistics.json" in result.output
         assert "5 built, 0 reused" in result.output  # the preflight's sandbox, then one per sample
+        # the plain display names each phase before samples finish, never a bare frozen 0/4
+        phases = [line for line in result.stderr.splitlines() if line.startswith("[fromyaml] ")]
+        assert phases[:3] == [
+            "[fromyaml] reading the dataset",
+            "[fromyaml] preflight: endpoint and sandbox",
+            "[fromyaml] first samples in flight",
+        ], phases
+        assert all(" 0/4 " not in line or "first samples in flight" in line for line in phases)
     run_dir = tmp_path / "data" / "fromyaml"
     saved = orjson.loads((run_dir / "run.json").read_bytes())
     assert saved["config"]["concurrency"] == 3  # the flag won over the file
