@@ -13,8 +13,10 @@ Run standalone as ``python -m trajforge.cli.env_atropos MODE ENV ...`` too.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
 from trajforge.cli.errors import fail
 from trajforge.extras import missing_ml
@@ -99,10 +101,19 @@ def _command(mode: str):  # type: ignore[no-untyped-def]
     return command
 
 
+class _PassThrough(TyperCommand):
+    """Usage shows ENV as required and the flags that follow it (ENV is optional to click only so
+    that ``--help`` works without one)."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [p for p in super().collect_usage_pieces(ctx) if p not in ("[OPTIONS]", "[ENV]")]
+        return [*pieces, "ENV", "[ATROPOS FLAGS]..."]
+
+
 def register(env_app: typer.Typer) -> None:
     """Add ``serve``, ``process`` and ``evaluate`` to the ``trajforge env`` group."""
     for mode in _MODES:
-        env_app.command(mode, context_settings=dict(_PASS_THROUGH))(_command(mode))
+        env_app.command(mode, cls=_PassThrough, context_settings=dict(_PASS_THROUGH))(_command(mode))
 
 
 def main() -> None:
