@@ -71,7 +71,7 @@ demo: demo-setup
 # the env's oracle trajectories and guided GRPO on CPU (20 minutes), the new checkpoint served by
 # `trajforge serve` and evaluated again; report.json + closed_loop.png in the run directory.
 rl-demo: setup
-	$(VENV)/bin/trajforge rl demo --output-dir data/rl-demo-$$(date +%Y%m%d-%H%M%S)
+	$(VENV)/bin/trajforge rl demo --output-dir data --run-name rl-demo-$$(date +%Y%m%d-%H%M%S)
 
 # A private Docker engine for `--sandbox docker` by hand (tests/docker_engine.py): its own state in
 # /var/lib/trajforge-docker, no bridge, no iptables rules; prints the DOCKER_HOST to use and the

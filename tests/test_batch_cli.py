@@ -102,6 +102,14 @@ def test_config_file_run_and_export(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         assert result.exit_code == 0, result.output
         assert "4/4 done" in result.output and "statistics.json" in result.output
         assert "5 built, 0 reused" in result.output  # the preflight's sandbox, then one per sample
+        # the plain display names each phase before samples finish, never a bare frozen 0/4
+        phases = [line for line in result.stderr.splitlines() if line.startswith("[fromyaml] ")]
+        assert phases[:3] == [
+            "[fromyaml] reading the dataset",
+            "[fromyaml] preflight: endpoint and sandbox",
+            "[fromyaml] first samples in flight",
+        ], phases
+        assert all(" 0/4 " not in line or "first samples in flight" in line for line in phases)
     run_dir = tmp_path / "data" / "fromyaml"
     saved = orjson.loads((run_dir / "run.json").read_bytes())
     assert saved["config"]["concurrency"] == 3  # the flag won over the file
@@ -147,12 +155,13 @@ def test_unimplemented_toolsets_are_announced(tmp_path):
 
 
 def test_every_config_field_is_a_flag_with_its_description() -> None:
-    """The options are derived from BatchConfig: a new field is a new flag, with its help."""
-    import typer
-
+    """The options are derived from BatchConfig: a new field is a new flag, with its help (named
+    by docs/cli.md's vocabulary where the field says so: ``--network``, ``--group-size``)."""
     from trajforge.batch.config import BatchConfig
+    from trajforge.cli.config_flags import flag_of
+    from trajforge.cli.main import load_command
 
-    command = typer.main.get_command(app).commands["batch"]
+    command = load_command("batch")
     params = {p.name: p for p in command.params}
     for name, field in BatchConfig.model_fields.items():
         if name == "tools":  # a nested section: the YAML `tools:` section or --tools-config FILE
@@ -161,7 +170,11 @@ def test_every_config_field_is_a_flag_with_its_description() -> None:
         param = params[name]
         assert field.description and param.help.startswith(field.description), name
         if name != "dataset":
-            assert f"--{name.replace('_', '-')}" in param.opts, name
+            assert flag_of(name, field) in param.opts, name
+    assert "--network" in params["sandbox_network"].opts and params["sandbox_network"].secondary_opts == [
+        "--no-network"
+    ]
+    assert params["samples_per_prompt"].opts == ["--group-size"]
     assert params["fsync"].secondary_opts == ["--no-fsync"] and not params["resume"].secondary_opts
     assert params["no_reasoning"].opts == ["--no-reasoning"] and params["concurrency"].default == 64
 

@@ -79,7 +79,7 @@ def _common(srv: ScriptedServer, tmp_path: Path) -> list[str]:
         SCRIPTED_KEY_ENV,
         "--base-url",
         srv.base_url,
-        "--n",
+        "--max-samples",
         str(N),
         "--group-size",
         str(GROUP),

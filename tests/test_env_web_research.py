@@ -177,7 +177,7 @@ async def test_env_eval_cli_with_a_tools_config_file_and_without(site: Site, tmp
     )
     for agent, expected in (("oracle", 1.0), ("none", 0.0)):
         code, out = await _cli(
-            "env", "eval", "web_research", "--config", str(env_file), "--agent", agent, "--n", "2",
+            "env", "eval", "web_research", "--config", str(env_file), "--agent", agent, "--max-samples", "2",
             "--output-dir", str(tmp_path), "--run-name", agent, "--json",
         )  # fmt: skip
         assert code == 0, out

@@ -49,8 +49,8 @@ def test_version(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "args",
     [
-        ["serve", "--model", "some-dir"],
-        ["model", "eval", "--n", "1"],
+        ["serve", "--model-path", "some-dir"],
+        ["model", "eval", "--max-samples", "1"],
         ["run", "hello", "--sandbox", "local"],
         ["batch", "prompts.jsonl", "--run-name", "r", "--sandbox", "local", "--toolsets", "terminal"],
     ],

@@ -155,7 +155,9 @@ def test_cli_prints_the_parse_as_json(app, tmp_path):
     text = (
         "Hi <tool_call>\n<function=get_weather>\n<parameter=days>\n5\n</parameter>\n</function>\n</tool_call>"
     )
-    out = CliRunner().invoke(app, ["parse", "--parser", "qwen3_coder", "--tools", str(tools)], input=text)
+    out = CliRunner().invoke(
+        app, ["parse", "--tool-call-parser", "qwen3_coder", "--tools", str(tools)], input=text
+    )
     assert out.exit_code == 0, out.output
     assert json.loads(out.stdout) == {
         "parser": "qwen3_coder",
@@ -178,7 +180,7 @@ def test_cli_reports_parse_errors_in_the_output(app):
 @pytest.mark.parametrize(
     "args,content,message",
     [
-        (["--parser", "nope"], None, "unknown tool-call parser 'nope'"),
+        (["--tool-call-parser", "nope"], None, "unknown tool-call parser 'nope'"),
         (["--tools", "{missing}"], None, "cannot read tools file"),
         (["--tools", "{file}"], "{not json", "is not valid JSON"),
         (["--tools", "{file}"], '{"a": 1}', "must hold a JSON list of tools"),
@@ -215,7 +217,7 @@ def test_cli_is_wired_into_the_trajforge_app():
     from trajforge.cli.main import app as main_app
 
     out = CliRunner().invoke(
-        main_app, ["parse", "--parser", "hermes"], input='<tool_call>{"name": "f"}</tool_call>'
+        main_app, ["parse", "--tool-call-parser", "hermes"], input='<tool_call>{"name": "f"}</tool_call>'
     )
     assert out.exit_code == 0, out.output
     assert json.loads(out.stdout)["calls"] == [{"name": "f", "arguments": {}}]

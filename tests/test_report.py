@@ -130,7 +130,7 @@ async def test_report_of_a_real_run_in_chromium(real_run: Path, browser: Any, tm
     marked = next(line for line in lines if MARKER in line["conversations"][1]["value"])
 
     out = tmp_path / "report.html"
-    result = CliRunner().invoke(app, ["report", str(real_run), "--out", str(out)])
+    result = CliRunner().invoke(app, ["report", str(real_run), "--output", str(out)])
     assert result.exit_code == 0, result.output
     assert f"{len(lines)} samples, {len(lines)} trajectories embedded" in result.output
     html = out.read_text()
@@ -443,7 +443,7 @@ async def test_report_of_an_env_run_in_chromium(env_run: Path, browser: Any, tmp
     episodes = [orjson.loads(x) for x in (env_run / "episodes.jsonl").read_bytes().splitlines()]
     assert len(episodes) == 6 and sorted(e["reward"] for e in episodes) == [0.0] * 3 + [1.0] * 3
     out = tmp_path / "env.html"
-    result = CliRunner().invoke(app, ["report", str(env_run), "--out", str(out)])
+    result = CliRunner().invoke(app, ["report", str(env_run), "--output", str(out)])
     assert result.exit_code == 0, result.output
     page, problems = await _open(browser, out)
     await _check_rendering(page, tmp_path / "env-report.png")

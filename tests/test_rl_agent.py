@@ -235,7 +235,7 @@ def test_rl_agent_cli_task_and_repl_status_shortcut(tmp_path: Path, monkeypatch:
                 srv.base_url,
                 "--api-key-env",
                 KEY_ENV,
-                "--runs-dir",
+                "--output-dir",
                 str(runs),
                 "--envs-dir",
                 str(tmp_path / "envs"),

@@ -72,7 +72,7 @@ def _train(args: list[str]) -> Any:
 def _args(model: Path, out: Path, steps: int, *extra: str) -> list[str]:
     return [
         ENV_REF,
-        "--model",
+        "--model-path",
         str(model),
         "--steps",
         str(steps),
@@ -84,8 +84,10 @@ def _args(model: Path, out: Path, steps: int, *extra: str) -> list[str]:
         "5e-3",
         "--device",
         "cpu",
-        "--output-dir",
-        str(out),
+        "--output-dir",  # OUTPUT_DIR/RUN_NAME, as in every command that makes a run directory
+        str(out.parent),
+        "--run-name",
+        out.name,
         *extra,
     ]
 

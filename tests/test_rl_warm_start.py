@@ -327,13 +327,13 @@ def test_warm_start_settings_are_validated_and_reach_the_cli(tmp_path: Path) -> 
 
 
 def test_rl_demo_names_the_weights_it_cannot_start_from(tmp_path: Path) -> None:
-    """``--model DIR`` that is no model directory stops the demo before anything is served or
+    """``--model-path DIR`` that is no model directory stops the demo before anything is served or
     written, with the path and what to do."""
     from trajforge.cli.main import app
 
     missing = tmp_path / "no-such-model"
     res = CliRunner().invoke(
-        app, ["rl", "demo", "--output-dir", str(tmp_path / "d"), "--model", str(missing)]
+        app, ["rl", "demo", "--output-dir", str(tmp_path), "--run-name", "d", "--model-path", str(missing)]
     )
     assert res.exit_code == 2, (res.output, res.exception)
     assert str(missing) in res.output and "not a local transformers model directory" in res.output
@@ -359,8 +359,10 @@ def test_rl_demo_reports_each_stage_of_the_closed_loop(tmp_path: Path) -> None:
             "rl",
             "demo",
             "--output-dir",
-            str(out),
-            "--eval-n",
+            str(out.parent),
+            "--run-name",
+            out.name,
+            "--max-samples",
             "5",
             "--steps",
             "1",

@@ -493,7 +493,7 @@ def _cli_eval(tasks: Path, agent: str, out: Path) -> dict:
         app,
         [
             "env", "eval", "terminal_bench", "--sandbox", "docker", "--agent", agent, "--tasks", str(tasks),
-            "--n", "100", "--group-size", "1", "--output-dir", str(out), "--json",
+            "--max-samples", "100", "--group-size", "1", "--output-dir", str(out), "--json",
         ],
     )  # fmt: skip
     assert done.exit_code == 0, done.output[-3000:]

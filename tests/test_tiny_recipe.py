@@ -67,13 +67,15 @@ async def test_trained_model_emits_a_parseable_hermes_call(mini_model: tuple[Pat
 
 def test_cli_eval_runs_the_agent_loop(mini_model: tuple[Path, object]) -> None:
     out, _ = mini_model
-    result = CliRunner().invoke(app, ["model", "eval", "--model", str(out), "--n", "1", "--sandbox", "local"])
+    result = CliRunner().invoke(
+        app, ["model", "eval", "--model-path", str(out), "--max-samples", "1", "--sandbox", "local"]
+    )
     assert result.exit_code == 0, result.output
     assert "well-formed assistant turns" in result.output and "task success" in result.output
 
 
 def test_cli_eval_rejects_a_non_model_directory(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["model", "eval", "--model", str(tmp_path)])
+    result = CliRunner().invoke(app, ["model", "eval", "--model-path", str(tmp_path)])
     assert result.exit_code == 2
     assert "not a model directory" in result.output
 

@@ -162,7 +162,8 @@ def test_tools_list_shows_every_tool_with_its_toolset_and_readiness(tmp_path):
         rows["vision_analyze"]["status"] == "unavailable"
         and "tools.vision" in rows["vision_analyze"]["reason"]
     )
-    assert rows["rl_list_runs"]["status"] == "pending"
+    # one registry: the rl tools are the real ones over a run manager (--output-dir), not placeholders
+    assert rows["rl_list_runs"]["status"] == "ready" and "run manager" in rows["rl_list_runs"]["reason"]
     table = runner.invoke(app, ["tools", "list"])
     assert (
         table.exit_code == 0
@@ -186,7 +187,15 @@ async def test_tools_check_probes_each_configured_backend(tmp_path, scripted_ser
             },
         }
         (tmp_path / "t.yaml").write_text(yaml.safe_dump(config))
-        args = ["tools", "check", "--json", "--timeout", "20", "--tools-config", str(tmp_path / "t.yaml")]
+        args = [
+            "tools",
+            "check",
+            "--json",
+            "--probe-timeout",
+            "20",
+            "--tools-config",
+            str(tmp_path / "t.yaml"),
+        ]
         # the command runs its own event loop: in a thread, while the servers answer on this one
         result = await asyncio.to_thread(runner.invoke, app, args)
     assert result.exit_code == 1, result.output  # one backend is down

@@ -179,7 +179,7 @@ def embedded_weights() -> Path:
     ):
         raise FileNotFoundError(
             f"the embedded tiny policy is missing from {_EMBEDDED_WEIGHTS}; rebuild it with "
-            f"`trajforge model build-tiny --out {_EMBEDDED_WEIGHTS}`"
+            f"`trajforge model build-tiny --model-path {_EMBEDDED_WEIGHTS}`"
         )
     return _EMBEDDED_WEIGHTS
 
@@ -190,7 +190,7 @@ def recipe_weights() -> Path:
     if not (_RECIPE_WEIGHTS / "model.safetensors").is_file():
         raise FileNotFoundError(
             f"the recipe's tiny policy is missing from {_RECIPE_WEIGHTS}; rebuild it with "
-            f"`trajforge model build-tiny --out {_RECIPE_WEIGHTS}`"
+            f"`trajforge model build-tiny --model-path {_RECIPE_WEIGHTS}`"
         )
     return _RECIPE_WEIGHTS
 

@@ -211,7 +211,17 @@ def test_run_session_deadline_ends_with_timeout(tmp_path: Path) -> None:
     with ScriptedServer(script).in_thread() as srv:
         common = ["--model", "scripted", "--base-url", srv.base_url]
         proc, elapsed = _run_cli(
-            ["run", "sleep", *common, "--toolsets", "terminal", "--timeout", "3", "--output", "out.jsonl"],
+            [
+                "run",
+                "sleep",
+                *common,
+                "--toolsets",
+                "terminal",
+                "--sample-timeout",
+                "3",
+                "--output",
+                "out.jsonl",
+            ],
             tmp_path,
         )
     assert proc.returncode == 1, proc.stderr
@@ -221,7 +231,11 @@ def test_run_session_deadline_ends_with_timeout(tmp_path: Path) -> None:
     assert "session deadline of 3s passed" in proc.stderr
     assert "Traceback" not in proc.stderr
 
-    for flag, bad in (("--sample-timeout", "nan"), ("--timeout", "0"), ("--max-command-timeout", "inf")):
+    for flag, bad in (
+        ("--sample-timeout", "nan"),
+        ("--sample-timeout", "0"),
+        ("--max-command-timeout", "inf"),
+    ):
         proc, _ = _run_cli(["run", "x", "--model", "m", flag, bad], tmp_path)
-        named = "--sample-timeout" if flag == "--timeout" else flag  # the old name of the same option
+        named = flag
         assert proc.returncode == 2 and f"{named} must be a number of seconds greater than 0" in proc.stderr

@@ -76,8 +76,8 @@ class BatchConfig(BaseModel):
     sandbox: SandboxKind = Field("bwrap", description="sandbox backend: bwrap|local|docker")
     sandbox_network: bool = Field(
         False,
-        description="allow network inside sandboxes (also --network, as `trajforge run` spells it)",
-        json_schema_extra={"flag_aliases": ["--network"]},
+        description="allow network inside sandboxes",
+        json_schema_extra={"flag": "--network", "negatable": True},
     )
     sandbox_reuse: bool = Field(
         True,
@@ -144,7 +144,11 @@ class BatchConfig(BaseModel):
         "auto", description="auto|rich|plain|none (auto: rich on a terminal, plain log lines otherwise)"
     )
     samples_per_prompt: int = Field(
-        1, ge=1, le=1024, description="samples of each row (own sandbox and seed; lines share prompt_index)"
+        1,
+        ge=1,
+        le=1024,
+        description="samples of each row (own sandbox and seed; lines share prompt_index)",
+        json_schema_extra={"flag": "--group-size"},
     )
     env: str | None = Field(
         None,
@@ -288,10 +292,19 @@ def load_config(config_file: Path | None, overrides: dict[str, Any]) -> BatchCon
         raise ConfigError(_format_validation(exc)) from exc
 
 
+def flag_name(field: str) -> str:
+    """The CLI spelling of a config field (cli/config_flags.py names flags the same way)."""
+    if field == "dataset":
+        return "DATASET (the first argument)"
+    info = BatchConfig.model_fields.get(field)
+    extra = info.json_schema_extra if info is not None and isinstance(info.json_schema_extra, dict) else {}
+    return str(extra.get("flag") or "--" + field.replace("_", "-"))
+
+
 def _format_validation(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "config"
         msg = err["msg"].removeprefix("Value error, ")
-        parts.append(f"--{loc.replace('_', '-')}: {msg}" if err["loc"] else msg)
+        where = flag_name(str(err["loc"][0])) + "".join(f".{x}" for x in err["loc"][1:]) if err["loc"] else ""
+        parts.append(f"{where}: {msg}" if where else msg)
     return "invalid batch configuration: " + "; ".join(parts)

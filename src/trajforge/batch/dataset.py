@@ -65,7 +65,7 @@ class Sample:
     cwd: str | None = None
     setup_files: dict[str, str] | None = None
     extra: dict[str, Any] | None = None  # the row's other fields (ids, expected answers, ...), kept
-    sample_index: int = 0  # which of the row's --samples-per-prompt samples (key ends in #k)
+    sample_index: int = 0  # which of the row's --group-size samples (key ends in #k)
 
 
 @dataclass(slots=True, frozen=True)

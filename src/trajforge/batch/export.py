@@ -45,7 +45,7 @@ Run lines keep tool schemas once in ``run.json``; exports put them back where a 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -401,13 +401,21 @@ def default_output(run_dir: Path, fmt: str) -> Path:
     return Path(run_dir) / "export" / f"{fmt}.jsonl"
 
 
+Progress = Callable[[str, int, int], None]
+"""(phase, KiB read, KiB in all): an export's progress, for a live display."""
+
+
 class _Kept:
     """The samples of the run that the options keep, streamed (twice with --max-per-prompt:
     once to choose the best per prompt, once to write), with every left-out one counted."""
 
-    def __init__(self, run_dir: Path, names: list[str], options: ExportOptions) -> None:
+    def __init__(
+        self, run_dir: Path, names: list[str], options: ExportOptions, progress: Progress | None = None
+    ) -> None:
         self.paths = [Path(run_dir) / name for name in names]
         self.options = options
+        self.progress = progress
+        self.total_kib = sum(p.stat().st_size for p in self.paths if p.exists()) // 1024
         self.read = 0
         self.left_out: Counter[str] = Counter()
         self.allowed: set[str] | None = None
@@ -419,17 +427,35 @@ class _Kept:
             )
             self.allowed = best_per_prompt(candidates, limit)
 
-    def _eligible(self, *, count: bool) -> Iterator[Sample]:
+    def _lines(self, report: bool) -> Iterator[dict[str, Any]]:
+        """Every line of the files, telling ``progress`` (KiB read of the total) as it goes."""
+        if not report or self.progress is None:
+            for path in self.paths:
+                yield from read_lines(path)
+            return
+        done = 0
         for path in self.paths:
-            for line in read_lines(path):
-                sample = Sample.of(line)
-                why = left_out_reason(sample, self.options)
-                if count:
-                    self.read += 1
-                    if why is not None:
-                        self.left_out[why] += 1
-                if why is None:
-                    yield sample
+            if not path.exists():
+                continue
+            with open(path, "rb") as fh:
+                for n, raw in enumerate(fh):
+                    done += len(raw)
+                    if n % 256 == 0:
+                        self.progress("exporting", done // 1024, self.total_kib)
+                    if raw.strip():
+                        yield orjson.loads(raw)
+        self.progress("exporting", self.total_kib, self.total_kib)
+
+    def _eligible(self, *, count: bool) -> Iterator[Sample]:
+        for line in self._lines(report=count):
+            sample = Sample.of(line)
+            why = left_out_reason(sample, self.options)
+            if count:
+                self.read += 1
+                if why is not None:
+                    self.left_out[why] += 1
+            if why is None:
+                yield sample
 
     def __iter__(self) -> Iterator[Sample]:
         for sample in self._eligible(count=True):
@@ -460,6 +486,7 @@ def export(
     *,
     include: Iterable[str] | None = None,
     options: ExportOptions | None = None,
+    progress: Progress | None = None,
 ) -> ExportReport:
     """Write the export (module docstring). ``include`` is the shorthand for ``options.include``."""
     if fmt not in FORMATS:
@@ -475,7 +502,7 @@ def export(
     names = options.files(fmt)
     if fmt == "dpo":
         return _export_dpo(run, names, output, options)
-    kept = _Kept(Path(run_dir), names, options)
+    kept = _Kept(Path(run_dir), names, options, progress)
     output.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "parquet":
         from trajforge.batch.export_parquet import write_parquet
@@ -522,7 +549,7 @@ def _export_dpo(run: RunInfo, names: list[str], output: Path, options: ExportOpt
             output,
             f"0 pairs by {p.ground} from {p.lines} lines in {p.groups} groups ({p.tied_pairs_skipped} "
             f"tied pairs skipped, {p.ungraded_lines} ungraded lines{left}); details in {sidecar}",
-            "A pair needs two answers to one prompt that differ in reward (batch --samples-per-prompt N "
+            "A pair needs two answers to one prompt that differ in reward (batch --group-size N "
             "with --env), or a completed and a failed one when nothing was graded.",
         )
     tmp = output.with_name(f".{output.name}.tmp")

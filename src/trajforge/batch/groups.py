@@ -1,4 +1,4 @@
-"""``--samples-per-prompt N``: each dataset row becomes N samples, keyed ``ROWKEY#k``.
+"""``--group-size N``: each dataset row becomes N samples, keyed ``ROWKEY#k``.
 
 A view over the dataset index with the interface the planner and the workers use: the run's
 sample keys are the row keys with ``#0`` .. ``#N-1``, each a sample of its own (its own seed,

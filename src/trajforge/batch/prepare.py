@@ -35,7 +35,7 @@ class Prepared:
     prefill: list[dict[str, Any]]
     tools_warning: str | None = None  # said once at start: toolsets sampled but not offered here
     dataset: DatasetIndex | GroupedIndex = field(init=False)
-    """the run's samples: the rows, or N samples of each with --samples-per-prompt"""
+    """the run's samples: the rows, or N samples of each with --group-size"""
     samples_per_prompt: int = 1
 
     def __post_init__(self) -> None:

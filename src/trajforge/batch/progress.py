@@ -1,13 +1,18 @@
 """Progress display: a rich live bar on a terminal, one plain log line every few seconds otherwise.
 
 Both read the same :class:`Snapshot`, built by the runner from the ledger's statistics, so the
-display shows what is durable, not what is merely in flight.
+display shows what is durable, not what is merely in flight. Before the first sample is done the
+display shows the run's *phase* (preparing, starting the model server, preflight, first samples in
+flight) instead of a frozen ``0/N``; the rate and the ETA are over the last
+:data:`RATE_WINDOW_S` seconds of completions (:class:`RateWindow`), so a slow start does not make
+the ETA jump for the rest of the run.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Protocol, TextIO
 
@@ -47,26 +52,72 @@ class Snapshot:
         )
 
 
+RATE_WINDOW_S = 60.0
+
+
+class RateWindow:
+    """Samples per second over the last ``window_s`` seconds of snapshots (the whole session's
+    rate until the window holds two points), and the ETA from it."""
+
+    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
+        self._window = window_s
+        self._points: deque[tuple[float, int]] = deque()
+
+    def add(self, snap: Snapshot) -> tuple[float, float | None]:
+        """(rate, eta_s) with ``snap`` counted in."""
+        now = snap.elapsed_s
+        self._points.append((now, snap.session_done))
+        while len(self._points) > 2 and now - self._points[1][0] >= self._window:
+            self._points.popleft()
+        (t0, d0), (t1, d1) = self._points[0], self._points[-1]
+        rate = (d1 - d0) / (t1 - t0) if t1 - t0 >= 1.0 and d1 > d0 else snap.rate
+        remaining = snap.total - snap.done
+        eta = remaining / rate if rate > 0 and remaining > 0 else None
+        return rate, eta
+
+
+def _eta_text(eta_s: float | None) -> str:
+    if eta_s is None:
+        return "-"
+    minutes, seconds = divmod(int(eta_s), 60)
+    return (
+        f"{minutes // 60}h{minutes % 60:02d}m"
+        if minutes >= 60
+        else f"{minutes}m{seconds:02d}s"
+        if minutes
+        else f"{seconds}s"
+    )
+
+
 def _short(n: float) -> str:
     return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e4 else f"{n:.0f}"
 
 
-def compact_text(snap: Snapshot) -> str:
+def compact_text(snap: Snapshot, rate: float | None = None, eta_s: float | None = None) -> str:
     """The counts in few columns, so the bar keeps its width on an 80-column terminal."""
-    eta = f"{snap.eta_s:.0f}s" if snap.eta_s is not None else "-"
+    if rate is None:
+        rate, eta_s = snap.rate, snap.eta_s
+    eta = _eta_text(eta_s)
     return (
         f"ok {snap.completed} fail {snap.failed} part {snap.partial} filt {snap.filtered} "
-        f"| {snap.rate:.1f}/s eta {eta} | tok {_short(snap.tokens)}"
+        f"| {rate:.1f}/s eta {eta} | tok {_short(snap.tokens)}"
     )
 
 
 class ProgressSink(Protocol):
+    def phase(self, text: str) -> None:
+        """What the run is doing before samples complete (shown until the first one is done)."""
+        ...
+
     def update(self, snap: Snapshot) -> None: ...
 
     def close(self, snap: Snapshot | None) -> None: ...
 
 
 class NullProgress:
+    def phase(self, text: str) -> None:
+        pass
+
     def update(self, snap: Snapshot) -> None:
         pass
 
@@ -82,15 +133,31 @@ class PlainProgress:
         self._stream = stream or sys.stderr
         self._every = every_s
         self._last = 0.0
+        self._phase = "starting"
+        self._rate = RateWindow()
+
+    def phase(self, text: str) -> None:
+        if text != self._phase:
+            self._phase = text
+            print(f"[{self._name}] {text}", file=self._stream, flush=True)
 
     def update(self, snap: Snapshot) -> None:
+        rate_eta = self._rate.add(snap)
         now = time.monotonic()
         if now - self._last >= self._every:
             self._last = now
-            self._emit(snap)
+            self._emit(snap, rate_eta)
 
-    def _emit(self, snap: Snapshot) -> None:
-        print(f"[{self._name}] {snap.done}/{snap.total} {snap.counts_text()}", file=self._stream, flush=True)
+    def _emit(self, snap: Snapshot, rate_eta: tuple[float, float | None] | None = None) -> None:
+        if snap.session_done == 0 and snap.done < snap.total:  # nothing finished yet: say what goes on
+            text = f"{self._phase} ({snap.elapsed_s:.0f}s)"
+        else:
+            rate, eta = rate_eta or (snap.rate, snap.eta_s)
+            text = (
+                f"completed={snap.completed} failed={snap.failed} partial={snap.partial} "
+                f"filtered={snap.filtered} rate={rate:.1f}/s eta={_eta_text(eta)} tokens={snap.tokens}"
+            )
+        print(f"[{self._name}] {snap.done}/{snap.total} {text}", file=self._stream, flush=True)
 
     def close(self, snap: Snapshot | None) -> None:
         if snap is not None:
@@ -111,13 +178,27 @@ class RichProgress:
             refresh_per_second=4,
         )
         self._task = self._progress.add_task(name, total=total, counts="starting")
-        self._started = False  # started on the first update: a failed preflight shows no bar
+        self._started = False  # started on the first phase or update
+        self._phase = "starting"
+        self._rate = RateWindow()
 
-    def update(self, snap: Snapshot) -> None:
+    def _start(self) -> None:
         if not self._started:
             self._progress.start()
             self._started = True
-        self._progress.update(self._task, completed=snap.done, total=snap.total, counts=compact_text(snap))
+
+    def phase(self, text: str) -> None:
+        self._start()
+        self._phase = text
+        self._progress.update(self._task, counts=text)
+        self._progress.refresh()  # a new phase shows at once, not at the next tick
+
+    def update(self, snap: Snapshot) -> None:
+        self._start()
+        rate, eta = self._rate.add(snap)
+        waiting = snap.session_done == 0 and snap.done < snap.total
+        counts = f"{self._phase} ({snap.elapsed_s:.0f}s)" if waiting else compact_text(snap, rate, eta)
+        self._progress.update(self._task, completed=snap.done, total=snap.total, counts=counts)
 
     def close(self, snap: Snapshot | None) -> None:
         if snap is not None:

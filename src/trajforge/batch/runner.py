@@ -114,6 +114,7 @@ async def _run_batch(
     registry = registry or build_registry(cfg.tools)
     if model is not None and (cfg.workers > 1 or cfg.backend == "ray"):
         raise RunError("an injected model only works with workers=1 and the local backend")
+    progress.phase("reading the dataset")
     prep = prepare(cfg, registry)  # bad rows, names and directories fail before anything starts
     check_run_dir(cfg)
     check_output_dir(cfg)
@@ -127,6 +128,7 @@ async def _run_batch(
         problem = missing_ml("the embedded default policy (no --model/--base-url)")
         if problem:
             raise RunError(problem)
+        progress.phase("starting the model server (embedded policy)")
         async with embedded_endpoint(announce=announce) as (base_url, name):
             update: dict[str, object] = {"base_url": base_url, "model": name}
             if cfg.tokenizer == "auto":  # token level on the embedded policy: its own tokenizer
@@ -172,6 +174,7 @@ async def _start(
 
     With worker processes the parent's pair only serves the preflight: each process builds its
     own (neither an HTTP client nor live sandboxes cross into a process)."""
+    progress.phase("preflight: endpoint and sandbox")
     async with open_backends(cfg, model=model, sandbox_factory=sandbox_factory) as backends:
         await preflight(backends, cfg.sandbox)
         if cfg.workers == 1 and cfg.backend == "local":
@@ -190,6 +193,9 @@ async def _run_locked(
         (cfg.run_dir / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
     with run_lock(cfg.run_dir):
         session = _open_session(cfg, prep)
+        progress.phase(
+            "first samples in flight" if cfg.workers == 1 and cfg.backend == "local" else "starting workers"
+        )
         monitor = Monitor(cfg, session.total_rows, session.number, progress)
         merger = OutputMerger(cfg.run_dir, cfg.run_dir / LEDGER_FILE, min_interval_s=cfg.merge_interval)
         specs = [

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import types
 import typing
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
-from pydantic.fields import FieldInfo
 
 from trajforge.batch.config import BatchConfig
+from trajforge.cli import config_flags
 from trajforge.cli.errors import fail
+from trajforge.cli.vocab import renamed
 
 if TYPE_CHECKING:
     from trajforge.batch.runner import RunSummary
@@ -51,71 +51,63 @@ _TOOLS_CONFIG = inspect.Parameter(
     ],
 )
 _NOT_FLAGS = frozenset({"dataset", "tools"})  # the positional argument; a nested section
+_JSON = inspect.Parameter(
+    "json_out",
+    _KEYWORD,
+    default=False,
+    annotation=Annotated[bool, typer.Option("--json", help="Print the run's statistics as JSON (stdout)")],
+)
+_REQUIRED_DATASET = "DATASET"
+# Old spellings, kept for one release (docs/cli.md).
+RENAMES = {"--sandbox-network": "--network", "--samples-per-prompt": "--group-size"}
 
 
 def batch(ctx: typer.Context, **given: Any) -> None:
     """Generate trajectories for every prompt of DATASET into OUTPUT_DIR/RUN_NAME (resumable)."""
-    typed = {name: value for name, value in given.items() if _typed(ctx, name)}
+    json_out = bool(given.pop("json_out", False))
+    typed = {name: value for name, value in given.items() if config_flags.given_by_user(ctx, name)}
     tools_file = typed.pop("tools_config", None)
     if tools_file is not None:
         typed["tools"] = _tools(tools_file)
-    cfg = _config(typed.pop("config", None), typed)
+    config_file = typed.pop("config", None)
+    if "dataset" not in typed and not _names_dataset(config_file):
+        raise fail(
+            "give the JSONL dataset: trajforge batch DATASET --run-name NAME (or `dataset:` in --config)"
+        )
+    cfg = _config(config_file, typed)
     summary = _run(cfg)
-    _print_summary(summary.run_dir, summary.statistics)
+    if json_out:
+        data = {"run_dir": str(summary.run_dir), "statistics": summary.statistics}
+        typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str).decode())
+    else:
+        _print_summary(summary.run_dir, summary.statistics)
 
 
-def _typed(ctx: typer.Context, name: str) -> bool:
-    """Whether the user gave ``name`` (not its default). By the source's name: typer carries its
-    own copy of click, whose ParameterSource is not ``click``'s."""
-    source = ctx.get_parameter_source(name)
-    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+def _names_dataset(config_file: Path | None) -> bool:
+    """Whether the YAML of ``--config`` gives ``dataset`` (an unreadable file: let the config
+    loader say why)."""
+    if config_file is None:
+        return False
+    import yaml
 
-
-def _value_type(field: FieldInfo) -> type:
-    """The field's type without ``None``: what a flag's text becomes (list, dict and Literal: str)."""
-    annotation = field.annotation
-    if typing.get_origin(annotation) in (Union, types.UnionType):
-        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
-    origin = typing.get_origin(annotation)
-    if origin is not None:
-        return origin if origin in (list, dict) else str
-    return annotation if isinstance(annotation, type) else str
-
-
-def _default(field: FieldInfo, kind: type) -> Any:
-    """The default ``--help`` shows (a list or JSON object flag shows none: it has no text form)."""
-    if field.is_required() or kind in (list, dict):
-        return None
-    return field.get_default(call_default_factory=True)
-
-
-def _option(name: str, field: FieldInfo) -> inspect.Parameter:
-    """The ``--flag`` of one config field: a switch for a bool (``--x/--no-x`` when on by
-    default), text for a list (comma-separated) or a JSON object, else the field's own type."""
-    kind = _value_type(field)
-    flag = "--" + name.replace("_", "-")
-    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-    aliases = [str(a) for a in extra.get("flag_aliases") or ()]  # type: ignore[union-attr]
-    decls = (f"{flag}/--no-{flag[2:]}" if field.default is True else flag,) if kind is bool else ()
-    if aliases:
-        decls = (decls or (flag,)) + tuple(aliases)
-    text = (field.description or "") + (", comma-separated" if kind is list else "")
-    cli_type = kind if kind in (bool, int, float, Path) else str
-    switch = {"metavar": ""} if kind is bool else {}  # a switch takes no value: show none
-    annotation = Annotated[cli_type | None, typer.Option(*decls, help=text, **switch)]
-    return inspect.Parameter(name, _KEYWORD, default=_default(field, kind), annotation=annotation)
+    try:
+        data = yaml.safe_load(config_file.read_text())
+    except (OSError, yaml.YAMLError):
+        return True
+    return not isinstance(data, dict) or data.get("dataset") is not None
 
 
 def _dataset_argument() -> inspect.Parameter:
+    """DATASET: required, unless ``--config`` names it (usage shows it required; leaving it out
+    says how to give it, never a ``--dataset`` flag that does not exist)."""
     help_text = BatchConfig.model_fields["dataset"].description
-    annotation = Annotated[Path | None, typer.Argument(help=help_text)]
+    annotation = Annotated[Path | None, typer.Argument(help=help_text, metavar="DATASET", show_default=False)]
     return inspect.Parameter("dataset", _POSITIONAL, default=None, annotation=annotation)
 
 
 def _parameters() -> list[inspect.Parameter]:
-    fields = BatchConfig.model_fields.items()
-    options = (_option(n, f) for n, f in fields if n not in _NOT_FLAGS)
-    return [_CONTEXT, _dataset_argument(), _CONFIG, _TOOLS_CONFIG, *options]
+    options = config_flags.options(BatchConfig, skip=_NOT_FLAGS)
+    return [_CONTEXT, _dataset_argument(), _CONFIG, _TOOLS_CONFIG, *options, _JSON]
 
 
 def _tools(path: Path) -> Any:
@@ -127,25 +119,13 @@ def _tools(path: Path) -> Any:
         raise fail(str(exc)) from None
 
 
-def _from_text(name: str, value: Any) -> Any:
-    """A flag's value as the config takes it: lists split at commas, JSON objects parsed."""
-    if name == "tools":  # already a ToolsConfig (from --tools-config)
-        return value
-    kind = _value_type(BatchConfig.model_fields[name])
-    if value is None or kind not in (list, dict):
-        return value
-    if kind is list:
-        return [v.strip() for v in value.split(",") if v.strip()]
-    try:
-        return orjson.loads(value)
-    except orjson.JSONDecodeError as exc:
-        raise fail(f"--{name.replace('_', '-')} is not valid JSON: {exc}") from None
-
-
 def _config(config_file: Path | None, given: dict[str, Any]) -> BatchConfig:
     from trajforge.batch.config import ConfigError, load_config
 
-    overrides = {name: _from_text(name, value) for name, value in given.items()}
+    overrides = {
+        name: value if name == "tools" else config_flags.from_text(BatchConfig, name, value)
+        for name, value in given.items()
+    }
     try:
         return load_config(config_file, overrides)
     except ConfigError as exc:
@@ -236,6 +216,14 @@ def _sandbox_rows(boxes: dict[str, Any]) -> list[tuple[str, str]]:
     return [("sandboxes", text)]
 
 
+class _BatchCommand(renamed(RENAMES)):  # type: ignore[misc]
+    """Usage shows DATASET as the required argument it is; click's optional marks come from
+    letting ``--config`` name it instead."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return [_REQUIRED_DATASET if p == "[DATASET]" else p for p in super().collect_usage_pieces(ctx)]
+
+
 def register(app: typer.Typer) -> None:
     typing.cast(Any, batch).__signature__ = inspect.Signature(_parameters())
-    app.command("batch")(batch)
+    app.command("batch", cls=_BatchCommand)(batch)

@@ -35,7 +35,7 @@ def _as_json(dists: list[Distribution]) -> str:
 
 def distributions(
     name: str | None = typer.Argument(None, help="Show only this distribution."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.", metavar=""),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """List the toolset distributions (each toolset is drawn independently with its chance)."""
     if name is None:

@@ -23,20 +23,35 @@ from rich.console import Console
 from rich.table import Table
 
 from trajforge.cli.errors import fail
+from trajforge.cli.vocab import renamed
 
 if TYPE_CHECKING:
     from trajforge.envs.ray_backend import RayEvalConfig
 
-env_app = typer.Typer(help="RL and evaluation environments: list, show, eval, rescore.", no_args_is_help=True)
+env_app = typer.Typer(
+    help="RL and evaluation environments: list, show, eval, rescore, resize, serve, process, evaluate.",
+    no_args_is_help=True,
+)
 _err = Console(stderr=True)
 
 
 @env_app.command("list")
-def list_cmd() -> None:
+def list_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """The shipped environments, one line each (user envs load from path/to/file.py:ClassName)."""
     from trajforge.envs.catalog import LIBRARY, available, describe
 
     here = available()
+    if json_out:
+        rows = [
+            {
+                "name": name,
+                "available": name in here,
+                "description": describe(name)[1] if name in here else None,
+            }
+            for name in LIBRARY
+        ]
+        typer.echo(json.dumps(rows, indent=2))
+        return
     table = Table(title="Environments")
     table.add_column("name")
     table.add_column("description")
@@ -51,7 +66,7 @@ def list_cmd() -> None:
 @env_app.command("show")
 def show_cmd(
     env: str = typer.Argument(..., help="Env name or path/to/file.py:ClassName."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON.", metavar=""),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """An env's default config and an example item."""
     from trajforge.envs import EnvConfigError, UnknownEnvError, load_env
@@ -86,11 +101,13 @@ class Backend(StrEnum):
     ray = "ray"
 
 
-def _overrides(**flags: Any) -> dict[str, Any]:
-    return {k: v for k, v in flags.items() if v is not None}
+# Old spellings, kept for one release (docs/cli.md).
+EVAL_RENAMES = {"--n": "--max-samples"}
+RESIZE_RENAMES = {"--rollouts": "--concurrency", "--tools": "--max-parallel-tools"}
+_AGENTS = ("model", "oracle", "none")
 
 
-@env_app.command("eval")
+@env_app.command("eval", cls=renamed(EVAL_RENAMES))
 def eval_cmd(
     env: str = typer.Argument(..., help="Env name or path/to/file.py:ClassName."),
     model: str | None = typer.Option(
@@ -103,7 +120,7 @@ def eval_cmd(
         "--tokenizer",
         help="Token level: a local tokenizer dir (records carry tokens/masks/logprobs); 'auto' with the embedded policy.",
     ),
-    n: int = typer.Option(20, "--n", min=1, help="Held-out items."),
+    n: int = typer.Option(20, "--max-samples", min=1, help="Held-out items."),
     group_size: int | None = typer.Option(
         None, "--group-size", min=1, help="Rollouts per item (default: env's)."
     ),
@@ -137,33 +154,19 @@ def eval_cmd(
         help="With --backend ray: rollout actors on each node (default 1; batch's --workers). "
         "--concurrency stays the cluster's total; the endpoint budget is split over all actors.",
     ),
-    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
+    progress: str = typer.Option(
+        "auto", "--progress", help="auto|rich|plain|none (auto: rich on a terminal, plain lines otherwise)"
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Evaluate ENV: held-out items x group size, judged in their own sandboxes."""
-    from trajforge.endpoint import EndpointConfig, pairing_problem
-    from trajforge.envs import EnvConfig, EnvConfigError, UnknownEnvError, load_env, load_env_config
-    from trajforge.raycluster import ClusterError, missing_ray
-
-    problem = pairing_problem(model, base_url)
-    if problem:
-        raise fail(problem)
-    if agent not in {"model", "oracle", "none"}:
+    endpoint = _endpoint(model, base_url, api_key_env, tokenizer)
+    if agent not in _AGENTS:
         raise fail(f"--agent must be model, oracle or none, not {agent!r}")
-    if ray_address is not None and backend is not Backend.ray:
-        raise fail("--ray-address needs --backend ray")
-    if actors_per_node is not None and backend is not Backend.ray:
-        raise fail("--actors-per-node needs --backend ray")
-    where = None
-    if backend is Backend.ray:
-        from trajforge.envs.ray_backend import RayEvalConfig
-
-        try:
-            where = RayEvalConfig.of(ray_address, 1 if actors_per_node is None else actors_per_node)
-        except ValueError as exc:
-            raise fail(str(exc)) from None
-    if backend is Backend.ray and (missing := missing_ray("--backend ray")):
-        raise fail(missing)
-    flags = _overrides(
+    if progress not in ("auto", "rich", "plain", "none"):
+        raise fail(f"--progress takes auto, rich, plain or none; got {progress!r}")
+    where = _placement(backend, ray_address, actors_per_node)
+    settings = _overrides(
         agent_temperature=temperature,
         max_agent_turns=max_turns,
         max_concurrent_rollouts=concurrency,
@@ -171,50 +174,113 @@ def eval_cmd(
         seed=seed,
         tasks_dir=str(tasks) if tasks else None,
     )
-    try:
-        from trajforge.envs import env_class
+    instance = _load_for_eval(env, settings, config, tasks)
+    size = group_size or instance.config.group_size
+    run_dir = output_dir / (run_name or f"{instance.name}-n{n}-g{size}-{time.strftime('%Y%m%d-%H%M%S')}")
+    run = _run_with_progress(instance, endpoint, run_dir, n, size, agent, (env, where), progress)
+    _show_eval(run, run_dir, json_out)
 
+
+def _overrides(**flags: Any) -> dict[str, Any]:
+    return {k: v for k, v in flags.items() if v is not None}
+
+
+def _endpoint(model: str | None, base_url: str | None, api_key_env: str | None, tokenizer: str | None) -> Any:
+    """Which model answers: --model with --base-url, or neither for the embedded policy."""
+    from trajforge.endpoint import EndpointConfig, pairing_problem
+
+    problem = pairing_problem(model, base_url)
+    if problem:
+        raise fail(problem)
+    return EndpointConfig(model=model, base_url=base_url, api_key_env=api_key_env, tokenizer=tokenizer)
+
+
+def _placement(
+    backend: Backend, ray_address: str | None, actors_per_node: int | None
+) -> RayEvalConfig | None:
+    """Where the rollouts run: None here, or the Ray cluster's ``RayEvalConfig``."""
+    from trajforge.raycluster import missing_ray
+
+    if backend is not Backend.ray:
+        if ray_address is not None:
+            raise fail("--ray-address needs --backend ray")
+        if actors_per_node is not None:
+            raise fail("--actors-per-node needs --backend ray")
+        return None
+    from trajforge.envs.ray_backend import RayEvalConfig
+
+    try:
+        where = RayEvalConfig.of(ray_address, 1 if actors_per_node is None else actors_per_node)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if missing := missing_ray("--backend ray"):
+        raise fail(missing)
+    return where
+
+
+def _load_for_eval(env: str, settings: dict[str, Any], config: Path | None, tasks: Path | None) -> Any:
+    """The env, built from its defaults, the ``--config`` file, then the flags."""
+    from trajforge.envs import (
+        EnvConfig,
+        EnvConfigError,
+        UnknownEnvError,
+        env_class,
+        load_env,
+        load_env_config,
+    )
+
+    try:
         cls = env_class(env)
         if tasks is not None and "tasks_dir" not in cls.config_class.model_fields:
             raise fail(f"env {env!r} does not read a task directory (--tasks is for envs that do)")
-        if config is not None:
-            defaults = cls.default_config() if hasattr(cls, "default_config") else EnvConfig()
-            conf = load_env_config(config, defaults)
-            instance = load_env(env, flags, config=conf)
-        else:
-            instance = load_env(env, flags)
+        if config is None:
+            return load_env(env, settings)
+        defaults = cls.default_config() if hasattr(cls, "default_config") else EnvConfig()
+        return load_env(env, settings, config=load_env_config(config, defaults))
     except (UnknownEnvError, EnvConfigError) as exc:
         raise fail(str(exc)) from None
-    endpoint = EndpointConfig(model=model, base_url=base_url, api_key_env=api_key_env, tokenizer=tokenizer)
-    size = group_size or instance.config.group_size
-    name = run_name or f"{instance.name}-n{n}-g{size}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir = output_dir / name
+
+
+def _run_with_progress(
+    instance: Any,
+    endpoint: Any,
+    run_dir: Path,
+    n: int,
+    size: int,
+    agent: str,
+    placed: tuple[str, RayEvalConfig | None],
+    mode: str,
+) -> Any:
+    """Run the evaluation with a live display of its phase, episodes done, rate and ETA."""
+    from trajforge.cli.live import LiveProgress
+    from trajforge.raycluster import ClusterError
+
+    env_ref, where = placed
+    live = LiveProgress(f"env eval {instance.name}", unit="episodes", mode=mode)  # type: ignore[arg-type]
     try:
-        run = asyncio.run(
-            _eval(
-                instance,
-                endpoint,
-                run_dir,
-                n,
-                size,
-                agent,
-                ray=(env, where) if where is not None else None,
+        with live:
+            return asyncio.run(
+                _eval(
+                    instance, endpoint, run_dir, n, size, agent, live, ray=(env_ref, where) if where else None
+                )
             )
-        )
     except (ValueError, ClusterError) as exc:
         raise fail(str(exc)) from None
+
+
+def _show_eval(run: Any, run_dir: Path, json_out: bool) -> None:
     if json_out:
         typer.echo(json.dumps(run.summary.model_dump(mode="json"), indent=2))
-    else:
-        _print_summary(run.summary, run_dir)
-        if run.summary.requeued:
-            earlier = run.summary.requeued - run.requeued
-            Console().print(
-                f"requeued after a lost rollout actor: {run.summary.requeued} episode(s), each written "
-                f"once ({run.summary.actors_lost} actor(s) lost"
-                + (f"; {earlier} of them before this invocation" if earlier else "")
-                + ")"
-            )
+        return
+    _print_summary(run.summary, run_dir)
+    if run.summary.requeued:
+        earlier = run.summary.requeued - run.requeued
+        Console().print(
+            f"requeued after a lost rollout actor: {run.summary.requeued} episode(s), each written "
+            f"once ({run.summary.actors_lost} actor(s) lost"
+            + (f"; {earlier} of them before this invocation" if earlier else "")
+            + ")"
+        )
 
 
 async def _eval(
@@ -224,6 +290,7 @@ async def _eval(
     n: int,
     group_size: int,
     agent: str,
+    live: Any,
     *,
     ray: tuple[str, RayEvalConfig] | None = None,
 ) -> Any:
@@ -232,13 +299,19 @@ async def _eval(
     from trajforge.envs import run_eval
     from trajforge.envs.rollout_backends import open_rollout_backends
 
+    rewards: list[float] = []
+
     def announce(message: str) -> None:
-        _err.print(f"[dim]{message}[/]", soft_wrap=True)  # one line each, as logged
+        live.note(message)
 
     def progress(ep: Any, done: int, total: int) -> None:
-        if done == total or done % max(1, total // 20) == 0:
-            _err.print(f"[dim]{done}/{total} episodes[/]")
+        if ep is not None and getattr(ep, "reward", None) is not None:
+            rewards.append(float(ep.reward))
+        live.phase("rollouts")
+        mean = f"mean reward {sum(rewards) / len(rewards):.3f}" if rewards else ""
+        live.advance(done, total, mean)
 
+    live.phase("starting")
     if ray is not None:
         from trajforge.envs.ray_backend import EnvSpec, run_eval_on_ray
 
@@ -255,6 +328,7 @@ async def _eval(
             announce=announce,
         )
     async with open_rollout_backends(env, endpoint, agent, announce=announce) as backends:
+        live.phase("rollouts")
         return await run_eval(
             env, backends, run_dir, n=n, group_size=group_size, agent=agent, on_episode=progress
         )
@@ -271,7 +345,9 @@ def _print_summary(summary: Any, run_dir: Path) -> None:
         table.add_row(f"  {cat}", str(res.items), str(res.mean_reward), str(res.pass_at_1))
     console = Console()
     console.print(table)
-    at_k = ", ".join(f"pass@{k} {v:.3f}" for k, v in summary.pass_at_k.items())
+    at_k = ", ".join(
+        f"pass@{k} {summary.pass_at_k_interval.get(k) or f'{v:.3f}'}" for k, v in summary.pass_at_k.items()
+    )
     console.print(
         f"{at_k}; episodes {summary.episodes} (failed to run: {summary.failed}, reward errors: {summary.reward_errors})"
     )
@@ -282,9 +358,8 @@ def _print_summary(summary: Any, run_dir: Path) -> None:
 def rescore_cmd(
     run_dir: Path = typer.Argument(..., help="An `env eval` run directory."),
     env: str | None = typer.Option(None, "--env", help="Env to judge with (default: the run's)."),
-    write: bool = typer.Option(
-        False, "--write", help="Rewrite episodes.jsonl with the new rewards.", metavar=""
-    ),
+    write: bool = typer.Option(False, "--write", help="Rewrite episodes.jsonl with the new rewards."),
+    json_out: bool = typer.Option(False, "--json", help="Print the counts (and the new summary) as JSON."),
 ) -> None:
     """Judge stored episodes again from what the env kept (final files, transcripts); no model."""
     from trajforge.envs import EnvConfigError, UnknownEnvError, load_env, read_episodes
@@ -328,32 +403,50 @@ def rescore_cmd(
         raise fail(
             f"env {instance.name!r} cannot rescore without a sandbox (it keeps nothing to judge offline)"
         )
-    typer.echo(
-        f"rescored {len(episodes) - unable} episodes: {same} same reward, {changed} changed, {unable} not rescorable"
-    )
+    counts = {"rescored": len(episodes) - unable, "same": same, "changed": changed, "not_rescorable": unable}
+    summary = None
     if write:
         tmp = run_dir / (EPISODES_FILE + ".tmp")
         tmp.write_bytes(b"".join(orjson.dumps(e.model_dump(mode="json")) + b"\n" for e in new))
         tmp.replace(run_dir / EPISODES_FILE)
-        write_summary(run_dir, instance.name)
+        summary = write_summary(run_dir, instance.name)
+    if json_out:
+        data: dict[str, Any] = {**counts, "written": write}
+        if summary is not None:
+            data["summary"] = summary.model_dump(mode="json")
+        typer.echo(json.dumps(data, indent=2))
+        return
+    typer.echo(
+        f"rescored {counts['rescored']} episodes: {same} same reward, {changed} changed, {unable} not rescorable"
+    )
+    if write:
         typer.echo(f"wrote {run_dir / EPISODES_FILE} and summary.json")
 
 
-@env_app.command("resize")
+@env_app.command("resize", cls=renamed(RESIZE_RENAMES))
 def resize_cmd(
     run_dir: Path = typer.Argument(..., help="A running `env eval` run directory."),
-    rollouts: int | None = typer.Option(None, "--rollouts", min=1, help="Rollouts at once."),
-    tools: int | None = typer.Option(None, "--tools", min=1, help="Tool calls at once within a rollout."),
+    rollouts: int | None = typer.Option(None, "--concurrency", min=1, help="Rollouts at once."),
+    tools: int | None = typer.Option(
+        None, "--max-parallel-tools", min=1, help="Tool calls at once within a rollout."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print what was asked as JSON."),
 ) -> None:
     """Change a running evaluation's concurrency (picked up within a second; see status.json)."""
     from trajforge.envs import write_control
 
     if rollouts is None and tools is None:
-        raise fail("give --rollouts N and/or --tools N")
+        raise fail("give --concurrency N and/or --max-parallel-tools N")
     if not run_dir.is_dir():
         raise fail(f"{run_dir} is not a run directory")
     write_control(run_dir, max_concurrent_rollouts=rollouts, max_parallel_tools=tools)
-    typer.echo(f"asked {run_dir} for rollouts={rollouts} tools={tools}; watch {run_dir / 'status.json'}")
+    if json_out:
+        data = {"run_dir": str(run_dir), "concurrency": rollouts, "max_parallel_tools": tools}
+        typer.echo(json.dumps(data, indent=2))
+        return
+    typer.echo(
+        f"asked {run_dir} for concurrency={rollouts} max-parallel-tools={tools}; watch {run_dir / 'status.json'}"
+    )
 
 
 def register(app: typer.Typer) -> None:

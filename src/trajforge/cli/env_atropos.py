@@ -13,8 +13,10 @@ Run standalone as ``python -m trajforge.cli.env_atropos MODE ENV ...`` too.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
 from trajforge.cli.errors import fail
 from trajforge.extras import missing_ml
@@ -77,21 +79,41 @@ def run_mode(mode: str, env: str, args: list[str]) -> None:
         raise fail(str(exc)) from None
 
 
+_HELP = ("--help", "-h")
+
+
 def _command(mode: str):  # type: ignore[no-untyped-def]
     def command(
         ctx: typer.Context,
-        env: str = typer.Argument(..., help="env name (trajforge env list) or path/to/file.py:ClassName"),
+        env: str | None = typer.Argument(
+            None, metavar="ENV", help="env name (trajforge env list) or path/to/file.py:ClassName"
+        ),
     ) -> None:
+        # --help before ENV is ours (no env to ask atroposlib about); after ENV it is atroposlib's.
+        if env is None or env in _HELP:
+            if env in _HELP or set(_HELP) & set(ctx.args):
+                typer.echo(ctx.get_help())
+                raise typer.Exit()
+            raise fail(f"give ENV: trajforge env {mode} ENV [ATROPOS FLAGS] (trajforge env list names them)")
         run_mode(mode, env, list(ctx.args))
 
     command.__doc__ = _MODES[mode] + " Flags after ENV go to atroposlib (ENV --help lists them)."
     return command
 
 
+class _PassThrough(TyperCommand):
+    """Usage shows ENV as required and the flags that follow it (ENV is optional to click only so
+    that ``--help`` works without one)."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [p for p in super().collect_usage_pieces(ctx) if p not in ("[OPTIONS]", "[ENV]")]
+        return [*pieces, "ENV", "[ATROPOS FLAGS]..."]
+
+
 def register(env_app: typer.Typer) -> None:
     """Add ``serve``, ``process`` and ``evaluate`` to the ``trajforge env`` group."""
     for mode in _MODES:
-        env_app.command(mode, context_settings=dict(_PASS_THROUGH))(_command(mode))
+        env_app.command(mode, cls=_PassThrough, context_settings=dict(_PASS_THROUGH))(_command(mode))
 
 
 def main() -> None:

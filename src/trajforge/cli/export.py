@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
+import orjson
 import typer
 
 from trajforge.cli.errors import fail
+from trajforge.cli.live import LiveProgress, silence_library_bars
 
 _FORMATS_HELP = "messages (TRL) | sharegpt | llamafactory | axolotl | hermes | parquet | dpo"
 _FILES = ("trajectories", "filtered", "failed")
@@ -73,9 +75,14 @@ def export(
             "the call as the assistant's text (docs/formats.md)"
         ),
     ] = "skip",
+    progress: Annotated[
+        str, typer.Option(help="auto|rich|plain|none (auto: rich on a terminal, plain lines otherwise)")
+    ] = "auto",
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Export a run for a trainer: TRL messages, ShareGPT, LLaMA-Factory, Axolotl, the reference's
-    padded format, Parquet, DPO pairs (docs/formats.md has each trainer's config)."""
+    """Export a run for a trainer: TRL, ShareGPT, LLaMA-Factory, Axolotl, Parquet, DPO pairs.
+
+    Also the reference's padded format (hermes); docs/formats.md has each trainer's config."""
     from pydantic import ValidationError
 
     from trajforge.batch.export import ExportError, ExportOptions
@@ -99,10 +106,19 @@ def export(
         )
     except ValidationError as exc:
         raise fail(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
+    if progress not in ("auto", "rich", "plain", "none"):
+        raise fail(f"--progress takes auto, rich, plain or none; got {progress!r}")
+    if fmt == "parquet":
+        silence_library_bars("datasets")
+    live = LiveProgress(f"export {fmt}", unit="KiB", mode=progress)  # type: ignore[arg-type]
     try:
-        report = run_export(run_dir, fmt, output, options=options)
+        with live:
+            report = run_export(run_dir, fmt, output, options=options, progress=live.step)
     except ExportError as exc:
         raise fail(str(exc)) from None
+    if json_out:
+        typer.echo(orjson.dumps(_as_json(report), option=orjson.OPT_INDENT_2).decode())
+        return
     typer.echo(f"wrote {report.rows} rows to {report.path}")
     if report.rows == 0:  # parquet only: the JSONL formats refuse to write an empty file
         typer.echo(
@@ -125,6 +141,19 @@ def export(
             typer.echo(f"pairs left out {n}: the better-rewarded answer may not be chosen: {why}")
         for note in p.notes:
             typer.echo(f"note: {note}")
+
+
+def _as_json(report: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "path": str(report.path),
+        "rows": report.rows,
+        "read": report.read,
+        "left_out": dict(report.left_out),
+    }
+    if report.pairing is not None:
+        data["pairing"] = report.pairing.as_dict()
+        data["pairing_file"] = str(report.sidecar)
+    return data
 
 
 def register(app: typer.Typer) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import typer
@@ -10,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trajforge.cli.errors import fail
+from trajforge.cli.vocab import renamed
 from trajforge.extras import missing_ml
 
 model_app = typer.Typer(
@@ -17,16 +19,17 @@ model_app = typer.Typer(
 )
 
 
-@model_app.command("build-tiny")
+@model_app.command("build-tiny", cls=renamed({"--out": "--model-path"}))
 def build_tiny_cmd(
-    out: Path = typer.Option(..., "--out", help="Directory to write the model into (created if missing)."),
-    steps: int | None = typer.Option(None, "--steps", min=1, help="SFT steps (default: the recipe's)."),
-    quick: bool = typer.Option(
-        False, "--quick", help="A seconds-long smoke build (tiny model, few steps).", metavar=""
+    out: Path = typer.Option(
+        ..., "--model-path", help="Directory to write the model into (created if missing)."
     ),
+    steps: int | None = typer.Option(None, "--steps", min=1, help="SFT steps (default: the recipe's)."),
+    quick: bool = typer.Option(False, "--quick", help="A seconds-long smoke build (tiny model, few steps)."),
     examples: int | None = typer.Option(None, "--examples", min=1, help="Synthetic trajectories to build."),
     sandbox: str = typer.Option("bwrap", "--sandbox", help="Sandbox backend that runs the tool calls."),
     eval_n: int = typer.Option(0, "--eval", min=0, help="Evaluate on this many held-out tasks afterwards."),
+    json_out: bool = typer.Option(False, "--json", help="Print the build (and evaluation) report as JSON."),
 ) -> None:
     """Train the tiny policy from scratch: real-tool synthetic data, BPE tokenizer, TRL SFT."""
     _require_ml("`trajforge model build-tiny`")
@@ -37,7 +40,7 @@ def build_tiny_cmd(
     if sandbox not in {"bwrap", "local", "docker"}:
         raise fail(f"unknown sandbox backend {sandbox!r}; use bwrap, local or docker")
     if out.exists() and not out.is_dir():
-        raise fail(f"--out {out} exists and is not a directory; pick a directory path")
+        raise fail(f"--model-path {out} exists and is not a directory; pick a directory path")
     cfg = (BuildConfig.quick() if quick else BuildConfig()).with_steps(steps)
     cfg = replace(cfg, sandbox_kind=sandbox, examples=examples or cfg.examples)
     report = build_tiny(out, cfg)
@@ -47,6 +50,11 @@ def build_tiny_cmd(
 
         quality = asyncio.run(evaluate(out, eval_n, sandbox_kind=sandbox))
     write_model_card(out, report, quality)
+    if json_out:
+        data = {"model_path": str(out), "build": report.model_dump(mode="json")}
+        data["quality"] = quality.model_dump(mode="json") if quality is not None else None
+        typer.echo(json.dumps(data, indent=2))
+        return
     typer.echo(
         f"wrote {out}: {report.parameters:,} parameters, {report.weights_bytes / 1e6:.1f} MB, "
         f"{report.conversations} trajectories ({len(report.rejected)} rejected), "
@@ -56,18 +64,16 @@ def build_tiny_cmd(
         _print_quality(quality)
 
 
-@model_app.command("eval")
+@model_app.command("eval", cls=renamed({"--model": "--model-path", "--n": "--max-samples"}))
 def eval_cmd(
     model: Path | None = typer.Option(
-        None,
-        "--model-path",
-        "--model",
-        help="Model directory (default: the embedded policy); --model is the old name.",
+        None, "--model-path", help="Model directory (default: the embedded policy)."
     ),
-    n: int = typer.Option(100, "--n", min=1, help="Held-out tasks to run."),
+    n: int = typer.Option(100, "--max-samples", min=1, help="Held-out tasks to run."),
     seed: int | None = typer.Option(None, "--seed", help="Task seed (default: the held-out seed)."),
     temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 = greedy decoding."),
     sandbox: str = typer.Option("bwrap", "--sandbox", help="Sandbox backend for the tool calls."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Run a policy on held-out generated tasks through the agent loop; print format and success rates."""
     _require_ml("`trajforge model eval`")
@@ -86,6 +92,9 @@ def eval_cmd(
             model, n, seed=EVAL_SEED if seed is None else seed, temperature=temperature, sandbox_kind=sandbox
         )
     )
+    if json_out:
+        typer.echo(report.model_dump_json(indent=2))
+        return
     _print_quality(report)
 
 
@@ -93,6 +102,9 @@ def _require_ml(what: str) -> None:
     problem = missing_ml(what)
     if problem:
         raise fail(problem)
+    from trajforge.cli.live import silence_library_bars
+
+    silence_library_bars("transformers", "datasets")
 
 
 def _print_quality(report: object) -> None:

@@ -15,6 +15,7 @@ import orjson
 import typer
 
 from trajforge.cli.errors import fail
+from trajforge.cli.vocab import renamed
 from trajforge.llm.parsers import get_parser, list_parsers
 
 
@@ -38,7 +39,7 @@ def _load_tools(path: Path) -> list[dict[str, Any]]:
 
 def parse(
     parser: str = typer.Option(
-        "auto", "--parser", "-p", help=f"Tool-call format: {', '.join(list_parsers())}."
+        "auto", "--tool-call-parser", "-p", help=f"Tool-call format: {', '.join(list_parsers())}."
     ),
     tools: Path | None = typer.Option(
         None, "--tools", help="JSON file with the OpenAI-style tools list (types string-carried values)."
@@ -51,11 +52,13 @@ def parse(
         raise fail(str(exc)) from None
     tool_list = _load_tools(tools) if tools is not None else None
     if sys.stdin.isatty():
-        raise fail("pipe the model output on stdin, e.g. trajforge parse --parser hermes < output.txt")
+        raise fail(
+            "pipe the model output on stdin, e.g. trajforge parse --tool-call-parser hermes < output.txt"
+        )
     result = tool_parser.parse(sys.stdin.read(), tool_list)
     typer.echo(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode())
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``parse`` command to the ``trajforge`` app."""
-    app.command("parse")(parse)
+    app.command("parse", cls=renamed({"--parser": "--tool-call-parser"}))(parse)

@@ -8,13 +8,14 @@ from typing import Annotated
 import typer
 
 from trajforge.cli.errors import fail
+from trajforge.cli.vocab import renamed
 
 
 def report(
     run_dir: Annotated[
         Path, typer.Argument(help="a run directory written by `trajforge batch` or an env run")
     ],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="default: RUN_DIR/report.html")] = None,
+    out: Annotated[Path | None, typer.Option("--output", "-o", help="default: RUN_DIR/report.html")] = None,
     max_trajectories: Annotated[
         int, typer.Option(help="trajectories embedded for the browser (sampled within each status beyond it)")
     ] = 2000,
@@ -23,6 +24,10 @@ def report(
         int, typer.Option(help="longest text kept of one message, think block or tool result")
     ] = 4000,
     seed: Annotated[int, typer.Option(help="seed of the sampling")] = 0,
+    progress: Annotated[
+        str, typer.Option(help="auto|rich|plain|none (auto: rich on a terminal, plain lines otherwise)")
+    ] = "auto",
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Write a run report: statistics, charts and a trajectory browser, in one HTML file."""
     from pydantic import ValidationError
@@ -39,12 +44,29 @@ def report(
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise fail(f"invalid report options ({problems}); --max-size-mb must be at least 0.5") from None
+    from trajforge.cli.live import LiveProgress
+
+    if progress not in ("auto", "rich", "plain", "none"):
+        raise fail(f"--progress takes auto, rich, plain or none; got {progress!r}")
     try:
-        summary = build_report(run_dir, out, options)
+        with LiveProgress("report", unit="lines", mode=progress) as live:  # type: ignore[arg-type]
+            summary = build_report(run_dir, out, options, progress=live.step)
     except ReportError as exc:
         raise fail(str(exc)) from None
     except OSError as exc:
         raise fail(f"cannot write the report: {exc}") from None
+    if json_out:
+        import orjson
+
+        data = {
+            "path": str(summary.path),
+            "size_bytes": summary.size_bytes,
+            "samples": summary.lines,
+            "embedded": summary.embedded,
+            "left_out_for_size": summary.left_out_for_size,
+        }
+        typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+        return
     cut = f", {summary.left_out_for_size} left out for size" if summary.left_out_for_size else ""
     typer.echo(
         f"wrote {summary.path} ({summary.size_bytes / 2**20:.1f} MiB): {summary.lines} samples, "
@@ -53,4 +75,4 @@ def report(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("report")(report)
+    app.command("report", cls=renamed({"--out": "--output"}))(report)

@@ -1,6 +1,6 @@
 """``trajforge rl``: train (:mod:`trajforge.cli.rl_train`), manage runs, and the RL agent.
 
-``rl start`` launches ``rl train`` as a managed run (``RUNS_DIR/ID/``) and returns once the
+``rl start`` launches ``rl train`` as a managed run (``OUTPUT_DIR/RUN_NAME/``) and returns once the
 trainer wrote its first metrics line; ``status``, ``stop``, ``results``, ``list`` and ``logs``
 work from any later process, because the run's state is on disk. ``rl agent "TASK"`` or
 ``rl agent --interactive`` runs the RL agent (terminal, file, web and rl tools).
@@ -9,6 +9,7 @@ work from any later process, because the run's state is on disk. ``rl agent "TAS
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from pathlib import Path
@@ -19,13 +20,21 @@ from rich.console import Console
 from rich.table import Table
 
 from trajforge.cli.errors import fail
+from trajforge.cli.vocab import renamed
 
 rl_app = typer.Typer(
-    help="Reinforcement learning: train, manage runs (start/status/stop/results/list/logs), the RL agent.",
+    help="Reinforcement learning: train, demo, start/status/stop/results/list/logs, the RL agent.",
     no_args_is_help=True,
 )
 _err = Console(stderr=True)
-RunsDir = typer.Option(Path("runs"), "--runs-dir", help="Where runs live (one directory per run).")
+RunsDir = typer.Option(
+    Path("runs"), "--output-dir", help="Where runs live: the parent of each run directory."
+)
+JsonOut = typer.Option(False, "--json", help="Print the result as JSON.")
+# Old spellings, kept for one release (docs/cli.md).
+RUNS_RENAMES = {"--runs-dir": "--output-dir"}
+START_RENAMES = {**RUNS_RENAMES, "--model": "--model-path", "--run-id": "--run-name"}
+AGENT_RENAMES = {**RUNS_RENAMES, "--max-iterations": "--max-turns"}
 
 
 def _manager(runs_dir: Path) -> Any:
@@ -34,11 +43,11 @@ def _manager(runs_dir: Path) -> Any:
     return Manager(runs_dir)
 
 
-@rl_app.command("start")
+@rl_app.command("start", cls=renamed(START_RENAMES))
 def start_cmd(
     env: str = typer.Argument(..., help="Env name or path/to/file.py:ClassName."),
     model: Path | None = typer.Option(
-        None, "--model", help="Local model directory (default: the embedded policy)."
+        None, "--model-path", help="Local model directory (default: the embedded policy)."
     ),
     trainer: str | None = typer.Option(None, "--trainer", help="builtin or trl."),
     steps: int | None = typer.Option(None, "--steps", min=1, help="Optimizer steps."),
@@ -47,9 +56,10 @@ def start_cmd(
     config: Path | None = typer.Option(None, "--config", help="YAML/JSON of trainer config fields."),
     runs_dir: Path = RunsDir,
     run_id: str | None = typer.Option(
-        None, "--run-id", help="Run directory name (default: time-train-random)."
+        None, "--run-name", help="Run directory name (default: time-train-random)."
     ),
     ready_timeout: float = typer.Option(900.0, "--ready-timeout", help="Seconds for the first metrics line."),
+    json_out: bool = JsonOut,
 ) -> None:
     """Start a managed training run; returns once the trainer wrote its first metrics."""
     from trajforge.rl.config import TrainConfigError, load_config_file
@@ -72,16 +82,16 @@ def start_cmd(
         state = asyncio.run(_manager(runs_dir).start(spec))
     except (TrainConfigError, RunError, FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from None
-    _print_state(state)
+    _print_state(state, json_out)
     if state.status == "failed":
         raise typer.Exit(1)
 
 
-@rl_app.command("status")
+@rl_app.command("status", cls=renamed(RUNS_RENAMES))
 def status_cmd(
     run_id: str = typer.Argument(..., help="Run id (`trajforge rl list`)."),
     runs_dir: Path = RunsDir,
-    json_out: bool = typer.Option(False, "--json", help="Print JSON.", metavar=""),
+    json_out: bool = JsonOut,
 ) -> None:
     """A run's status: each process, how it ended and why."""
     from trajforge.rl.manager import RunError
@@ -90,17 +100,15 @@ def status_cmd(
         state = asyncio.run(_manager(runs_dir).status(run_id))
     except RunError as exc:
         raise fail(str(exc)) from None
-    if json_out:
-        typer.echo(state.model_dump_json(indent=2))
-    else:
-        _print_state(state)
+    _print_state(state, json_out)
 
 
-@rl_app.command("stop")
+@rl_app.command("stop", cls=renamed(RUNS_RENAMES))
 def stop_cmd(
-    run_id: str = typer.Argument(...),
+    run_id: str = typer.Argument(..., help="Run id (`trajforge rl list`)."),
     runs_dir: Path = RunsDir,
     grace: float = typer.Option(10.0, "--grace", help="Seconds between SIGTERM and SIGKILL."),
+    json_out: bool = JsonOut,
 ) -> None:
     """Stop a run: SIGTERM to each process group, then SIGKILL after --grace seconds."""
     from trajforge.rl.manager import RunError
@@ -109,14 +117,14 @@ def stop_cmd(
         state = asyncio.run(_manager(runs_dir).stop(run_id, grace_s=grace))
     except RunError as exc:
         raise fail(str(exc)) from None
-    _print_state(state)
+    _print_state(state, json_out)
 
 
-@rl_app.command("results")
+@rl_app.command("results", cls=renamed(RUNS_RENAMES))
 def results_cmd(
-    run_id: str = typer.Argument(...),
+    run_id: str = typer.Argument(..., help="Run id (`trajforge rl list`)."),
     runs_dir: Path = RunsDir,
-    json_out: bool = typer.Option(False, "--json", help="Print JSON.", metavar=""),
+    json_out: bool = JsonOut,
 ) -> None:
     """Metrics summary, the last metrics line and checkpoint paths of a run."""
     from trajforge.rl.manager import RunError
@@ -144,19 +152,23 @@ def results_cmd(
         console.print(f"checkpoint: {path}")
 
 
-@rl_app.command("list")
-def list_cmd(runs_dir: Path = RunsDir) -> None:
+@rl_app.command("list", cls=renamed(RUNS_RENAMES))
+def list_cmd(runs_dir: Path = RunsDir, json_out: bool = JsonOut) -> None:
     """Every run with its status."""
     states = asyncio.run(_manager(runs_dir).list_runs())
+    if json_out:
+        typer.echo(json.dumps([s.model_dump(mode="json") for s in states], indent=2))
+        return
     print_runs(states)
 
 
-@rl_app.command("logs")
+@rl_app.command("logs", cls=renamed(RUNS_RENAMES))
 def logs_cmd(
-    run_id: str = typer.Argument(...),
+    run_id: str = typer.Argument(..., help="Run id (`trajforge rl list`)."),
     runs_dir: Path = RunsDir,
     process: str | None = typer.Option(None, "--process", help="One process (default: all)."),
     lines: int = typer.Option(50, "--lines", min=1, help="Last lines of each log."),
+    json_out: bool = JsonOut,
 ) -> None:
     """The last lines of a run's process logs."""
     from trajforge.rl.manager import RunError
@@ -165,6 +177,9 @@ def logs_cmd(
         logs = _manager(runs_dir).logs(run_id, process, lines)
     except RunError as exc:
         raise fail(str(exc)) from None
+    if json_out:
+        typer.echo(json.dumps(logs, indent=2))
+        return
     for name, text in logs.items():
         typer.echo(f"==> {name} <==\n{text}")
 
@@ -181,7 +196,10 @@ def print_runs(states: list[Any], console: Console | None = None) -> None:
     (console or Console()).print(table)
 
 
-def _print_state(state: Any) -> None:
+def _print_state(state: Any, json_out: bool = False) -> None:
+    if json_out:
+        typer.echo(state.model_dump_json(indent=2))
+        return
     console = Console()
     console.print(f"run {state.id} ({state.kind}): [bold]{state.status}[/]  {state.dir}")
     for p in state.processes:
@@ -191,16 +209,14 @@ def _print_state(state: Any) -> None:
         console.print(f"reason: {state.reason}")
 
 
-@rl_app.command("agent")
+@rl_app.command("agent", cls=renamed(AGENT_RENAMES))
 def agent_cmd(
     task: str | None = typer.Argument(None, help='The task, e.g. "Train a model on tiny_tasks".'),
-    interactive: bool = typer.Option(
-        False, "--interactive", "-i", help="A REPL; 'status' lists runs.", metavar=""
-    ),
+    interactive: bool = typer.Option(False, "--interactive", "-i", help="A REPL; 'status' lists runs."),
     model: str | None = typer.Option(None, "--model", help="Model name at the endpoint."),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint root."),
     api_key_env: str | None = typer.Option(None, "--api-key-env", help="Env var holding the API key."),
-    max_iterations: int = typer.Option(200, "--max-iterations", min=1, help="Model calls per task."),
+    max_iterations: int = typer.Option(200, "--max-turns", min=1, help="Model calls per task."),
     toolsets: str | None = typer.Option(
         None,
         "--toolsets",
@@ -216,7 +232,7 @@ def agent_cmd(
     agent_envs_dir: Path | None = typer.Option(
         None,
         "--agent-envs-dir",
-        help="Where env files the agent writes are kept (default RUNS_DIR/agent_envs); never imported.",
+        help="Where env files the agent writes are kept (default OUTPUT_DIR/agent_envs); never imported.",
     ),
     trust_agent_envs: bool = typer.Option(
         False,
@@ -224,7 +240,6 @@ def agent_cmd(
         help="Let every env the agent writes run (in its sandbox) without asking. Default: the "
         "interactive REPL asks you for each; without --interactive none runs unless approved with "
         "`trajforge rl agent-envs --approve NAME`.",
-        metavar="",
     ),
     save_trajectories: Path | None = typer.Option(
         None,
@@ -330,11 +345,11 @@ async def _agent(
                 code = _show(await agent.ask(text))
 
 
-@rl_app.command("agent-envs")
+@rl_app.command("agent-envs", cls=renamed(RUNS_RENAMES))
 def agent_envs_cmd(
     runs_dir: Path = RunsDir,
     agent_envs_dir: Path | None = typer.Option(
-        None, "--agent-envs-dir", help="The agent env store (default RUNS_DIR/agent_envs)."
+        None, "--agent-envs-dir", help="The agent env store (default OUTPUT_DIR/agent_envs)."
     ),
     approve: str | None = typer.Option(
         None,
@@ -342,6 +357,7 @@ def agent_envs_cmd(
         help="Approve the latest content of agent env NAME (or NAME@SHA16 for one version) to run in "
         "its sandbox. Read its file first (the list shows where it is).",
     ),
+    json_out: bool = JsonOut,
 ) -> None:
     """Envs the RL agent wrote: their files, sha256 and whether you approved them to run."""
     from trajforge.envs.sandboxed.store import AgentEnvError, AgentEnvStore
@@ -359,6 +375,19 @@ def agent_envs_cmd(
         versions = store.latest()
     except AgentEnvError as exc:
         raise fail(str(exc)) from None
+    if json_out:
+        rows = [
+            {
+                "name": f"agent/{v.name}",
+                "classes": [c.get("class") for c in v.classes],
+                "sha256": v.sha256,
+                "approved": v.approved,
+                "file": str(v.path),
+            }
+            for v in versions
+        ]
+        typer.echo(json.dumps(rows, indent=2))
+        return
     table = Table(title=f"agent envs in {store.dir}")
     for column in ("name", "classes", "sha256", "approved", "file"):
         table.add_column(column, no_wrap=column in ("name", "file"))

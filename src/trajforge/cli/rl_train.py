@@ -15,17 +15,42 @@ from pathlib import Path
 import typer
 
 from trajforge.cli.errors import fail
+from trajforge.cli.vocab import renamed
+
+# Old spellings, kept for one release (docs/cli.md).
+TRAIN_RENAMES = {"--model": "--model-path"}
+DEMO_RENAMES = {"--model": "--model-path", "--eval-n": "--max-samples"}
+DEFAULT_RUN_NAME = "rl"  # with the default --output-dir: runs/rl, TrainConfig's own default
 
 
 def register(rl_app: typer.Typer) -> None:
-    rl_app.command("train")(train_cmd)
-    rl_app.command("demo")(demo_cmd)
+    rl_app.command("train", cls=renamed(TRAIN_RENAMES))(train_cmd)
+    rl_app.command("demo", cls=renamed(DEMO_RENAMES))(demo_cmd)
+
+
+def run_dir(output_dir: Path | None, run_name: str | None, default_name: str) -> Path | None:
+    """OUTPUT_DIR/RUN_NAME, as in every command that makes a run directory (None: neither given).
+
+    Until the next release, ``--output-dir DIR`` alone that already holds a run (the old meaning:
+    the run directory itself) resumes it, with a note."""
+    if output_dir is None and run_name is None:
+        return None
+    if run_name is None and output_dir is not None and (output_dir / "state.json").is_file():
+        typer.echo(
+            f"note: {output_dir} is a run directory; --output-dir is now its parent: "
+            f"use --output-dir {output_dir.parent} --run-name {output_dir.name} (docs/cli.md)",
+            err=True,
+        )
+        return output_dir
+    if run_name is not None and (not run_name or "/" in run_name or run_name in {".", ".."}):
+        raise fail(f"--run-name {run_name!r} must be a plain directory name")
+    return (output_dir or Path("runs")) / (run_name or default_name)
 
 
 def train_cmd(
     env: str = typer.Argument(..., help="Env name or path/to/file.py:ClassName."),
     model: Path | None = typer.Option(
-        None, "--model", help="Local model directory to start from (default: the embedded policy)."
+        None, "--model-path", help="Local model directory to start from (default: the embedded policy)."
     ),
     trainer: str | None = typer.Option(None, "--trainer", help="builtin (default) or trl."),
     steps: int | None = typer.Option(None, "--steps", min=1, help="Optimizer steps."),
@@ -51,7 +76,14 @@ def train_cmd(
     ),
     device: str | None = typer.Option(None, "--device", help="auto (default), cpu, cuda, cuda:N."),
     config: Path | None = typer.Option(None, "--config", help="YAML/JSON file of TrainConfig fields."),
-    output_dir: Path | None = typer.Option(None, "--output-dir", help="Run directory (resumable)."),
+    output_dir: Path | None = typer.Option(
+        None, "--output-dir", help="Parent of the run directory (default: runs)."
+    ),
+    run_name: str | None = typer.Option(
+        None,
+        "--run-name",
+        help="Run directory name (default: rl); OUTPUT_DIR/RUN_NAME is resumable: run the same command again.",
+    ),
     seed: int | None = typer.Option(None, "--seed", help="Seeds items, rollouts and torch."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON.", metavar=""),
 ) -> None:
@@ -88,7 +120,7 @@ def train_cmd(
                 "temperature": temperature,
                 "guide": guide,
                 "device": device,
-                "output_dir": output_dir,
+                "output_dir": run_dir(output_dir, run_name, DEFAULT_RUN_NAME),
                 "seed": seed,
             },
         )
@@ -129,15 +161,18 @@ def _train(cfg: object) -> object:
 
 
 def demo_cmd(
-    output_dir: Path = typer.Option(Path("runs/rl-demo"), "--output-dir", help="Where the demo writes."),
-    eval_n: int = typer.Option(200, "--eval-n", min=1, help="Held-out items evaluated before and after."),
+    output_dir: Path = typer.Option(Path("runs"), "--output-dir", help="Parent of the run directory."),
+    run_name: str = typer.Option("rl-demo", "--run-name", help="Run directory name."),
+    eval_n: int = typer.Option(
+        200, "--max-samples", min=1, help="Held-out items evaluated before and after."
+    ),
     steps: int = typer.Option(
         80, "--steps", min=1, help="GRPO steps (the time budget usually stops it first)."
     ),
     config: Path | None = typer.Option(None, "--config", help="YAML/JSON TrainConfig fields to override."),
     model: str = typer.Option(
         "recipe",
-        "--model",
+        "--model-path",
         help="Weights to start from: recipe (the recipe's, 62-63% held-out: the loop's documented start), "
         "embedded (the committed default, this loop's result) or a model directory.",
     ),
@@ -174,7 +209,7 @@ def demo_cmd(
             named = {"recipe": recipe_weights, "embedded": embedded_weights}
             overrides["model"] = str(named[model]() if model in named else Path(model))
         report = run_demo(
-            output_dir,
+            run_dir(output_dir, run_name, "rl-demo") or output_dir / run_name,
             eval_n=eval_n,
             steps=steps,
             overrides=overrides,

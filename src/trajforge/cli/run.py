@@ -16,6 +16,7 @@ from rich.table import Table
 
 from trajforge.agent import AgentConfig, AgentResult, run_session
 from trajforge.cli.errors import fail
+from trajforge.cli.vocab import renamed
 from trajforge.distributions import UnknownDistributionError, get_distribution, sample_toolsets
 from trajforge.endpoint import EndpointConfig, open_chat_model
 from trajforge.llm.types import ModelError, SamplingParams
@@ -33,7 +34,8 @@ _err = Console(stderr=True)
 
 # A session always ends: without a deadline, a command the model keeps alive (or a model that
 # never stops calling tools slowly) would hold the sandbox forever.
-DEFAULT_SESSION_TIMEOUT_S = 900.0
+# The same default as batch's --sample-timeout (docs/cli.md: one flag, one default).
+DEFAULT_SESSION_TIMEOUT_S = 600.0
 _SANDBOX_KINDS: tuple[str, ...] = typing.get_args(SandboxKind)
 
 # The options of `trajforge run`, one line each.
@@ -47,23 +49,20 @@ Toolsets = Annotated[str | None, typer.Option(help="Comma-separated toolsets, e.
 Distribution = Annotated[str | None, typer.Option(help="Sample toolsets from this distribution.")]
 Seed = Annotated[int | None, typer.Option(help="Seed for the distribution draw.")]
 Sandbox = Annotated[str, typer.Option(help="bwrap (default), local (no isolation) or docker.")]
-Network = Annotated[bool, typer.Option(help="Allow network access inside the sandbox.", metavar="")]
+Network = Annotated[bool, typer.Option(help="Allow network access inside the sandbox.")]
 MaxTurns = Annotated[int, typer.Option(help="Model calls allowed.")]
 SystemPrompt = Annotated[str | None, typer.Option(help="System prompt.")]
 MaxTokens = Annotated[int | None, typer.Option(help="max_tokens per model call.")]
 Temperature = Annotated[float | None, typer.Option(help="Sampling temperature.")]
 ReasoningEffort = Annotated[str | None, typer.Option(help="low|medium|high.")]
-NoReasoning = Annotated[
-    bool, typer.Option("--no-reasoning", help="Ask the provider not to reason.", metavar="")
-]
-Stream = Annotated[bool, typer.Option(help="Use SSE streaming.", metavar="")]
+NoReasoning = Annotated[bool, typer.Option("--no-reasoning", help="Ask the provider not to reason.")]
+Stream = Annotated[bool, typer.Option(help="Use SSE streaming.")]
 Timeout = Annotated[
     float,
     typer.Option(
         "--sample-timeout",
-        "--timeout",
         help="Deadline for the whole session (s), as batch's --sample-timeout: at it the session ends "
-        "with termination 'timeout' and its sandbox is killed (--timeout is the old name).",
+        "with termination 'timeout' and its sandbox is killed.",
     ),
 ]
 MaxCommandTimeout = Annotated[
@@ -81,7 +80,15 @@ ToolsConfigFile = Annotated[
 ]
 Output = Annotated[
     Path | None,
-    typer.Option(help="Append the trajectory here (default: ./trajectory_samples.jsonl or failed_...)."),
+    typer.Option(
+        "--output",
+        "-o",
+        help="Append the trajectory here (default: ./trajectory_samples.jsonl or failed_...).",
+    ),
+]
+JsonOut = Annotated[
+    bool,
+    typer.Option("--json", help="Print the result as JSON (final answer, termination, trajectory path)."),
 ]
 
 
@@ -106,6 +113,7 @@ def run(
     max_command_timeout: MaxCommandTimeout = DEFAULT_MAX_COMMAND_TIMEOUT_S,
     output: Output = None,
     tools_config: ToolsConfigFile = None,
+    json_out: JsonOut = False,
 ) -> None:
     """Run one agent session, print the final answer and save the trajectory."""
     from trajforge.cli.tools import load_tools_option
@@ -125,7 +133,7 @@ def run(
         )
         agent = _agent_config(max_turns, system_prompt, timeout, max_command_timeout, sampling)
         code = asyncio.run(
-            _run(prompt, endpoint, chosen, box, agent, output, tools_cfg, toolsets is not None)
+            _run(prompt, endpoint, chosen, box, agent, output, tools_cfg, toolsets is not None, json_out)
         )
     except (UnknownToolsetError, UnknownDistributionError, SandboxUnavailableError, ValueError) as exc:
         raise fail(str(exc)) from None
@@ -188,6 +196,7 @@ async def _run(
     output: Path | None,
     tools_config: ToolsConfig,
     explicit: bool,
+    json_out: bool = False,
 ) -> int:
     registry = build_registry(tools_config)
     try:
@@ -205,12 +214,30 @@ async def _run(
     finally:
         await registry.aclose()
     path = _save(result, prompt, tools, output, toolsets)
-    _report(result, path)
+    _report(result, path, json_out)
     return 0 if result.finished_naturally else 1
 
 
-def _report(result: AgentResult, path: Path) -> None:
-    if result.final_answer is not None:
+def _result_json(result: AgentResult, path: Path) -> str:
+    import orjson
+
+    data = {
+        "final_answer": result.final_answer,
+        "finished": result.finished_naturally,
+        "termination": result.termination.value,
+        "turns": result.turns_used,
+        "api_calls": result.api_calls,
+        "tool_stats": {k: v.model_dump() for k, v in result.tool_stats.items() if v.count},
+        "error": result.error,
+        "trajectory": str(path),
+    }
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
+
+
+def _report(result: AgentResult, path: Path, json_out: bool = False) -> None:
+    if json_out:
+        print(_result_json(result, path))
+    elif result.final_answer is not None:
         print(result.final_answer)
     _err.print(
         f"[dim]{result.termination.value} after {result.turns_used} turns, {result.api_calls} model calls; "
@@ -247,4 +274,4 @@ def _save(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("run")(run)
+    app.command("run", cls=renamed({"--timeout": "--sample-timeout"}))(run)

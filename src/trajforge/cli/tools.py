@@ -15,9 +15,11 @@ import orjson
 import typer
 
 from trajforge.cli.errors import fail
+from trajforge.cli.vocab import renamed
 
 if TYPE_CHECKING:
     from trajforge.tools.config import ToolsConfig
+    from trajforge.tools.registry import ToolRegistry
 
 tools_app = typer.Typer(
     name="tools", help="The tools a model may call: readiness and backend checks.", no_args_is_help=True
@@ -39,19 +41,41 @@ def load_tools_option(path: Path | None) -> ToolsConfig:
         raise fail(str(exc)) from None
 
 
+def with_rl_tools(registry: ToolRegistry, runs_dir: Path) -> ToolRegistry:
+    """``registry`` with the real ``rl_*`` tools over a run manager in ``runs_dir`` in place of the
+    declared placeholders (the rl tools sit above ``tools/``: assembled here, never imported there)."""
+    from trajforge.rl.manager import Manager
+    from trajforge.rl.tools import RLToolSettings, rl_tools
+
+    settings = RLToolSettings(agent_envs_dir=runs_dir / "agent_envs", inference_dir=runs_dir / "_inference")
+    for tool in rl_tools(Manager(runs_dir), settings):
+        registry.replace(tool)
+    return registry
+
+
 @tools_app.command("list")
 def list_tools(
     tools_config: Path | None = typer.Option(None, "--tools-config", help=_CONFIG_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.", metavar=""),
+    runs_dir: Path = typer.Option(
+        Path("runs"), "--output-dir", help="Where runs live: the rl tools' run manager (as `rl agent`)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Every tool with its toolset and whether it is ready here (and why not)."""
+    from dataclasses import replace
+
     from rich.console import Console
     from rich.table import Table
 
     from trajforge.tools.builtin import build_registry
     from trajforge.tools.probe import tools_status
 
-    rows = tools_status(build_registry(load_tools_option(tools_config)))
+    registry = with_rl_tools(build_registry(load_tools_option(tools_config)), runs_dir)
+    where = f"with the run manager in {runs_dir} (trajforge rl agent)"
+    rows = [
+        replace(r, reason=where) if r.toolset == "rl" and r.status == "ready" else r
+        for r in tools_status(registry)
+    ]
     if as_json:
         data = [{"tool": r.name, "toolset": r.toolset, "status": r.status, "reason": r.reason} for r in rows]
         typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
@@ -61,16 +85,16 @@ def list_tools(
     table.add_column("toolset", no_wrap=True)
     table.add_column("ready here")
     for r in rows:
-        text = "yes" if r.status == "ready" else f"no: {r.reason}"
+        text = ("yes" if r.status == "ready" else "no") + (f": {r.reason}" if r.reason else "")
         table.add_row(r.name, r.toolset, text)
     Console(file=sys.stdout, width=max(120, Console().width)).print(table)
 
 
-@tools_app.command("check")
+@tools_app.command("check", cls=renamed({"--timeout": "--probe-timeout"}))
 def check_tools(
     tools_config: Path | None = typer.Option(None, "--tools-config", help=_CONFIG_HELP),
-    timeout: float = typer.Option(30.0, "--timeout", help="deadline of each probe, s"),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of lines.", metavar=""),
+    timeout: float = typer.Option(30.0, "--probe-timeout", help="deadline of each probe, s"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of lines."),
 ) -> None:
     """Probe every configured backend (model endpoints, image endpoint, search, browser).
     Exit code 1 when one fails."""

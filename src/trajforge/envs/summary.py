@@ -1,9 +1,17 @@
 """Results of an evaluation: mean reward, pass@1, pass@k, per category, with 95% intervals.
 
 pass@k is the unbiased estimator of Chen et al. (2021): over the n rollouts of an item with c
-successes, ``1 - C(n-c, k) / C(n, k)``, averaged over items. Intervals are normal approximations
-over items (the unit that varies), Wilson's for rates, so a 100-item eval says how far apart two
-policies must be before the difference means anything.
+successes, ``1 - C(n-c, k) / C(n, k)``, averaged over items. Every figure shown has a 95% interval
+over items (the unit that varies), so a 100-item eval says how far apart two policies must be
+before the difference means anything:
+
+- a rate of binary outcomes (pass@1, pass@k, and the mean reward when every reward is 0 or 1) whose
+  per-item values are all 0 or 1: Wilson's score interval (never zero-width at 0% or 100%, where a
+  normal interval collapses to a point);
+- such a rate with fractional per-item values (group size > 1): a percentile bootstrap over items
+  (:data:`BOOTSTRAP_RESAMPLES`, seeded, so a summary is reproducible), Wilson's when every item has
+  the same value (a bootstrap of identical values has no width either);
+- the mean of a non-binary reward: the normal approximation over item means.
 """
 
 from __future__ import annotations
@@ -46,6 +54,8 @@ class EvalSummary(BaseModel):
     mean_reward: Interval
     pass_at_1: Interval
     pass_at_k: dict[int, float]
+    pass_at_k_interval: dict[int, Interval] = {}
+    """the same pass@k figures with their 95% intervals (see the module's docstring)"""
     by_category: dict[str, CategoryResult]
     requeued: int = 0
     """episodes asked again of another rollout actor after theirs was lost (``--backend ray``), over
@@ -80,17 +90,40 @@ def wilson(successes: float, n: int, z: float = 1.96) -> Interval:
     return Interval(value=p, low=low, high=high)
 
 
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def bootstrap(values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> Interval:
+    """The mean of ``values`` with a 95% percentile-bootstrap interval (resampling the values)."""
+    import numpy as np
+
+    n = len(values)
+    if n == 0:
+        return Interval(value=0.0, low=0.0, high=0.0)
+    data = np.asarray(values, dtype=float)
+    means = data[np.random.default_rng(seed).integers(0, n, size=(resamples, n))].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    mean = float(data.mean())
+    return Interval(value=mean, low=min(float(low), mean), high=max(float(high), mean))
+
+
+def rate_interval(per_item: Sequence[float]) -> Interval:
+    """A rate of binary outcomes over items (each value in [0, 1]): Wilson when each item is 0 or 1
+    or all items are equal, else a bootstrap over items."""
+    if all(v in (0.0, 1.0) for v in per_item) or len(set(per_item)) <= 1:
+        return wilson(sum(per_item), len(per_item))
+    return bootstrap(per_item)
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def _rate(per_item: list[float]) -> Interval:
-    """A rate over items: Wilson when each item is one rollout, else normal over item means."""
-    if all(v in (0.0, 1.0) for v in per_item):
-        return wilson(sum(per_item), len(per_item))
-    return mean_interval(per_item)
+def _mean_reward(per_item: list[float], binary: bool) -> Interval:
+    """The mean reward over items: a rate when every reward is 0 or 1, else normal."""
+    return rate_interval(per_item) if binary else mean_interval(per_item)
 
 
 def summarize(episodes: Iterable[Episode], env: str) -> EvalSummary:
@@ -108,13 +141,15 @@ def summarize(episodes: Iterable[Episode], env: str) -> EvalSummary:
     group_size = max(sizes, default=0)
     item_reward = {i: sum(e.reward for e in g) / len(g) for i, g in groups.items()}
     item_pass = {i: sum(e.reward >= SUCCESS for e in g) / len(g) for i, g in groups.items()}
+    binary = all(e.reward in (0.0, 1.0) for g in groups.values() for e in g)
     ks = sorted({1, group_size} | ({2, 4, 8} & set(range(1, min(sizes, default=1) + 1))))
-    at_k = {
-        k: sum(pass_at_k(len(g), sum(e.reward >= SUCCESS for e in g), k) for g in groups.values())
-        / max(1, len(groups))
+    per_item_at_k = {
+        k: [pass_at_k(len(g), sum(e.reward >= SUCCESS for e in g), k) for g in groups.values()]
         for k in ks
         if k <= min(sizes, default=0)
     }
+    at_k = {k: sum(v) / max(1, len(v)) for k, v in per_item_at_k.items()}
+    at_k_interval = {k: rate_interval(v) for k, v in per_item_at_k.items()}
     cats: dict[str, list[str]] = defaultdict(list)
     for i, g in groups.items():
         cats[g[0].category or "-"].append(i)
@@ -122,8 +157,8 @@ def summarize(episodes: Iterable[Episode], env: str) -> EvalSummary:
         c: CategoryResult(
             items=len(ids),
             episodes=sum(len(groups[i]) for i in ids),
-            mean_reward=mean_interval([item_reward[i] for i in ids]),
-            pass_at_1=_rate([item_pass[i] for i in ids]),
+            mean_reward=_mean_reward([item_reward[i] for i in ids], binary),
+            pass_at_1=rate_interval([item_pass[i] for i in ids]),
         )
         for c, ids in sorted(cats.items())
     }
@@ -134,8 +169,9 @@ def summarize(episodes: Iterable[Episode], env: str) -> EvalSummary:
         group_size=group_size,
         failed=failed,
         reward_errors=reward_errors,
-        mean_reward=mean_interval(list(item_reward.values())),
-        pass_at_1=_rate(list(item_pass.values())),
+        mean_reward=_mean_reward(list(item_reward.values()), binary),
+        pass_at_1=rate_interval(list(item_pass.values())),
         pass_at_k=at_k,
+        pass_at_k_interval=at_k_interval,
         by_category=by_cat,
     )

@@ -12,6 +12,7 @@ import datetime as dt
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,27 +55,48 @@ class ReportSummary:
     seconds: float
 
 
+Progress = Callable[[str, int, int], None]
+"""(phase, done, total; 0 when not known yet): what a long report is doing, for a live display."""
+
+_EVERY = 500  # lines between two progress calls
+
+
+def _quiet(phase: str, done: int, total: int) -> None:
+    pass
+
+
 def build_report(
-    run_dir: Path, out: Path | None = None, options: ReportOptions | None = None
+    run_dir: Path,
+    out: Path | None = None,
+    options: ReportOptions | None = None,
+    progress: Progress | None = None,
 ) -> ReportSummary:
     """Write the report of ``run_dir`` to ``out`` (default ``RUN_DIR/report.html``)."""
     started = time.monotonic()
+    tell = progress or _quiet
     opts = options or ReportOptions()
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir / "report.html"
     paths = output_paths(run_dir)
     facts = RunFacts()
     sampler = StatusSampler(opts.max_trajectories, opts.seed)
+    tell("reading the run's lines", 0, 0)
     for ref, raw in iter_lines(paths):
         line = normalize(raw) if raw is not None else None
         facts.add(line)
         if line is not None:
             sampler.offer(str(line.get("status") or "unknown"), ref)
+        if facts.lines % _EVERY == 0:
+            tell("reading the run's lines", facts.lines, 0)
     refs = sampler.chosen()
     builder = RecordBuilder(opts.max_text_chars)
-    built: dict[LineRef, dict[str, Any]] = {
-        ref: builder.record(normalize(line)) for ref, line in read_lines(paths, refs)
-    }
+    built: dict[LineRef, dict[str, Any]] = {}
+    tell("building the trajectory browser", 0, len(refs))
+    for ref, line in read_lines(paths, refs):
+        built[ref] = builder.record(normalize(line))
+        if len(built) % 50 == 0:
+            tell("building the trajectory browser", len(built), len(refs))
+    tell("writing the page", len(refs), len(refs))
     stats = read_json(run_dir / STATISTICS_FILE) or {}
     run = read_json(run_dir / RUN_FILE) or {}
     if "env" in run and not stats:  # an env run: its own status and summary files
@@ -299,9 +321,13 @@ def _env_stats(run: dict[str, Any], status: dict[str, Any], summary: dict[str, A
         stats["mean reward [95% CI]"] = _interval(summary.get("mean_reward"))
         stats["pass@1 [95% CI]"] = _interval(summary.get("pass_at_1"))
         pass_k = summary.get("pass_at_k")
-        if isinstance(pass_k, dict) and pass_k:
-            stats["pass@k"] = ", ".join(
-                f"pass@{k} {v:.3f}" for k, v in pass_k.items() if isinstance(v, int | float)
+        found = summary.get("pass_at_k_interval")
+        ci: dict[str, Any] = found if isinstance(found, dict) else {}
+        if isinstance(pass_k, dict) and pass_k:  # each with its interval (summaries before it: none)
+            stats["pass@k [95% CI]" if ci else "pass@k"] = ", ".join(
+                f"pass@{k} {_interval(ci[k]) if k in ci else f'{v:.3f}'}"
+                for k, v in pass_k.items()
+                if isinstance(v, int | float)
             )
     return stats
 
@@ -336,7 +362,10 @@ def _run_rows(
         ("duration", f"{stats['duration_s']} s" if "duration_s" in stats else None),
         ("status", ", ".join(f"{s}: {n:,}" for s, n in facts.status.most_common())),
     ]
-    rows += [(key, stats.get(key)) for key in ("mean reward [95% CI]", "pass@1 [95% CI]", "pass@k")]
+    rows += [
+        (key, stats.get(key))
+        for key in ("mean reward [95% CI]", "pass@1 [95% CI]", "pass@k [95% CI]", "pass@k")
+    ]
     coverage = stats.get("reasoning_coverage")
     if isinstance(coverage, dict) and "coverage" in coverage:
         rows.append(("assistant turns with reasoning", f"{coverage['coverage']:.1%}"))

@@ -48,19 +48,22 @@ def train_run_spec(
     ready_timeout_s: float = 900.0,
     secret_env: list[str] | None = None,
 ) -> RunSpec:
-    """The run: ``trajforge rl train ENV --model M --config RUN/train.yaml --output-dir RUN/trainer``
+    """The run: ``trajforge rl train ENV --model-path M --config RUN/train.yaml --output-dir RUN
+    --run-name trainer``
     (``command`` replaces ``trajforge rl train``)."""
     cfg = validate_train(fields)
     data = cfg.model_dump(mode="json", exclude={"output_dir"})
     argv = [
         *(command or [*trajforge_command(), "rl", "train"]),
         cfg.env,
-        "--model",
+        "--model-path",
         str(cfg.model),
         "--config",
         f"{{run_dir}}/{TRAIN_FILE}",
         "--output-dir",
-        f"{{run_dir}}/{TRAINER_DIR}",
+        "{run_dir}",
+        "--run-name",
+        TRAINER_DIR,
     ]
     return RunSpec(
         kind="train",

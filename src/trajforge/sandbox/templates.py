@@ -181,7 +181,7 @@ class _Forking(Protocol):
 @dataclass
 class ForkingFactory:
     """Wraps a factory so that sandboxes asked for with the same ``cwd`` (the samples of one
-    prompt: ``batch --samples-per-prompt``) fork from one template of that directory instead of
+    prompt: ``batch --group-size``) fork from one template of that directory instead of
     copying it each time. Everything else goes to the inner factory unchanged."""
 
     inner: Any

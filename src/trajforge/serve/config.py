@@ -53,7 +53,9 @@ class ServeConfig(BaseModel):
     )
     port: int = Field(default=8000, ge=0, le=65535, description="0 picks a free port (printed at startup)")
     parser: str | None = Field(
-        default="hermes", description="tool-call parser family for chat completions; None disables parsing"
+        default="hermes",
+        description="tool-call parser family for chat completions ('none' disables parsing)",
+        json_schema_extra={"flag": "--tool-call-parser"},
     )
     max_batch: int = Field(default=8, ge=1, le=1024, description="most sequences generated together")
     batch_wait_ms: float = Field(

@@ -32,6 +32,14 @@ class ToolRegistry:
         self._tools[tool.name] = tool
         self._unavailable.pop(tool.name, None)
 
+    def replace(self, tool: Tool) -> None:
+        """Offer ``tool`` in place of the one registered under its name (a declared placeholder, e.g.
+        the ``rl`` schemas of ``tools/pending.py``, replaced by the real tools where their backend
+        -- the run manager, above this package -- exists: the CLI assembles them)."""
+        if tool.name not in self._tools:
+            raise ValueError(f"tool {tool.name!r} is not registered; register it instead")
+        self._tools[tool.name] = tool
+
     def mark_unavailable(self, name: str, reason: str) -> None:
         """Declare that ``name`` is not offered here, and why (e.g. its backend is not configured)."""
         if name in self._tools:

@@ -4,13 +4,13 @@ A pair only means something when its two answers answer the same prompt and one 
 better. Two grounds, chosen per run and reported, never mixed silently:
 
 * ``reward``: some line of the run carries a numeric ``reward``. Lines are grouped by
-  ``prompt_index`` (``--samples-per-prompt N`` gives N lines per index); inside a group every two
+  ``prompt_index`` (``--group-size N`` gives N lines per index); inside a group every two
   graded lines with *different* rewards make a pair, the higher one chosen. Equal rewards make no
   pair (nothing to prefer), ungraded lines (``reward`` null or absent) none either; both are
   counted.
 * ``completion_status`` (the fallback, when no line of the run has a reward): a completed sample
   is chosen over a failed, partial or filtered one of the same prompt text (runs without
-  ``--samples-per-prompt`` have duplicated prompts on different indices). Completion is weaker
+  ``--group-size`` have duplicated prompts on different indices). Completion is weaker
   evidence than a grade, so the export says which ground it used.
 
 Two hooks shape a pairing without changing its ground: ``can_choose`` says whether a line may be

@@ -215,7 +215,7 @@ def write_model_card(out: str | Path, report: BuildReport, quality: Any | None =
             ]
     lines += [
         "",
-        "Rebuild: `trajforge model build-tiny --out DIR` (see `recipe.json` for the exact settings).",
+        "Rebuild: `trajforge model build-tiny --model-path DIR` (see `recipe.json` for the exact settings).",
     ]
     path = Path(out) / "README.md"
     path.write_text("\n".join(lines) + "\n")

@@ -1,0 +1,136 @@
+"""Progress you can watch: the phase before anything is counted, done/total, rate and ETA; plain
+lines off a terminal, a rich bar on one; export and report tell their progress; --json output stays
+parseable on stdout."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from export_runs import tool_run
+from trajforge.batch.export import export
+from trajforge.batch.progress import PlainProgress, RateWindow, RichProgress, Snapshot
+from trajforge.cli.live import LiveProgress, eta_text
+from trajforge.cli.main import app
+from trajforge.report import build_report
+
+
+def _snap(done: int, elapsed: float, total: int = 100) -> Snapshot:
+    return Snapshot(
+        total=total,
+        completed=done,
+        failed=0,
+        partial=0,
+        filtered=0,
+        session_done=done,
+        elapsed_s=elapsed,
+        tokens=0,
+    )
+
+
+def test_batch_plain_progress_shows_the_phase_instead_of_a_frozen_zero() -> None:
+    out = io.StringIO()
+    plain = PlainProgress("run", stream=out, every_s=0)
+    plain.phase("starting the model server (embedded policy)")
+    plain.update(_snap(0, 12.0))
+    plain.phase("first samples in flight")
+    plain.update(_snap(0, 20.0))
+    plain.update(_snap(10, 30.0))
+    lines = out.getvalue().splitlines()
+    assert lines[:4] == [
+        "[run] starting the model server (embedded policy)",
+        "[run] 0/100 starting the model server (embedded policy) (12s)",
+        "[run] first samples in flight",
+        "[run] 0/100 first samples in flight (20s)",
+    ]
+    assert lines[4].startswith("[run] 10/100 completed=10") and "eta=" in lines[4]
+
+
+def test_batch_rate_and_eta_follow_the_recent_window_not_the_slow_start() -> None:
+    """40 s of start-up, then 2 samples/s: the ETA is from 2/s, not from done/elapsed."""
+    window = RateWindow(window_s=30.0)
+    window.add(_snap(0, 40.0, total=200))
+    for t in range(1, 31):
+        rate, eta = window.add(_snap(2 * t, 40.0 + t, total=200))
+    assert rate == 2.0 and eta == (200 - 60) / 2.0
+    assert _snap(60, 70.0, total=200).rate < 1.0  # what the whole session's average would have said
+
+
+def test_batch_rich_progress_shows_the_phase_then_the_counts() -> None:
+    from rich.console import Console
+
+    buf = io.StringIO()
+    bar = RichProgress("run", 0, console=Console(file=buf, force_terminal=True, width=200))
+    bar.phase("preflight: endpoint and sandbox")
+    bar.update(_snap(0, 3.0))
+    bar.update(_snap(5, 6.0))
+    bar.close(_snap(5, 6.0))
+    text = buf.getvalue()
+    assert "preflight: endpoint and sandbox" in text and "5/100" in text and "ok 5" in text
+
+
+def test_live_progress_plain_lines_have_phase_rate_and_eta() -> None:
+    out = io.StringIO()
+    live = LiveProgress("env eval tiny", unit="episodes", mode="plain", stream=out, every_s=0, quiet_s=0)
+    live.phase("starting the embedded policy server")
+    live.note("served on http://127.0.0.1:1234")
+    live.phase("rollouts")
+    live.advance(0, 10)
+    live._points[0] = (live._points[0][0] - 10.0, 0)  # ten seconds ago: the rate is 0.5/s
+    live.advance(5, 10, "mean reward 0.400")
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "[env eval tiny] starting the embedded policy server"
+    assert lines[1] == "served on http://127.0.0.1:1234"
+    assert lines[2] == "[env eval tiny] rollouts"
+    assert lines[-1].startswith(
+        "[env eval tiny] rollouts: 5/10 episodes | 0.50/s eta 10s | mean reward 0.400"
+    )
+    assert eta_text(3725) == "1h02m" and eta_text(125) == "2m05s" and eta_text(None) == "-"
+
+
+def test_live_progress_is_quiet_for_short_work_and_none_prints_nothing() -> None:
+    out = io.StringIO()
+    live = LiveProgress("export", mode="plain", stream=out, every_s=0)  # default quiet_s: 2 s
+    live.step("exporting", 1, 2)
+    live.step("exporting", 2, 2)
+    assert out.getvalue() == ""
+    silent = LiveProgress("export", mode="none", stream=out, quiet_s=0)
+    silent.step("exporting", 1, 2)
+    silent.note("x")
+    assert out.getvalue() == ""
+
+
+def test_live_progress_rich_bar_renders_phase_and_figures() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Tty()
+    with LiveProgress("report", unit="lines", stream=out) as live:
+        live.step("building the trajectory browser", 3, 6)
+    assert "building the trajectory browser" in out.getvalue() and "3/6" in out.getvalue()
+
+
+async def test_export_and_report_tell_their_progress(tmp_path: Path, scripted_batch_config: Any) -> None:
+    run_dir = await tool_run(tmp_path, scripted_batch_config)
+    seen: list[tuple[str, int, int]] = []
+    export(run_dir, "messages", tmp_path / "m.jsonl", progress=lambda *a: seen.append(a))
+    assert seen and all(phase == "exporting" for phase, _, _ in seen)
+    assert seen[-1][1] == seen[-1][2] == (run_dir / "trajectories.jsonl").stat().st_size // 1024
+    phases: list[str] = []
+    build_report(run_dir, tmp_path / "r.html", progress=lambda phase, done, total: phases.append(phase))
+    assert phases[0] == "reading the run's lines" and phases[-1] == "writing the page"
+    assert "building the trajectory browser" in phases
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["export", str(run_dir), "-f", "parquet", "--json", "--progress", "plain"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["rows"] == 2 and data["path"].endswith(".parquet") and "%|" not in result.stderr
+    result = runner.invoke(app, ["report", str(run_dir), "--json", "-o", str(tmp_path / "r2.html")])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["samples"] == 2 and (tmp_path / "r2.html").is_file()
