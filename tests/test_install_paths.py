@@ -7,6 +7,7 @@ is not there, the way an absent one looks; the commands run as real subprocesses
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,7 +61,9 @@ def test_commands_that_need_the_ml_extra_say_so_in_one_line(args: list[str], tmp
     (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
     done = _cli(args, tmp_path, without_torch=True)
     assert done.returncode == 2, (done.stdout, done.stderr)
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    # batch's plain progress may say which phase it reached ("[r] reading the dataset") before the
+    # error: a progress line, not part of the error, which must still be one line and no traceback
+    lines = [line for line in done.stderr.splitlines() if line.strip() and not re.match(r"\[\S+\] ", line)]
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     assert "pip install 'trajforge[ml]'" in lines[0] and "Traceback" not in done.stderr
 
