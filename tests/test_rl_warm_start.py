@@ -302,7 +302,7 @@ def test_warm_start_settings_are_validated_and_reach_the_cli(tmp_path: Path) -> 
     # validates again as written
     import yaml
 
-    from trajforge.rl.run_config import TRAIN_FILE, train_run_spec
+    from trajforge.rl.runs.run_config import TRAIN_FILE, train_run_spec
 
     cfg = TrainConfig(env="tiny_tasks", model=embedded_weights(), warm_start=ws)
     assert TrainConfig.model_validate(cfg.model_dump(mode="json")) == cfg

@@ -29,7 +29,7 @@ RunsDir = typer.Option(Path("runs"), "--runs-dir", help="Where runs live (one di
 
 
 def _manager(runs_dir: Path) -> Any:
-    from trajforge.rl.manager import Manager
+    from trajforge.rl.runs.manager import Manager
 
     return Manager(runs_dir)
 
@@ -53,8 +53,8 @@ def start_cmd(
 ) -> None:
     """Start a managed training run; returns once the trainer wrote its first metrics."""
     from trajforge.rl.config import TrainConfigError, load_config_file
-    from trajforge.rl.manager import RunError
-    from trajforge.rl.run_config import train_run_spec
+    from trajforge.rl.runs.run_config import train_run_spec
+    from trajforge.rl.runs.schema import RunError
 
     try:
         fields: dict[str, Any] = load_config_file(config) if config else {}
@@ -84,7 +84,7 @@ def status_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print JSON.", metavar=""),
 ) -> None:
     """A run's status: each process, how it ended and why."""
-    from trajforge.rl.manager import RunError
+    from trajforge.rl.runs.schema import RunError
 
     try:
         state = asyncio.run(_manager(runs_dir).status(run_id))
@@ -103,7 +103,7 @@ def stop_cmd(
     grace: float = typer.Option(10.0, "--grace", help="Seconds between SIGTERM and SIGKILL."),
 ) -> None:
     """Stop a run: SIGTERM to each process group, then SIGKILL after --grace seconds."""
-    from trajforge.rl.manager import RunError
+    from trajforge.rl.runs.schema import RunError
 
     try:
         state = asyncio.run(_manager(runs_dir).stop(run_id, grace_s=grace))
@@ -119,7 +119,7 @@ def results_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print JSON.", metavar=""),
 ) -> None:
     """Metrics summary, the last metrics line and checkpoint paths of a run."""
-    from trajforge.rl.manager import RunError
+    from trajforge.rl.runs.schema import RunError
 
     manager = _manager(runs_dir)
     try:
@@ -159,7 +159,7 @@ def logs_cmd(
     lines: int = typer.Option(50, "--lines", min=1, help="Last lines of each log."),
 ) -> None:
     """The last lines of a run's process logs."""
-    from trajforge.rl.manager import RunError
+    from trajforge.rl.runs.schema import RunError
 
     try:
         logs = _manager(runs_dir).logs(run_id, process, lines)
@@ -231,7 +231,7 @@ def agent_cmd(
     from trajforge.endpoint import EndpointConfig, pairing_problem
     from trajforge.llm.types import ModelError
     from trajforge.rl.agent import RLAgentConfig
-    from trajforge.rl.tools import RLToolSettings
+    from trajforge.rl.runs.tools import RLToolSettings
 
     problem = pairing_problem(model, base_url)
     if problem:
@@ -297,7 +297,7 @@ async def _agent(
 ) -> int:
     from trajforge.endpoint import open_chat_model
     from trajforge.rl.agent import RLAgent
-    from trajforge.rl.manager import Manager
+    from trajforge.rl.runs.manager import Manager
 
     async with (
         open_chat_model(endpoint, announce=lambda m: _err.print(f"[dim]{m}[/]")) as chat_model,
