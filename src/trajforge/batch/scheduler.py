@@ -152,8 +152,7 @@ class Worker:
         return sample_toolsets(self._dist, random.Random(seed))
 
     async def _run_sample(self, sample: Sample) -> None:
-        # 63 bits: the recorded seed must fit Arrow/Parquet int64; random.Random(seed) replays it.
-        seed = derive_seed(self.cfg.seed, sample.key) & ((1 << 63) - 1)
+        seed = derive_seed(self.cfg.seed, sample.key)
         toolsets = self._toolsets(seed)
         tools = self.registry.for_toolsets(toolsets)  # resolved here only, handed to the session
         started = time.time()

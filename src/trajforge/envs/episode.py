@@ -108,9 +108,7 @@ class Rollouts:
     ) -> Episode:
         env = self.env
         item_id = env.item_id(item)
-        seed = (
-            derive_seed(env.config.seed, f"{item_id}#{rollout}") & ((1 << 63) - 1) if seed is None else seed
-        )
+        seed = derive_seed(env.config.seed, f"{item_id}#{rollout}") if seed is None else seed
         toolsets = self.toolsets(seed)
         tools = self.backends.registry.for_toolsets(toolsets)
         draw = _Draw(item, item_id, rollout, group_size, seed, toolsets, tools, time.monotonic())

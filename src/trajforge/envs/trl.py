@@ -281,7 +281,7 @@ class EnvGRPO:
             item_id = self.env.item_id(item)
             k = seen.get(item_id, 0)
             seen[item_id] = k + 1
-            seed = derive_seed(self.env.config.seed, f"trl#{call}#{item_id}#{k}") & ((1 << 63) - 1)
+            seed = derive_seed(self.env.config.seed, f"trl#{call}#{item_id}#{k}")
             jobs.append(rollouts.episode(item, rollout=k, group_size=sizes[item_id], seed=seed))
         return list(await asyncio.gather(*jobs))
 

@@ -195,7 +195,7 @@ class EnvHarness(vf.Harness[EnvHarnessConfig]):  # type: ignore[misc]  # verifie
         rollouts = Rollouts(
             env, RolloutBackends(model=model, factory=self._factory(env), registry=default_registry())
         )
-        seed = derive_seed(env.config.seed, f"verifiers#{trace.id}") & ((1 << 63) - 1)
+        seed = derive_seed(env.config.seed, f"verifiers#{trace.id}")
         try:
             episode = await rollouts.episode(dict(data.item), seed=seed)
         finally:

@@ -293,9 +293,7 @@ class BuiltinTrainer:
         """One item's group and, with ``--guide oracle``, the oracle episode put into it (or None)."""
         cfg = self.config
         item_id = env.item_id(item)
-        seeds = [
-            derive_seed(cfg.seed, f"rl#{step}#{item_id}#{r}") & ((1 << 63) - 1) for r in range(cfg.group_size)
-        ]
+        seeds = [derive_seed(cfg.seed, f"rl#{step}#{item_id}#{r}") for r in range(cfg.group_size)]
         group = list(
             await asyncio.gather(
                 *(
