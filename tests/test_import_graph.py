@@ -17,11 +17,11 @@ SRC = Path(trajforge.__file__).parent
 
 # Ground first. A package may import its own floor and those below, never above.
 FLOORS: list[set[str]] = [
-    {"messages", "extras", "trajectory", "sandbox", "report"},
+    {"messages", "extras", "trajectory", "sandbox", "report", "record"},
     {"llm"},
     {"protocols", "tools", "tasks", "serve", "distributions", "testing"},
     {"agent"},
-    {"endpoint", "raycluster"},
+    {"endpoint", "raycluster", "rollout"},
     {"envs"},
     {"batch"},
     {"models"},

@@ -323,7 +323,7 @@ class EnvGRPO:
             out["completion_ids"].append(completion_ids)
             out["logprobs"].append(logprobs)
             out["env_mask"].append(mask)
-            out[REWARD_FIELD].append(float(ep.reward))
+            out[REWARD_FIELD].append(ep.score)
             out[STATUS_FIELD].append(ep.status)
         stats.last_rewards = list(out[REWARD_FIELD])
         return out

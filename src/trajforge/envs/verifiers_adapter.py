@@ -217,7 +217,7 @@ def _program_result(trace: vf.Trace, episode: Episode) -> vf.ProgramResult:
     }
     if episode.termination in _INFRA_FAILURES:
         return vf.ProgramResult(exit_code=1, stdout="", stderr=f"trajforge rollout failed: {episode.reason}")
-    trace.record_metric(REWARD_METRIC, episode.reward)
+    trace.record_metric(REWARD_METRIC, episode.score)
     for name, value in episode.reward_components.items():
         trace.record_metric(f"trajforge/{name}", value)
     return vf.ProgramResult(exit_code=0, stdout="", stderr="")

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from trajforge import __version__
+from trajforge.record import Record, RecordError, load
 from trajforge.report import charts
 from trajforge.report.facts import RunFacts, as_dict, percentiles
 from trajforge.report.options import ReportOptions
 from trajforge.report.page import embed_json, render
 from trajforge.report.sample import StatusSampler
-from trajforge.report.schema import normalize
 from trajforge.report.source import (
     ENV_STATUS_FILE,
     OUTPUT_FILES,
@@ -66,15 +66,17 @@ def build_report(
     facts = RunFacts()
     sampler = StatusSampler(opts.max_trajectories, opts.seed)
     for ref, raw in iter_lines(paths):
-        line = normalize(raw) if raw is not None else None
-        facts.add(line)
-        if line is not None:
-            sampler.offer(str(line.get("status") or "unknown"), ref)
+        record = _record(raw)
+        facts.add(record)
+        if record is not None:
+            sampler.offer(record.status, ref)
     refs = sampler.chosen()
     builder = RecordBuilder(opts.max_text_chars)
-    built: dict[LineRef, dict[str, Any]] = {
-        ref: builder.record(normalize(line)) for ref, line in read_lines(paths, refs)
-    }
+    built: dict[LineRef, dict[str, Any]] = {}
+    for ref, line in read_lines(paths, refs):
+        record = _record(line)
+        assert record is not None  # it was read as one in the first pass
+        built[ref] = builder.record(record)
     stats = read_json(run_dir / STATISTICS_FILE) or {}
     run = read_json(run_dir / RUN_FILE) or {}
     if "env" in run and not stats:  # an env run: its own status and summary files
@@ -104,6 +106,16 @@ def build_report(
     return ReportSummary(
         out, len(html), facts.lines, len(kept), len(refs), left_out, time.monotonic() - started
     )
+
+
+def _record(line: dict[str, Any] | None) -> Record | None:
+    """The line as the one record (an older line upgraded); None when it is no record."""
+    if line is None:
+        return None
+    try:
+        return load(line)
+    except RecordError:
+        return None
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
