@@ -49,7 +49,8 @@ from trajforge.envs.types import Episode, Item
 from trajforge.llm.token_trace import MASKED
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
-from trajforge.tools.registry import ToolRegistry, default_registry
+from trajforge.tools.builtin import default_registry
+from trajforge.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from trajforge.envs.hf_policy import LivePolicy

@@ -183,7 +183,7 @@ class EnvHarness(vf.Harness[EnvHarnessConfig]):  # type: ignore[misc]  # verifie
         tool_interception_url: str | None = None,
     ) -> vf.ProgramResult:
         from trajforge.llm.openai_client import OpenAIChatModel, OpenAIModelConfig
-        from trajforge.tools.registry import default_registry
+        from trajforge.tools.builtin import default_registry
 
         if not isinstance(data, EnvTaskData):
             data = EnvTaskData.model_validate(data.model_dump())

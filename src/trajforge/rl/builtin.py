@@ -42,7 +42,7 @@ from trajforge.rl.policy_server import PolicyServer
 from trajforge.rl.samples import StepRollouts, build_samples, chunks, rollout_metrics
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 log = logging.getLogger(__name__)
 

@@ -571,7 +571,7 @@ class RLTools:
         from trajforge.envs import RolloutBackends, load_env, parse_env_config, run_eval
         from trajforge.sandbox import close_factory, create_sandbox_factory
         from trajforge.sandbox.types import SandboxConfig
-        from trajforge.tools.registry import default_registry
+        from trajforge.tools.builtin import default_registry
 
         assert session.env is not None
         conf = parse_env_config(session.env_config, session.env_config_class)
