@@ -161,7 +161,7 @@ def load_task(path: HostPath, backend: str) -> TbTask:
     return task
 
 
-class TerminalBenchEnv(BaseEnv):
+class TerminalBenchEnv(BaseEnv[TerminalBenchConfig]):
     name: ClassVar[str] = "terminal_bench"
     description: ClassVar[str] = "Harbor / Terminal-Bench 2 task directories (tests/test.sh judges)"
     config_class: ClassVar[type[EnvConfig]] = TerminalBenchConfig
@@ -172,7 +172,6 @@ class TerminalBenchEnv(BaseEnv):
 
     @property
     def cfg(self) -> TerminalBenchConfig:
-        assert isinstance(self.config, TerminalBenchConfig), "terminal_bench needs a TerminalBenchConfig"
         return self.config
 
     # ---------------------------------------------------------------- tasks
