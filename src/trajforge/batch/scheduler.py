@@ -41,7 +41,7 @@ from trajforge.rollout import (
     draw_toolsets,
     run_rollout,
 )
-from trajforge.rollout.step import failure
+from trajforge.rollout.step import HARD_DEADLINE_GRACE_S, failure
 from trajforge.sandbox import factory_counts
 from trajforge.sandbox.confined import DataPathError
 from trajforge.sandbox.templates import ForkingFactory, supports_templates
@@ -221,6 +221,7 @@ class Worker:
             judge=judge,
             filters=True,
             require_reasoning=self.cfg.require_reasoning,
+            hard_deadline_s=self.cfg.sample_timeout + HARD_DEADLINE_GRACE_S,
         )
         return await run_rollout(request, self._backends)
 

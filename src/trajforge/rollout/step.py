@@ -35,7 +35,7 @@ from trajforge.tools.base import Tool
 from trajforge.tools.registry import ToolRegistry
 
 HARD_DEADLINE_GRACE_S = 30.0
-"""Past the session's own timeout (which should fire first), the step's deadline."""
+"""What a caller adds to the session's own timeout (which should fire first) for ``hard_deadline_s``."""
 
 
 @dataclass
@@ -88,6 +88,9 @@ class RolloutRequest:
     filters: bool = False
     """Apply the trajectory filters to a finished answer (a hit is status ``filtered``)."""
     require_reasoning: bool = False
+    hard_deadline_s: float | None = None
+    """The whole step's deadline (sandbox start, session, judge); past it the rollout fails as
+    ``sample_timeout``. None: the session's own timeout and the judge's are the only ones."""
 
 
 @dataclass
@@ -135,7 +138,7 @@ async def run_rollout(request: RolloutRequest, backends: RolloutBackends) -> Rol
         assert judge is not None
         verdicts.append(await judge(result, sandbox))
 
-    deadline = asyncio.timeout(request.agent.session_timeout_s + HARD_DEADLINE_GRACE_S)
+    deadline = asyncio.timeout(request.hard_deadline_s)
     try:
         async with deadline:
             result = await run_session(
