@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
+import time
 from collections import deque
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -152,7 +153,9 @@ class Worker:
         seed = derive_seed(self.cfg.seed, sample.key)
         toolsets = draw_toolsets(seed, distribution=self._dist, enabled=self.cfg.toolsets)
         self.writer.started(sample.key)
+        started = time.time()
         done, attempts = await self._attempts(sample, seed, toolsets)
+        done.started_at = started  # the sample's span covers its retries
         if done.outcome.reason_kind == "bad_row":
             detail = done.outcome.reason.removeprefix("bad_row: ")
             done.outcome.reason = f"bad_row: row {sample.index + 1} (prompt_index {sample.index}): {detail}"
