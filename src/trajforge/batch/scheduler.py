@@ -233,7 +233,7 @@ def sample_item(sample: Sample) -> dict[str, Any]:
     """The env item a dataset row stands for: the row itself (prompt, setup files and every
     other field), what ``compute_reward`` reads."""
     item: dict[str, Any] = {**(sample.extra or {}), "prompt": sample.prompt}
-    if sample.setup_files:
+    if sample.setup_files is not None:
         item["setup_files"] = dict(sample.setup_files)
     return item
 
