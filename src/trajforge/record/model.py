@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 SCHEMA_VERSION = 2
 """Version 1: the batch line and the env ``Episode`` before they were one type (no such field)."""
@@ -109,6 +109,13 @@ class Record(BaseModel):
     toolsets: list[str] = Field(default_factory=list)
     tools: list[str] = Field(default_factory=list, description="the tool names offered")
     worker: int | None = None
+
+    @field_validator("reward", mode="before")
+    @classmethod
+    def _no_bool_reward(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # pydantic would read True as 1.0
+            raise ValueError("a reward is a number or null, not a boolean")
+        return value
 
     @property
     def score(self) -> float:
