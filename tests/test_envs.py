@@ -416,6 +416,7 @@ def test_pass_at_k_and_summary() -> None:
 
     def ep(item: str, r: int, reward: float, cat: str) -> Episode:
         return Episode(
+            key=f"{item}#{r}",
             env="e",
             item_id=item,
             rollout=r,
