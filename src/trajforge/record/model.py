@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SCHEMA_VERSION = 2
 """Version 1: the batch line and the env ``Episode`` before they were one type (no such field)."""
@@ -109,6 +109,14 @@ class Record(BaseModel):
     toolsets: list[str] = Field(default_factory=list)
     tools: list[str] = Field(default_factory=list, description="the tool names offered")
     worker: int | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _episode_key(cls, data: Any) -> Any:
+        """An env rollout's key is ``ITEM_ID#ROLLOUT``: given those, it need not be spelled out."""
+        if isinstance(data, dict) and "key" not in data and data.get("item_id") is not None:
+            return {**data, "key": f"{data['item_id']}#{data.get('rollout', 0)}"}
+        return data
 
     @field_validator("reward", mode="before")
     @classmethod
