@@ -29,6 +29,7 @@ from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
 from trajforge.rollout import (
     Asked,
     Identity,
+    Outcome,
     RolloutOutcome,
     RolloutRequest,
     build_record,
@@ -138,6 +139,9 @@ class Rollouts:
                 done = RolloutOutcome(failure(exc, hard_deadline=False)[0], None, [], [], judged=True)
             else:
                 done = await run_rollout(request, backends)
+        if done.outcome.reason_kind == "bad_row":  # an env's items are its rows
+            detail = done.outcome.reason.removeprefix("bad_row: ")
+            done.outcome = Outcome("failed", f"bad item: {detail}", "bad_item")
         who = Identity(
             key=f"{item_id}#{rollout}",
             item=item,
