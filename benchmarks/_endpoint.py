@@ -1,7 +1,7 @@
 """What the batch benchmarks share: the scripted endpoint they run against, in a process of its own,
 and the CPU counters they read.
 
-The endpoint is ``python -m trajforge.testing.scripted_server`` with ``--latency`` per call and the
+The endpoint is ``python -m trajforge.testing.server_cli`` with ``--latency`` per call and the
 ``tool_then_answer`` policy: ``tool_calls`` calls that each run ``echo hi`` in the ``terminal``
 tool, then an answer, so a sample makes ``tool_calls + 1`` model calls. It runs in its own process
 so its CPU is not ours (``process_cpu`` reads it, for subtracting it from the machine's).
@@ -112,7 +112,7 @@ def start_server(latency: float, port_file: Path, *, tool_calls: int = CALLS - 1
     cmd = [
         sys.executable,
         "-m",
-        "trajforge.testing.scripted_server",
+        "trajforge.testing.server_cli",
         "--latency",
         str(latency),
         "--policy",

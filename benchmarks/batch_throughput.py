@@ -1,6 +1,6 @@
 """Batch factory throughput against a latency-bound scripted endpoint.
 
-The endpoint runs in a SEPARATE process (``python -m trajforge.testing.scripted_server``) with
+The endpoint runs in a SEPARATE process (``python -m trajforge.testing.server_cli``) with
 200 ms latency per call; every sample makes 3 model calls and 2 ``terminal`` calls in its own
 sandbox. Prints trajectories/s; CPU seconds per trajectory of this process and everything under it
 (workers, sandboxes, their commands: a cpuacct cgroup, as root; ``getrusage`` misses the

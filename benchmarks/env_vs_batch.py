@@ -7,7 +7,7 @@ over the batch scheduler (env eval vs batch graded), on a latency-bound endpoint
 difference is pure overhead.
 
 Setup: the scripted OpenAI-compatible endpoint in a SEPARATE process (``python -m
-trajforge.testing.scripted_server``), ``--latency`` per call (default 200 ms), policy
+trajforge.testing.server_cli``), ``--latency`` per call (default 200 ms), policy
 ``tool_then_answer``: 2 ``terminal`` calls (``echo hi``) then the answer, so 3 model calls per
 episode. Items: the ``terminal_test`` env's first N eval items; the batch dataset is the same
 items as rows (prompt, setup_files, expected_files), toolsets terminal+file as the env's. Same
@@ -51,7 +51,7 @@ from trajforge.endpoint import EndpointConfig, open_chat_model  # noqa: E402
 from trajforge.envs import RolloutBackends, load_env, run_eval  # noqa: E402
 from trajforge.sandbox import close_factory, create_sandbox_factory, factory_counts  # noqa: E402
 from trajforge.sandbox.types import SandboxConfig  # noqa: E402
-from trajforge.tools.registry import default_registry  # noqa: E402
+from trajforge.tools.builtin import default_registry  # noqa: E402
 
 ENV = "terminal_test"
 TOOL_CALLS = 2

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,7 +27,10 @@ from typing import Any
 
 import orjson
 
-from trajforge.batch.config import load_config
+sys.path.insert(0, str(Path(__file__).parent))
+from _endpoint import KEY_VAR, scripted_endpoint  # noqa: E402
+
+from trajforge.batch.config import load_config  # noqa: E402
 from trajforge.batch.dataset import INDEX_FILE, index_dataset, save_index
 from trajforge.batch.ledger import Commit, Ledger
 from trajforge.batch.plan import plan_run
@@ -35,7 +38,6 @@ from trajforge.batch.runner import run_batch
 from trajforge.batch.stats import Aggregate
 from trajforge.sandbox import create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
-from trajforge.testing.scripted_server import ScriptedServer, echo_policy
 
 
 class _FirstCreate:
@@ -97,8 +99,7 @@ def main() -> None:
         t0 = time.perf_counter()
         dataset, run_dir = _build(tmp, args.samples, args.new, args.cold)
         print(f"built a run with {args.samples:,} completed samples in {time.perf_counter() - t0:.1f}s")
-        os.environ.setdefault("BENCH_KEY", "unused")
-        with ScriptedServer(echo_policy).in_thread() as srv:
+        with scripted_endpoint(0.0, prefix="tf-million-endpoint-", tool_calls=0) as endpoint:
             cfg = load_config(
                 None,
                 {
@@ -106,8 +107,8 @@ def main() -> None:
                     "run_name": "million",
                     "output_dir": tmp / "data",
                     "model": "scripted",
-                    "base_url": srv.base_url,
-                    "api_key_env": "BENCH_KEY",
+                    "base_url": endpoint.base_url,
+                    "api_key_env": KEY_VAR,
                     "toolsets": ["terminal"],
                     "sandbox": "local",
                     "resume": True,

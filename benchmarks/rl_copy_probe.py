@@ -40,7 +40,7 @@ from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.tasks import HELD_OUT_SEED, POLICY_FAMILIES, Task, generate, setup_task
 from trajforge.tools.base import ToolContext
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 
 async def conversations(tasks: list[Task]) -> list[list[dict[str, Any]]]:

@@ -37,7 +37,7 @@ from trajforge.envs import BaseEnv, RolloutBackends, Rollouts  # noqa: E402
 from trajforge.sandbox import SandboxConfig, create_sandbox_factory  # noqa: E402
 from trajforge.sandbox import factory as factory_module  # noqa: E402
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn  # noqa: E402
-from trajforge.tools.registry import default_registry  # noqa: E402
+from trajforge.tools.builtin import default_registry  # noqa: E402
 
 
 def loadavg() -> float:

@@ -30,6 +30,33 @@ async def scripted_server() -> AsyncIterator[Callable[..., Awaitable[ScriptedSer
         yield start
 
 
+@pytest.fixture
+async def bwrap() -> AsyncIterator[Any]:
+    """A bubblewrap sandbox factory with reuse on (what env rollouts run on), closed after the test."""
+    from trajforge.sandbox import close_factory, create_sandbox_factory
+    from trajforge.sandbox.types import SandboxConfig
+
+    factory = create_sandbox_factory(SandboxConfig(kind="bwrap", reuse=True))
+    try:
+        yield factory
+    finally:
+        await close_factory(factory)
+
+
+@pytest.fixture
+async def factory(tmp_path: Any) -> AsyncIterator[Any]:
+    """A bubblewrap sandbox factory whose sandboxes live under ``tmp_path/sb``, closed after the test
+    (a test file with another backend defines its own ``factory``)."""
+    from trajforge.sandbox import close_factory, create_sandbox_factory
+    from trajforge.sandbox.types import SandboxConfig
+
+    f = create_sandbox_factory(SandboxConfig(kind="bwrap", root_dir=str(tmp_path / "sb")))
+    try:
+        yield f
+    finally:
+        await close_factory(f)
+
+
 SCRIPTED_KEY_ENV = "TF_SCRIPTED_TEST_KEY"
 
 

@@ -76,7 +76,7 @@ async def test_batch_env_grades_every_line_and_statistics_count_solved(
     by_id = {line["metadata"]["row"]["task_id"]: line for line in lines}
     for t in generate("arithmetic", 4, seed=5):
         assert by_id[t.id]["reward"] == 1.0, by_id[t.id]["reward_reason"]
-        assert by_id[t.id]["graded_by"] == "tiny_tasks"
+        assert by_id[t.id]["env"] == "tiny_tasks"
     write = by_id["w"]
     assert write["reward"] == 0.0 and "was not written" in write["reward_reason"]  # nothing wrote it
     stats = orjson.loads((summary.run_dir / "statistics.json").read_bytes())

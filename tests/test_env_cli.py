@@ -17,7 +17,7 @@ from trajforge.envs.catalog import LIBRARY
 from trajforge.llm.types import AssistantTurn
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 runner = CliRunner()
 

@@ -7,7 +7,6 @@ checked against a forward pass of the teacher's weights."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +17,10 @@ from transformers import AutoModelForCausalLM
 
 from trajforge.envs import RolloutBackends, Rollouts, load_env
 from trajforge.llm.completion_model import CompletionChatModel, CompletionModelConfig
-from trajforge.sandbox import close_factory, create_sandbox_factory
-from trajforge.sandbox.types import SandboxConfig
 from trajforge.serve.app import run_server
 from trajforge.serve.config import ServeConfig
 from trajforge.testing.tiny import build_tiny_model, build_tiny_tokenizer
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
@@ -37,15 +34,6 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         build_tiny_model(root / name, tok, seed=seed)
         out[name] = root / name
     return out
-
-
-@pytest.fixture
-async def bwrap() -> AsyncIterator[Any]:
-    factory = create_sandbox_factory(SandboxConfig(kind="bwrap", reuse=True))
-    try:
-        yield factory
-    finally:
-        await close_factory(factory)
 
 
 def _serve(path: Path) -> Any:

@@ -14,9 +14,8 @@ import pytest
 from trajforge.envs import RolloutBackends, Rollouts, load_env
 from trajforge.envs.agents import nothing_model_for, oracle_model_for
 from trajforge.envs.library.swe import SweConfig, SweEnv, shipped_dir
-from trajforge.sandbox import SandboxConfig, close_factory, create_sandbox_factory
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 pytestmark = [
     pytest.mark.bwrap,
@@ -27,13 +26,6 @@ ENV = load_env("swe")
 assert isinstance(ENV, SweEnv)
 TASKS = ENV.eval_items(100)
 IDS = [t["id"] for t in TASKS]
-
-
-@pytest.fixture
-async def factory(tmp_path):
-    f = create_sandbox_factory(SandboxConfig(kind="bwrap", root_dir=str(tmp_path / "sb")))
-    yield f
-    await close_factory(f)
 
 
 def _rollouts(env, factory, *, model=None, model_for=None) -> Rollouts:

@@ -20,9 +20,8 @@ from trajforge.envs import BaseEnv, RolloutBackends, Rollouts, load_env
 from trajforge.envs.agents import NothingModel, OracleModel, nothing_model_for, oracle_model_for
 from trajforge.envs.library.dockerfile import parse_dockerfile, rewrite_paths
 from trajforge.envs.library.terminal_bench import TerminalBenchConfig, TerminalBenchEnv, shipped_dir
-from trajforge.sandbox import SandboxConfig, close_factory, create_sandbox_factory
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 pytestmark = [
     pytest.mark.bwrap,
@@ -37,13 +36,6 @@ CATEGORIES = {
     "file-operations", "text-processing", "data-processing", "version-control",
     "software-engineering", "debugging", "system-administration", "scripting", "networking",
 }  # fmt: skip
-
-
-@pytest.fixture
-async def factory(tmp_path):
-    f = create_sandbox_factory(SandboxConfig(kind="bwrap", root_dir=str(tmp_path / "sb")))
-    yield f
-    await close_factory(f)
 
 
 def _rollouts(env, factory, *, model=None, model_for=None) -> Rollouts:

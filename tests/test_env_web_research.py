@@ -19,8 +19,6 @@ import yaml
 from trajforge.envs import RolloutBackends, Rollouts, load_env
 from trajforge.envs.base import EnvDataError
 from trajforge.envs.library.web_research import WebResearchEnv, normalize
-from trajforge.sandbox import close_factory, create_sandbox_factory
-from trajforge.sandbox.types import SandboxConfig
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
 
 sys.path.insert(0, str(Path(__file__).parent / "site"))
@@ -40,15 +38,6 @@ async def site() -> AsyncIterator[Site]:
     ]
     yield s
     await s.runner.cleanup()
-
-
-@pytest.fixture
-async def bwrap() -> AsyncIterator[Any]:
-    factory = create_sandbox_factory(SandboxConfig(kind="bwrap", reuse=True))
-    try:
-        yield factory
-    finally:
-        await close_factory(factory)
 
 
 def _tools(site: Site) -> dict[str, Any]:

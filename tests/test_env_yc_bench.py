@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,21 +15,10 @@ from trajforge.envs import RolloutBackends, Rollouts, load_env
 from trajforge.envs.agents import agent_model_for
 from trajforge.envs.library import ycsim
 from trajforge.envs.library.yc_bench import YcBenchEnv, plan
-from trajforge.sandbox import close_factory, create_sandbox_factory
-from trajforge.sandbox.types import SandboxConfig
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
-
-
-@pytest.fixture
-async def bwrap() -> AsyncIterator[Any]:
-    factory = create_sandbox_factory(SandboxConfig(kind="bwrap", reuse=True))
-    try:
-        yield factory
-    finally:
-        await close_factory(factory)
 
 
 def _env(**overrides: Any) -> YcBenchEnv:

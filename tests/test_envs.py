@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,19 +30,8 @@ from trajforge.envs import (
     summarize,
 )
 from trajforge.envs.limiter import ResizableLimiter
-from trajforge.sandbox import close_factory, create_sandbox_factory
-from trajforge.sandbox.types import SandboxConfig
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
-from trajforge.tools.registry import default_registry
-
-
-@pytest.fixture
-async def bwrap() -> AsyncIterator[Any]:
-    factory = create_sandbox_factory(SandboxConfig(kind="bwrap", reuse=True))
-    try:
-        yield factory
-    finally:
-        await close_factory(factory)
+from trajforge.tools.builtin import default_registry
 
 
 def _first_user(messages: list[dict[str, Any]]) -> str:
@@ -428,6 +416,7 @@ def test_pass_at_k_and_summary() -> None:
 
     def ep(item: str, r: int, reward: float, cat: str) -> Episode:
         return Episode(
+            key=f"{item}#{r}",
             env="e",
             item_id=item,
             rollout=r,

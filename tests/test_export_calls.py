@@ -22,7 +22,7 @@ from trajforge.batch.export import ExportOptions, export
 from trajforge.cli.main import app
 from trajforge.testing.scripted_model import ScriptedModel
 from trajforge.tools.base import ToolContext
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 from trajforge.trajectory.calls import PARSE_ERROR_PREFIX, to_messages
 
 

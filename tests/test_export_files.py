@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import orjson
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -100,9 +101,21 @@ async def test_the_parquet_export_draws_no_progress_bar(
     assert "Creating parquet" not in result.output + out + err and "%|" not in result.output + out + err
 
 
-def test_an_env_run_is_refused_with_what_to_do(tmp_path: Path) -> None:
-    (tmp_path / "run.json").write_text('{"env": "tiny_tasks", "n": 1}')
-    (tmp_path / "episodes.jsonl").write_text('{"messages": []}\n')
-    result = CliRunner().invoke(app, ["export", str(tmp_path)])
-    assert result.exit_code == 2 and "is an env run (episodes.jsonl)" in result.output
-    assert "trajforge batch DATASET --env ENV" in result.output and not (tmp_path / "export").exists()
+def test_an_env_run_exports_and_a_line_that_is_no_record_is_named(tmp_path: Path) -> None:
+    """An env run's records export like a batch run's (every status in ``episodes.jsonl``); a line
+    that is no record of any version stops the export with its file and line number."""
+    import shutil
+
+    run_dir = tmp_path / "env"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "runs_v1" / "env" / "run", run_dir)
+    result = CliRunner().invoke(app, ["export", str(run_dir), "-f", "sharegpt"])
+    assert result.exit_code == 0 and result.output.startswith("wrote 4 rows"), result.output
+    rows = [orjson.loads(x) for x in (run_dir / "export" / "sharegpt.jsonl").read_bytes().splitlines()]
+    assert all(r["conversations"][0]["from"] == "system" for r in rows)
+    assert all(any(turn["from"] == "tool" for turn in r["conversations"]) for r in rows)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "run.json").write_text('{"env": "tiny_tasks", "n": 1}')
+    (tmp_path / "bad" / "episodes.jsonl").write_text('{"messages": []}\n')
+    result = CliRunner().invoke(app, ["export", str(tmp_path / "bad")])
+    assert result.exit_code == 2 and "episodes.jsonl:1: neither a record" in result.output
+    assert not (tmp_path / "bad" / "export" / "messages.jsonl").exists()  # nothing written

@@ -425,7 +425,7 @@ async def env_run(tmp_path: Path) -> Path:
     from trajforge.sandbox import close_factory, create_sandbox_factory
     from trajforge.sandbox.types import SandboxConfig
     from trajforge.testing.scripted_model import ScriptedModel
-    from trajforge.tools.registry import default_registry
+    from trajforge.tools.builtin import default_registry
 
     env = load_env("tiny_tasks", {"families": ["arithmetic"], "max_concurrent_rollouts": 4})
     factory = create_sandbox_factory(SandboxConfig(kind="bwrap"))

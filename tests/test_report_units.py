@@ -7,9 +7,11 @@ import re
 from pathlib import Path
 
 import orjson
+import pytest
 from typer.testing import CliRunner
 
 from trajforge.cli.main import app
+from trajforge.record import Record, RecordError, load
 from trajforge.report.facts import RunFacts, percentiles, reason_kinds
 from trajforge.report.page import embed_json
 from trajforge.report.sample import StatusSampler
@@ -73,27 +75,25 @@ def test_record_stores_the_system_prompt_once_and_reads_tools_and_rewards() -> N
         "reward": 0.5,
         "reward_breakdown": {"a": 1},
     }
-    first, second = builder.record(line), builder.record({**line, "reward": None})
+    first, second = builder.record(load(line)), builder.record(load({**line, "reward": None}))
     assert builder.systems == ["S"] and first["sys"] == second["sys"] == 0
     assert first["tu"] == ["terminal"] and first["tf"] == ["terminal"] and first["p"] == "hi"
     assert first["rw"] == 0.5 and first["rb"] == {"a": 1} and second["rw"] is None
-    assert builder.record({**line, "reward": True})["rw"] is None  # a bool is not a reward
+    with pytest.raises(RecordError, match="reward"):  # a bool is not a reward: no record
+        load({**line, "reward": True})
 
 
 def test_facts_handle_missing_fields_and_reasons() -> None:
     facts = RunFacts()
     facts.add(
-        {"status": "filtered", "reason": "no_reasoning: x; hallucinated_tool: y", "reward": float("nan")}
+        Record(
+            key="a", status="filtered", reason="no_reasoning: x; hallucinated_tool: y", reward=float("nan")
+        )
     )
-    facts.add({"status": "failed", "reason": "error(rate_limit): too many"})
+    facts.add(Record(key="b", status="failed", reason="error(rate_limit): too many"))
     facts.add(None)
     facts.add(
-        {
-            "status": "completed",
-            "reward": 1,
-            "reward_breakdown": {"c": 1, "bad": "x"},
-            "timings": {"wall_s": 2},
-        }
+        Record(key="c", status="completed", reward=1, reward_components={"c": 1}, timings={"wall_s": 2})
     )
     assert facts.lines == 3 and facts.unreadable == 1
     assert facts.reasons["filtered"] == {"no_reasoning": 1, "hallucinated_tool": 1}
@@ -184,7 +184,9 @@ def _episode(rollout: int, reward: float) -> bytes:
         turns=3,
         reward=reward,
         reward_components={"correct": reward, "format": 1.0},
-        wall_s=1.5,
+        timings={"wall_s": 1.5},
+        key=f"item{rollout}#{rollout}",
+        tool_stats={"terminal": {"count": 2, "success": 1, "failure": 1}},
     )
     return orjson.dumps(episode.model_dump(mode="json")) + b"\n"
 

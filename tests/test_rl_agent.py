@@ -18,8 +18,9 @@ import pytest
 
 from trajforge.endpoint import EndpointConfig, build_chat_model
 from trajforge.rl.agent import RLAgent, RLAgentConfig
-from trajforge.rl.manager import Manager, read_metrics
-from trajforge.rl.tools import RLSession, RLToolSettings
+from trajforge.rl.runs.manager import Manager
+from trajforge.rl.runs.schema import read_metrics
+from trajforge.rl.runs.tools import RLSession, RLToolSettings
 from trajforge.testing.scripted_server import Reply, ScriptedServer, ToolCallSpec
 
 KEY_ENV = "TF_RL_AGENT_TEST_KEY"

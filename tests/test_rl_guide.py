@@ -27,7 +27,7 @@ from trajforge.rl.samples import StepRollouts, build_samples, rollout_metrics
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.testing.tiny import IM_END, build_tiny_model, build_tiny_tokenizer
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),

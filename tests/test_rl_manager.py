@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from trajforge.rl import procs
-from trajforge.rl.manager import Manager, ProcessSpec, ReadyCheck, RunSpec, RunState
+from trajforge.rl.runs import procs
+from trajforge.rl.runs.manager import Manager
+from trajforge.rl.runs.schema import ProcessSpec, ReadyCheck, RunSpec, RunState
 
 SECRET_ENV = "TF_RL_TEST_API_KEY"
 
@@ -272,7 +273,8 @@ def test_a_restarted_manager_picks_the_run_up(tmp_path: Path, standin: Path, sec
     starter = textwrap.dedent(
         f"""
         import asyncio, sys
-        from trajforge.rl.manager import Manager, RunSpec
+        from trajforge.rl.runs.manager import Manager
+        from trajforge.rl.runs.schema import RunSpec
         spec = RunSpec.model_validate_json(open({str(spec_file)!r}).read())
         state = asyncio.run(Manager({str(runs)!r}).start(spec))
         print(state.id, state.status)
@@ -286,7 +288,7 @@ def test_a_restarted_manager_picks_the_run_up(tmp_path: Path, standin: Path, sec
     checker = textwrap.dedent(
         f"""
         import asyncio, time
-        from trajforge.rl.manager import Manager
+        from trajforge.rl.runs.manager import Manager
         async def main():
             m = Manager({str(runs)!r})
             first = await m.status({run_id!r})
@@ -318,7 +320,7 @@ def test_a_reused_pid_is_not_mistaken_for_the_run_process(tmp_path: Path) -> Non
         manager = Manager(tmp_path)
         (tmp_path / "x").mkdir()
         state.dir = str(tmp_path / "x")
-        from trajforge.rl.manager import ProcessState
+        from trajforge.rl.runs.schema import ProcessState
 
         state.processes = [
             ProcessState(
@@ -432,7 +434,7 @@ def test_a_start_that_dies_before_the_run_is_ready_leaves_nothing_running(
         [
             sys.executable,
             "-c",
-            "import asyncio; from trajforge.rl.manager import Manager, RunSpec; "
+            "import asyncio; from trajforge.rl.runs.manager import Manager; from trajforge.rl.runs.schema import RunSpec; "
             f"asyncio.run(Manager({str(runs)!r}).start(RunSpec.model_validate_json(open({str(tmp_path / 'spec.json')!r}).read())))",
         ]
     )
@@ -456,7 +458,7 @@ def test_run_ids_are_matched_whole_a_trailing_newline_included(tmp_path: Path, b
     a run directory whose name ends in a newline. Every id and name is matched whole now."""
     from pydantic import ValidationError
 
-    from trajforge.rl.manager import RunError
+    from trajforge.rl.runs.schema import RunError
 
     spec = {"processes": [{"name": "trainer", "argv": ["true"]}]}
     with pytest.raises(ValidationError, match="run id"):

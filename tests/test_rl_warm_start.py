@@ -27,7 +27,7 @@ from trajforge.rl.warm_start import INFO_FILE, collect_demonstrations, supervise
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.testing.tiny import IM_END
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
@@ -302,7 +302,7 @@ def test_warm_start_settings_are_validated_and_reach_the_cli(tmp_path: Path) -> 
     # validates again as written
     import yaml
 
-    from trajforge.rl.run_config import TRAIN_FILE, train_run_spec
+    from trajforge.rl.runs.run_config import TRAIN_FILE, train_run_spec
 
     cfg = TrainConfig(env="tiny_tasks", model=embedded_weights(), warm_start=ws)
     assert TrainConfig.model_validate(cfg.model_dump(mode="json")) == cfg

@@ -44,7 +44,7 @@ from trajforge.sandbox import (
 )
 from trajforge.sandbox.docker import OWNER_LABEL, owner_dead, owner_label
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 pytestmark = [pytest.mark.docker]
 

@@ -19,7 +19,7 @@ from trajforge.sandbox import SandboxConfig, create_sandbox_factory
 from trajforge.sandbox import factory as factory_module
 from trajforge.sandbox.templates import ForkingFactory, TemplateGone, key_filter
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 pytestmark = [
     pytest.mark.bwrap,

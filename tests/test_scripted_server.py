@@ -273,7 +273,7 @@ def test_in_thread_for_sync_code() -> None:
 
 
 def test_command_line_entry_point() -> None:
-    cmd = [sys.executable, "-m", "trajforge.testing.scripted_server", "--policy", "echo", "--latency", "0.01"]
+    cmd = [sys.executable, "-m", "trajforge.testing.server_cli", "--policy", "echo", "--latency", "0.01"]
     env = {**os.environ, "PYTHONWARNINGS": "error::RuntimeWarning"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:

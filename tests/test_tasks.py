@@ -22,7 +22,7 @@ from trajforge.tasks import (
     write_jsonl,
 )
 from trajforge.tools.base import ToolContext
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tasks.jsonl"
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")

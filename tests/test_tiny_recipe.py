@@ -16,7 +16,7 @@ from trajforge.models.tiny.evaluate import LocalPolicy
 from trajforge.models.tiny.tokenizer import train_tokenizer
 from trajforge.models.tiny.train import ModelShape, TrainSettings
 from trajforge.tasks import generate
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 pytestmark = pytest.mark.slow
 

@@ -158,13 +158,14 @@ def sample_toolsets(distribution: str | Distribution, rng: random.Random) -> lis
 
 
 def derive_seed(run_seed: int, sample_key: str) -> int:
-    """A 64-bit seed for one sample, stable across processes and Python versions.
+    """A 63-bit seed for one sample, stable across processes and Python versions.
 
     ``hash()`` is salted per process, so it cannot be used: resuming a run elsewhere must give
-    every sample the toolsets it had before.
+    every sample the toolsets it had before. 63 bits, not 64: the recorded seed must fit
+    Arrow/Parquet int64 (and a signed 64-bit field anywhere), and ``random.Random(seed)`` replays it.
     """
     digest = hashlib.sha256(f"{run_seed}\x00{sample_key}".encode()).digest()
-    return int.from_bytes(digest[:8], "big")
+    return int.from_bytes(digest[:8], "big") & ((1 << 63) - 1)
 
 
 def sample_rng(run_seed: int, sample_key: str) -> random.Random:

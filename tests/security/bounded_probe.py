@@ -22,7 +22,7 @@ from trajforge.envs import RolloutBackends, Rollouts, VerifierContext
 from trajforge.envs.library.tiny_tasks import TinyTasksConfig, TinyTasksEnv
 from trajforge.sandbox import SandboxConfig, SandboxLimits, close_factory, create_sandbox_factory
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 GB = 1_000_000_000
 

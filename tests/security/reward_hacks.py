@@ -32,7 +32,7 @@ from trajforge.envs.verifier import VerifierContext
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 HERE = Path(__file__).resolve().parent
 VERIFY_GLOB = "/tmp/trajforge-verify-*/logs/verifier /logs/verifier"

@@ -35,21 +35,13 @@ from trajforge.envs import BaseEnv, EnvConfig, RolloutBackends, Rollouts, Verifi
 from trajforge.envs.library.swe import SweConfig, SweEnv
 from trajforge.envs.library.swe import shipped_dir as swe_shipped
 from trajforge.envs.library.terminal_bench import TerminalBenchConfig, TerminalBenchEnv
-from trajforge.sandbox import SandboxConfig, close_factory, create_sandbox_factory
 from trajforge.sandbox.layout import copy_in
 from trajforge.testing.scripted_model import ScriptedModel
 from trajforge.testing.scripted_server import tool_then_answer
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 SECRET = "HOST-SECRET-4b9e"
 bwrap_only = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
-
-
-@pytest.fixture
-async def factory(tmp_path):
-    f = create_sandbox_factory(SandboxConfig(kind="bwrap", root_dir=str(tmp_path / "sb")))
-    yield f
-    await close_factory(f)
 
 
 def _host(tmp: Path) -> Path:
@@ -485,7 +477,7 @@ async def test_env_item_with_bad_setup_file_names_fails_as_bad_data(factory):
     env = _SetupEnv(EnvConfig(enabled_toolsets=["terminal"]))
     rollouts = Rollouts(env, RolloutBackends(ScriptedModel(["ok"]), factory, default_registry()))
     ep = await rollouts.episode(env.generate(0, split="eval"))
-    assert ep.status == "failed" and ep.reward == 0.0
+    assert ep.status == "failed" and ep.reward is None and ep.score == 0.0  # never judged
     assert "bad item" in (ep.reason or "") and "NUL" in (ep.reason or ""), ep.reason
     assert not (ep.reason or "").startswith("sandbox"), ep.reason
 

@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -27,10 +26,8 @@ from reward_hacks import COLUMNS, HACKS, HERE, column, play
 from trajforge.envs import RolloutBackends, Rollouts, load_env
 from trajforge.envs.library import trusted_proc
 from trajforge.envs.library.web_research import normalize, restates
-from trajforge.sandbox import close_factory, create_sandbox_factory
-from trajforge.sandbox.types import SandboxConfig
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 pytestmark = [
     pytest.mark.bwrap,
@@ -42,22 +39,13 @@ pytestmark = [
 KNOWN: dict[tuple[str, str], float] = {}
 
 
-@pytest.fixture
-async def factory() -> AsyncIterator[Any]:
-    f = create_sandbox_factory(SandboxConfig(kind="bwrap", reuse=True))
-    try:
-        yield f
-    finally:
-        await close_factory(f)
-
-
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("name", COLUMNS)
-async def test_every_hack_scores_zero(name: str, factory: Any) -> None:
+async def test_every_hack_scores_zero(name: str, bwrap: Any) -> None:
     """One column of the table: every hack, played through the env's real rollout and verifier."""
     async with AsyncExitStack() as stack, column(name, stack) as col:
         for hack in HACKS.values():
-            got = await play(col, hack, factory)
+            got = await play(col, hack, bwrap)
             want = KNOWN.get((hack.name, name), 0.0)
             for item, reward, reason in got:
                 assert reward == want, f"{hack.name} x {name} [{item}]: {reward} ({reason[:400]})"
@@ -208,23 +196,21 @@ PROBE = textwrap.dedent(
 
 
 async def test_swe_repository_code_cannot_read_trace_or_walk_into_the_runner(
-    tmp_path: Path, factory: Any
+    tmp_path: Path, bwrap: Any
 ) -> None:
     """The probe runs in the repository's interpreter and reports what it reached of the runner
     (its parent): /proc/PID/mem and environ refused, ptrace refused, no nonce in its frames."""
     tests = "from probe import attempts\n\ndef test_it():\n    got = attempts()\n    print(got)\n    raise AssertionError(repr(got))\n"
     env = load_env("swe", {"tasks_dir": str(_swe_task(tmp_path / "t", PROBE, tests))})
     model = ScriptedModel([answer("done")])
-    ep = await Rollouts(env, RolloutBackends(model, factory, default_registry())).episode(
-        env.eval_items(1)[0]
-    )
+    ep = await Rollouts(env, RolloutBackends(model, bwrap, default_registry())).episode(env.eval_items(1)[0])
     got = eval(ep.reward_reason.split("AssertionError: ")[-1].strip())  # noqa: S307 (our own probe's repr)
     assert got["mem"] == 13 and got["environ"] == 13  # EACCES: the runner is non-dumpable
     assert got["ptrace"] == 1  # EPERM
     assert got["nonce_in_frames"] is False and got["runner_in_gc"] is False
 
 
-async def test_swe_an_object_equal_to_everything_is_not_a_right_answer(factory: Any) -> None:
+async def test_swe_an_object_equal_to_everything_is_not_a_right_answer(bwrap: Any) -> None:
     """``assert to_roman(4) == "IV"`` compares values in the runner: a repository object whose
     ``__eq__`` says True to everything (which passes the same assert under pytest) fails."""
     env = load_env("swe")
@@ -237,7 +223,7 @@ async def test_swe_an_object_equal_to_everything_is_not_a_right_answer(factory: 
     model = ScriptedModel(
         [tool_turn(("write_file", {"path": "numerals.py", "content": cheat})), answer("ok")]
     )
-    ep = await Rollouts(env, RolloutBackends(model, factory, default_registry())).episode(task)
+    ep = await Rollouts(env, RolloutBackends(model, bwrap, default_registry())).episode(task)
     assert ep.reward == 0.0 and ep.reward_components["fail_to_pass"] == 0.0, ep.reward_reason
 
 
@@ -250,7 +236,7 @@ def _exec(src: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------- terminal_bench, directly
 
 
-async def test_terminal_bench_a_program_the_tests_run_cannot_write_the_reward(factory: Any) -> None:
+async def test_terminal_bench_a_program_the_tests_run_cannot_write_the_reward(bwrap: Any) -> None:
     """greet-tool's test.sh writes reward.json; a greet that writes reward.txt (which Harbor
     reads first) is ignored, because the task's tests never name reward.txt. A greet that leaves
     a process behind gets the reward distrusted."""
@@ -267,7 +253,7 @@ async def test_terminal_bench_a_program_the_tests_run_cannot_write_the_reward(fa
             ("terminal", {"command": "chmod +x bin/greet"}),
         ]
         model = ScriptedModel([*(tool_turn(c) for c in calls), answer("ok")])
-        ep = await Rollouts(env, RolloutBackends(model, factory, default_registry())).episode(task)
+        ep = await Rollouts(env, RolloutBackends(model, bwrap, default_registry())).episode(task)
         assert ep.reward == 0.0 and why in ep.reward_reason, ep.reward_reason
 
 

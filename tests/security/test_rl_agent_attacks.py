@@ -30,12 +30,12 @@ from trajforge.envs import EnvConfigError, RolloutBackends, UnknownEnvError, env
 from trajforge.envs.sandboxed.host import EnvHostError
 from trajforge.envs.sandboxed.store import AgentEnvNotApproved, AgentEnvStore
 from trajforge.rl.agent import RLAgent, RLAgentConfig
-from trajforge.rl.manager import Manager
-from trajforge.rl.tools import AgentEnvReview, RLToolSettings
+from trajforge.rl.runs.manager import Manager
+from trajforge.rl.runs.tools import AgentEnvReview, RLToolSettings
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 pytestmark = [
     pytest.mark.bwrap,

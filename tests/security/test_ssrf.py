@@ -722,7 +722,7 @@ ALLOWED: dict[str, dict[str, str]] = {
     "tools/model_endpoint.py": {
         "trajforge.llm.openai_client": "the operator's model endpoints (vision, moa), never a model's URL",
     },
-    "rl/tools.py": {
+    "rl/runs/tools.py": {
         "trajforge.endpoint": "the embedded policy or a checkpoint it serves itself on loopback",
         "trajforge.serve.launcher": "that checkpoint's server, started by the tool itself",
     },

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 from trajforge.batch.config import BatchConfig
 from trajforge.batch.dataset import BadRow
 from trajforge.batch.ledger import Ledger
-from trajforge.batch.records import Outcome, SampleFacts, build_line, not_judged
+from trajforge.batch.records import bad_row_line
 from trajforge.batch.writer import SHARDS_DIR, Finished, ShardWriter
 
 
@@ -19,12 +17,9 @@ def commit_bad_rows(
         return
     owner = f"s{session:04d}-bad"
     writer = ShardWriter(ledger, cfg.run_dir / SHARDS_DIR / f"{owner}.jsonl", owner, fsync=cfg.fsync)
-    now = time.time()
     for row in rows:
-        outcome = Outcome("failed", f"bad_row: {row.reason}", "bad_row")
-        facts = SampleFacts([], 0, now, now, -1, 0, cfg.samples_per_prompt)
-        line, summary = build_line(
-            row, outcome, None, facts, model=cfg.model, run_tools=run_tools, grading=not_judged(cfg, outcome)
+        line, summary = bad_row_line(
+            row, model=cfg.model, env=cfg.env, run_tools=run_tools, samples_per_prompt=cfg.samples_per_prompt
         )
-        writer.submit(Finished(row.key, "failed", outcome.reason, line, summary))
+        writer.submit(Finished(row.key, "failed", f"bad_row: {row.reason}", line, summary))
     writer.finish_sync()

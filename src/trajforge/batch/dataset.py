@@ -123,7 +123,7 @@ def _check_row(row: object, root: str) -> tuple[str, str | None, str | None, dic
         if problem:
             shown = repr(path) if len(path) <= 80 else f"{path[:60]!r}... ({len(path)} characters)"
             raise ValueError(f"setup_files name {shown} {problem}")
-    return prompt, image, cwd, files or None
+    return prompt, image, cwd, files  # {} kept: the record gives back the row as it was
 
 
 def _parse(raw: bytes) -> object:

@@ -40,6 +40,10 @@ one raises :class:`EmptyExportError` (the CLI exits non-zero) and writes nothing
 schema and is written even empty (docs/formats.md says how to load it).
 
 Run lines keep tool schemas once in ``run.json``; exports put them back where a format needs them.
+
+Every line is read as the one record (:mod:`trajforge.record`; older lines upgraded), so an
+``env eval`` run (``episodes.jsonl``, every status in one file) exports like a batch run: its
+ShareGPT turns are rendered from the episode's messages.
 """
 
 from __future__ import annotations
@@ -53,6 +57,9 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from trajforge.record import Record, RecordError
+from trajforge.record import load as load_record
+from trajforge.record.views import reference_view
 from trajforge.tools.toolsets import TOOLSETS
 from trajforge.trajectory import system_prompt
 from trajforge.trajectory.calls import Conversation, to_messages
@@ -69,6 +76,7 @@ from trajforge.trajectory.trainer_formats import llamafactory_problem, to_axolot
 
 FORMATS: tuple[str, ...] = ("messages", "sharegpt", "llamafactory", "axolotl", "hermes", "parquet", "dpo")
 OUTPUT_FILES: tuple[str, ...] = ("trajectories.jsonl", "filtered.jsonl", "failed.jsonl")
+ENV_FILE = "episodes.jsonl"  # an env run's records (envs.runner.EPISODES_FILE)
 MalformedPolicy = Literal["skip", "text"]
 _HERMES_FIELDS = (
     "prompt_index",
@@ -130,6 +138,8 @@ class ExportOptions(BaseModel):
 class RunInfo:
     run_dir: Path
     tools: list[dict[str, Any]]
+    env_run: bool = False
+    """An ``env eval`` run: its records are all in ``episodes.jsonl`` (every status)."""
 
     def tools_for(self, toolsets: Iterable[str]) -> list[dict[str, Any]]:
         """The schemas offered to a sample that had ``toolsets``, in run order."""
@@ -145,23 +155,43 @@ def load_run(run_dir: Path) -> RunInfo:
         raise ExportError(f"{run_dir} is not a trajforge batch run (no run.json)") from None
     except orjson.JSONDecodeError as exc:
         raise ExportError(f"{run_file} is damaged: {exc}") from None
-    if (Path(run_dir) / "episodes.jsonl").exists() and not any(
+    env_run = (Path(run_dir) / ENV_FILE).exists() and not any(
         (Path(run_dir) / name).exists() for name in OUTPUT_FILES
-    ):
-        raise ExportError(
-            f"{run_dir} is an env run (episodes.jsonl); export reads batch runs. For training data "
-            "from an env, run `trajforge batch DATASET --env ENV` and export that run"
-        )
-    return RunInfo(Path(run_dir), info.get("tools", []))
+    )
+    return RunInfo(Path(run_dir), info.get("tools", []), env_run)
 
 
-def read_lines(path: Path) -> Iterator[dict[str, Any]]:
+def read_lines(
+    path: Path, run: RunInfo, tell: Callable[[int, int], None] | None = None
+) -> Iterator[dict[str, Any]]:
+    """Each line of ``path`` read as the one record (an older line upgraded), as the flat view the
+    formats below are written from: the record's fields and its reference view (the ShareGPT
+    turns a batch line stored, or rendered from the messages of an env episode). ``tell(offset,
+    n)``: the bytes read so far and the line number, for a progress display."""
     if not path.exists():
         return
     with open(path, "rb") as fh:
-        for raw in fh:
+        offset = 0
+        for n, raw in enumerate(fh, 1):
+            offset += len(raw)
+            if tell is not None:
+                tell(offset, n)
             if raw.strip():
-                yield orjson.loads(raw)
+                try:
+                    record = load_record(orjson.loads(raw))
+                except (orjson.JSONDecodeError, RecordError) as exc:
+                    raise ExportError(f"{path}:{n}: {exc}") from None
+                yield export_view(record, run)
+
+
+def export_view(record: Record, run: RunInfo) -> dict[str, Any]:
+    """The record as one flat dict: its fields, the reference view, and the names the Parquet
+    columns have always had (``reward_breakdown``, ``graded_by``)."""
+    tools = run.tools_for(record.toolsets)
+    view = {**record.model_dump(mode="json"), **reference_view(record, tools)}
+    view["reward_breakdown"] = dict(record.reward_components) if record.reward is not None else None
+    view["graded_by"] = record.env if record.reward is not None or record.env else None
+    return view
 
 
 # -- one sample ---------------------------------------------------------------------------------
@@ -410,9 +440,10 @@ class _Kept:
     once to choose the best per prompt, once to write), with every left-out one counted."""
 
     def __init__(
-        self, run_dir: Path, names: list[str], options: ExportOptions, progress: Progress | None = None
+        self, run: RunInfo, names: list[str], options: ExportOptions, progress: Progress | None = None
     ) -> None:
-        self.paths = [Path(run_dir) / name for name in names]
+        self.run = run
+        self.paths = [run.run_dir / name for name in names]
         self.options = options
         self.progress = progress
         self.total_kib = sum(p.stat().st_size for p in self.paths if p.exists()) // 1024
@@ -428,23 +459,24 @@ class _Kept:
             self.allowed = best_per_prompt(candidates, limit)
 
     def _lines(self, report: bool) -> Iterator[dict[str, Any]]:
-        """Every line of the files, telling ``progress`` (KiB read of the total) as it goes."""
+        """Every line of the files as the record's view, telling ``progress`` (KiB read of the
+        total) as it goes."""
         if not report or self.progress is None:
             for path in self.paths:
-                yield from read_lines(path)
+                yield from read_lines(path, self.run)
             return
-        done = 0
+        progress, done = self.progress, 0
         for path in self.paths:
             if not path.exists():
                 continue
-            with open(path, "rb") as fh:
-                for n, raw in enumerate(fh):
-                    done += len(raw)
-                    if n % 256 == 0:
-                        self.progress("exporting", done // 1024, self.total_kib)
-                    if raw.strip():
-                        yield orjson.loads(raw)
-        self.progress("exporting", self.total_kib, self.total_kib)
+
+            def tell(offset: int, n: int, base: int = done) -> None:
+                if n % 256 == 0:
+                    progress("exporting", (base + offset) // 1024, self.total_kib)
+
+            yield from read_lines(path, self.run, tell)
+            done += path.stat().st_size
+        progress("exporting", self.total_kib, self.total_kib)
 
     def _eligible(self, *, count: bool) -> Iterator[Sample]:
         for line in self._lines(report=count):
@@ -499,10 +531,10 @@ def export(
             raise ExportError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
     run = load_run(run_dir)
     output = Path(output) if output else default_output(run_dir, fmt)
-    names = options.files(fmt)
+    names = [ENV_FILE] if run.env_run else options.files(fmt)
     if fmt == "dpo":
         return _export_dpo(run, names, output, options)
-    kept = _Kept(Path(run_dir), names, options, progress)
+    kept = _Kept(run, names, options, progress)
     output.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "parquet":
         from trajforge.batch.export_parquet import write_parquet
@@ -536,7 +568,7 @@ def export(
 
 
 def _export_dpo(run: RunInfo, names: list[str], output: Path, options: ExportOptions) -> ExportReport:
-    lines = [line for name in names for line in read_lines(run.run_dir / name)]
+    lines = [line for name in names for line in read_lines(run.run_dir / name, run)]
     rows, pairing = dpo_pairs(run, lines, options)
     output.parent.mkdir(parents=True, exist_ok=True)
     sidecar = output.with_name(output.name.removesuffix(".jsonl") + ".stats.json")

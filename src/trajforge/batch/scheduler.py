@@ -1,7 +1,8 @@
 """The engine of one worker: up to ``concurrency`` rollouts at once on one event loop.
 
 A fixed pool of consumer tasks pulls samples from a shared queue, so a slow sample only holds its
-own slot. Each attempt has a deadline. Only infrastructure failures are retried, with
+own slot. Each attempt is the one rollout step (:func:`trajforge.rollout.run_rollout`: draw,
+sandbox, session, judge with ``--env``, trace, status) and has a deadline. Only infrastructure failures are retried, with
 exponential backoff and jitter: a transient model error (429/5xx/timeouts/malformed bodies,
 after the client's own retries) or a sandbox that could not start. What the agent did (answered,
 ran out of turns, called a tool it was not offered) is an outcome, never retried.
@@ -13,33 +14,39 @@ import asyncio
 import functools
 import random
 import time
-import traceback
 from collections import deque
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trajforge.agent import AgentConfig, AgentResult, Termination, run_session
-from trajforge.agent.session import Inspector
+from trajforge.agent import AgentConfig
 from trajforge.batch.backends import Backends
 from trajforge.batch.config import BatchConfig
 from trajforge.batch.dataset import Sample
-from trajforge.batch.records import Grading, Outcome, SampleFacts, build_line, classify, not_judged
+from trajforge.batch.records import batch_line
 from trajforge.batch.writer import SHARDS_DIR, Finished, ShardWriter, find_output_error, open_ledger
-from trajforge.distributions import derive_seed, get_distribution, sample_toolsets
+from trajforge.distributions import derive_seed, get_distribution
 from trajforge.envs.catalog import load_grader
-from trajforge.envs.judge import Judgement, judge, registry_tools
+from trajforge.envs.judge import EnvJudge, registry_tools
 from trajforge.envs.protocol import AgentEnv
-from trajforge.llm.token_trace import TraceError
-from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
-from trajforge.sandbox import SandboxUnavailableError, factory_counts
+from trajforge.protocols import ChatModel, SandboxFactory
+from trajforge.rollout import (
+    Asked,
+    Identity,
+    Outcome,
+    RolloutBackends,
+    RolloutOutcome,
+    RolloutRequest,
+    build_record,
+    draw_toolsets,
+    run_rollout,
+)
+from trajforge.rollout.step import HARD_DEADLINE_GRACE_S, failure
+from trajforge.sandbox import factory_counts
 from trajforge.sandbox.confined import DataPathError
 from trajforge.sandbox.templates import ForkingFactory, supports_templates
-from trajforge.tools.base import Tool
 from trajforge.tools.registry import ToolRegistry
-
-_HARD_DEADLINE_GRACE_S = 30.0  # the loop's own session timeout should fire first
 
 
 @dataclass
@@ -56,16 +63,6 @@ class WorkerSpec:
     @property
     def owner(self) -> str:
         return f"s{self.session:04d}-w{self.worker_id:03d}"
-
-
-@dataclass
-class AttemptResult:
-    """One try at a sample: a result, or an infrastructure error, and whether to retry."""
-
-    result: AgentResult | None
-    outcome: Outcome
-    transient: bool
-    judged: Judgement | None = None
 
 
 def build_agent_config(cfg: BatchConfig, prefill: list[dict[str, Any]]) -> AgentConfig:
@@ -104,6 +101,12 @@ class Worker:
         # --env: each sample is judged in its sandbox before the sandbox is closed or reset.
         self.grader: AgentEnv | None = load_grader(self.cfg.env) if self.cfg.env else None
         self._verifier_tools = registry_tools(registry) if self.grader else {}
+        self._backends = RolloutBackends(
+            self.model, self.factory, registry, getattr(self.model, "template", None), self._close_later
+        )
+        self._sampling = (
+            self.agent_config.sampling.model_dump(exclude_none=True) if self.agent_config.sampling else {}
+        )
         self._teardowns: asyncio.TaskGroup | None = None
         self._closing = 0  # sandbox teardowns in flight
         self._closed = asyncio.Condition()
@@ -146,137 +149,93 @@ class Worker:
             if self._queue:
                 await self._run_sample(self._queue.popleft())
 
-    def _toolsets(self, seed: int) -> list[str]:
-        if self._dist is None:
-            return list(self.cfg.toolsets or ())
-        return sample_toolsets(self._dist, random.Random(seed))
-
     async def _run_sample(self, sample: Sample) -> None:
-        # 63 bits: the recorded seed must fit Arrow/Parquet int64; random.Random(seed) replays it.
-        seed = derive_seed(self.cfg.seed, sample.key) & ((1 << 63) - 1)
-        toolsets = self._toolsets(seed)
-        tools = self.registry.for_toolsets(toolsets)  # resolved here only, handed to the session
-        started = time.time()
+        seed = derive_seed(self.cfg.seed, sample.key)
+        toolsets = draw_toolsets(seed, distribution=self._dist, enabled=self.cfg.toolsets)
         self.writer.started(sample.key)
-        attempt, attempts = await self._attempts(sample, tools)
-        run = SampleFacts(
-            toolsets, attempts, started, time.time(), self.spec.worker_id, seed, self.cfg.samples_per_prompt
+        started = time.time()
+        done, attempts = await self._attempts(sample, seed, toolsets)
+        done.started_at = started  # the sample's span covers its retries
+        if done.outcome.reason_kind == "bad_row":
+            detail = done.outcome.reason.removeprefix("bad_row: ")
+            done.outcome.reason = f"bad_row: row {sample.index + 1} (prompt_index {sample.index}): {detail}"
+        record = build_record(
+            self._identity(sample),
+            Asked(self.cfg.model, self._sampling, self.cfg.system_prompt, self.spec.worker_id),
+            done,
+            seed=seed,
+            toolsets=toolsets,
+            attempts=attempts,
+            pad=self.spec.run_tools,
         )
-        schemas = self.registry.schemas(tools)
-        line, summary = build_line(
-            sample,
-            attempt.outcome,
-            attempt.result,
-            run,
-            model=self.cfg.model,
-            run_tools=self.spec.run_tools,
-            tools=schemas,
-            system_prompt=self.cfg.system_prompt,
-            grading=self._grading(attempt),
-            trace=self._trace(attempt.result, schemas),
-        )
-        self.writer.submit(
-            Finished(sample.key, attempt.outcome.status, attempt.outcome.reason, line, summary)
+        line, summary = batch_line(record, done.schemas, started=done.started_at, finished=done.finished_at)
+        self.writer.submit(Finished(sample.key, done.outcome.status, done.outcome.reason, line, summary))
+
+    def _identity(self, sample: Sample) -> Identity:
+        item = sample_item(sample)
+        grader = self.grader
+        return Identity(
+            key=sample.key,
+            item=item,
+            prompt_index=sample.index,
+            rollout=sample.sample_index,
+            group_size=self.cfg.samples_per_prompt,
+            env=self.cfg.env,
+            item_id=grader.item_id(item) if grader is not None else None,
+            category=grader.category(item) if grader is not None else None,
         )
 
-    async def _attempts(self, sample: Sample, tools: list[Tool]) -> tuple[AttemptResult, int]:
-        """Try until an attempt is not transient or ``max_attempts`` ran (backoff with jitter)."""
+    async def _attempts(self, sample: Sample, seed: int, toolsets: list[str]) -> tuple[RolloutOutcome, int]:
+        """Try until an attempt is not transient or ``max_attempts`` ran (backoff with jitter).
+        Every try is the one rollout step; what the agent did is an outcome, never retried."""
         attempts = 0
         while True:
             attempts += 1
-            attempt = await self._attempt(sample, tools, attempts)
-            if not attempt.transient:
-                return attempt, attempts
+            done = await self._attempt(sample, seed, toolsets, attempts)
+            if not done.transient:
+                return done, attempts
             if attempts >= self.cfg.max_attempts:
-                reason = f"{attempt.outcome.reason} (gave up after {attempts} attempts)"
-                return AttemptResult(
-                    attempt.result, Outcome("failed", reason, attempt.outcome.reason_kind), True
-                ), attempts
+                reason = f"{done.outcome.reason} (gave up after {attempts} attempts)"
+                done.outcome = Outcome("failed", reason, done.outcome.reason_kind)
+                return done, attempts
             delay = self.cfg.retry_backoff * 2 ** (attempts - 1)
             await asyncio.sleep(min(delay, 60.0) * random.uniform(0.5, 1.5))
 
-    async def _attempt(self, sample: Sample, tools: list[Tool], n: int) -> AttemptResult:
-        deadline = asyncio.timeout(self.cfg.sample_timeout + _HARD_DEADLINE_GRACE_S)
+    async def _attempt(self, sample: Sample, seed: int, toolsets: list[str], n: int) -> RolloutOutcome:
         grader = self.grader
-        judged = Judgement() if grader is not None else None
         setup_files: dict[str, str | bytes] | None = dict(sample.setup_files or {}) or None
-        inspect: Inspector | None = None
+        judge = None
         if grader is not None:
             item = sample_item(sample)
-
-            async def inspect(result: AgentResult, sandbox: Sandbox) -> None:
-                await judge(grader, item, result, sandbox, tools=self._verifier_tools, into=judged)
-
-        try:
-            if grader is not None:  # the env reads the row: a host path in it is refused here
+            judge = EnvJudge(grader, item, self._verifier_tools)
+            try:  # the env reads the row: a host path in it is refused here
                 setup_files = {**grader.setup_files(item), **(setup_files or {})}
-            async with deadline:
-                result = await run_session(
-                    sample.prompt,
-                    model=self.model,
-                    tools=tools,
-                    sandbox_factory=self.factory,
-                    config=self.agent_config,
-                    task_id=f"{sample.key}-{n}",
-                    image=sample.image,
-                    cwd=sample.cwd,
-                    setup_files=setup_files,
-                    closer=self._close_later,
-                    inspect=inspect,
-                )
-        except Exception as exc:
-            return _failed_attempt(exc, sample, hard_deadline=deadline.expired())
-        outcome = classify(result, [t.name for t in tools], self.cfg.require_reasoning)
-        transient = result.termination is Termination.MODEL_ERROR and result.error_kind == "transient"
-        return AttemptResult(result, outcome, transient, judged)
-
-    def _grading(self, attempt: AttemptResult) -> Grading | None:
-        if self.grader is None or self.cfg.env is None:
-            return None
-        judged = attempt.judged
-        if attempt.result is None or judged is None or judged.breakdown is None:
-            return not_judged(self.cfg, attempt.outcome)
-        bd = judged.breakdown
-        return Grading(bd.reward, bd.components, bd.reason, judged.error, self.cfg.env)
-
-    def _trace(self, result: AgentResult | None, schemas: list[dict[str, Any]]) -> dict[str, Any] | None:
-        """The exact tokens of a token-level run (``--tokenizer``); why not, when they broke."""
-        if result is None or not result.token_traces:
-            return None
-        try:
-            et = result.episode_trace(getattr(self.model, "template", None), tools=schemas)
-        except TraceError as exc:
-            return {"error": str(exc)}
-        return {"tokens": et.tokens, "masks": et.masks, "logprobs": et.logprobs}
+            except DataPathError as exc:
+                return RolloutOutcome(failure(exc, hard_deadline=False)[0], None, [], [], judged=True)
+        request = RolloutRequest(
+            sample.prompt,
+            seed,
+            toolsets,
+            self.agent_config,
+            task_id=f"{sample.key}-{n}",
+            image=sample.image,
+            cwd=sample.cwd,
+            setup_files=setup_files,
+            judge=judge,
+            filters=True,
+            require_reasoning=self.cfg.require_reasoning,
+            hard_deadline_s=self.cfg.sample_timeout + HARD_DEADLINE_GRACE_S,
+        )
+        return await run_rollout(request, self._backends)
 
 
 def sample_item(sample: Sample) -> dict[str, Any]:
     """The env item a dataset row stands for: the row itself (prompt, setup files and every
     other field), what ``compute_reward`` reads."""
     item: dict[str, Any] = {**(sample.extra or {}), "prompt": sample.prompt}
-    if sample.setup_files:
+    if sample.setup_files is not None:
         item["setup_files"] = dict(sample.setup_files)
     return item
-
-
-def _failed_attempt(exc: Exception, sample: Sample, *, hard_deadline: bool) -> AttemptResult:
-    """An attempt that raised: a sandbox that could not start is retried; a path the row names
-    that cannot be used (a cwd swapped for a link, a task_dir outside its root) is a bad row, never
-    retried; a bug is recorded."""
-    if isinstance(exc, DataPathError):
-        reason = f"bad_row: row {sample.index + 1} (prompt_index {sample.index}): {exc}"
-        return AttemptResult(None, Outcome("failed", reason, "bad_row"), False)
-    if isinstance(exc, TimeoutError) and hard_deadline:
-        return AttemptResult(
-            None, Outcome("failed", "sample_timeout: hard deadline passed", "sample_timeout"), False
-        )
-    if isinstance(exc, (TimeoutError, SandboxUnavailableError, OSError)):
-        return AttemptResult(
-            None, Outcome("failed", f"sandbox_unavailable: {exc}", "sandbox_unavailable"), True
-        )
-    # A bug must not take the batch down: it is recorded as data.
-    tb = traceback.format_exception_only(exc)[-1].strip()
-    return AttemptResult(None, Outcome("failed", f"internal_error: {tb}", "internal_error"), False)
 
 
 async def run_worker(spec: WorkerSpec, backends: Backends, registry: ToolRegistry) -> int:

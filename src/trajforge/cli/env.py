@@ -385,7 +385,7 @@ def rescore_cmd(
         from trajforge.envs.types import RewardBreakdown
 
         bd = RewardBreakdown.of(verdict)
-        if abs(bd.reward - ep.reward) > 1e-9:
+        if abs(bd.reward - ep.score) > 1e-9:
             changed += 1
         else:
             same += 1
@@ -407,7 +407,7 @@ def rescore_cmd(
     summary = None
     if write:
         tmp = run_dir / (EPISODES_FILE + ".tmp")
-        tmp.write_bytes(b"".join(orjson.dumps(e.model_dump(mode="json")) + b"\n" for e in new))
+        tmp.write_bytes(b"".join(e.line() for e in new))
         tmp.replace(run_dir / EPISODES_FILE)
         summary = write_summary(run_dir, instance.name)
     if json_out:

@@ -38,7 +38,7 @@ AGENT_RENAMES = {**RUNS_RENAMES, "--max-iterations": "--max-turns"}
 
 
 def _manager(runs_dir: Path) -> Any:
-    from trajforge.rl.manager import Manager
+    from trajforge.rl.runs.manager import Manager
 
     return Manager(runs_dir)
 
@@ -63,8 +63,8 @@ def start_cmd(
 ) -> None:
     """Start a managed training run; returns once the trainer wrote its first metrics."""
     from trajforge.rl.config import TrainConfigError, load_config_file
-    from trajforge.rl.manager import RunError
-    from trajforge.rl.run_config import train_run_spec
+    from trajforge.rl.runs.run_config import train_run_spec
+    from trajforge.rl.runs.schema import RunError
 
     try:
         fields: dict[str, Any] = load_config_file(config) if config else {}
@@ -94,7 +94,7 @@ def status_cmd(
     json_out: bool = JsonOut,
 ) -> None:
     """A run's status: each process, how it ended and why."""
-    from trajforge.rl.manager import RunError
+    from trajforge.rl.runs.schema import RunError
 
     try:
         state = asyncio.run(_manager(runs_dir).status(run_id))
@@ -111,7 +111,7 @@ def stop_cmd(
     json_out: bool = JsonOut,
 ) -> None:
     """Stop a run: SIGTERM to each process group, then SIGKILL after --grace seconds."""
-    from trajforge.rl.manager import RunError
+    from trajforge.rl.runs.schema import RunError
 
     try:
         state = asyncio.run(_manager(runs_dir).stop(run_id, grace_s=grace))
@@ -127,7 +127,7 @@ def results_cmd(
     json_out: bool = JsonOut,
 ) -> None:
     """Metrics summary, the last metrics line and checkpoint paths of a run."""
-    from trajforge.rl.manager import RunError
+    from trajforge.rl.runs.schema import RunError
 
     manager = _manager(runs_dir)
     try:
@@ -171,7 +171,7 @@ def logs_cmd(
     json_out: bool = JsonOut,
 ) -> None:
     """The last lines of a run's process logs."""
-    from trajforge.rl.manager import RunError
+    from trajforge.rl.runs.schema import RunError
 
     try:
         logs = _manager(runs_dir).logs(run_id, process, lines)
@@ -252,7 +252,7 @@ def agent_cmd(
     from trajforge.endpoint import EndpointConfig, pairing_problem
     from trajforge.llm.types import ModelError
     from trajforge.rl.agent import RLAgentConfig
-    from trajforge.rl.tools import RLToolSettings
+    from trajforge.rl.runs.tools import RLToolSettings
 
     problem = pairing_problem(model, base_url)
     if problem:
@@ -319,7 +319,7 @@ async def _agent(
 ) -> int:
     from trajforge.endpoint import open_chat_model
     from trajforge.rl.agent import RLAgent
-    from trajforge.rl.manager import Manager
+    from trajforge.rl.runs.manager import Manager
 
     async with (
         open_chat_model(endpoint, announce=lambda m: _err.print(f"[dim]{m}[/]")) as chat_model,

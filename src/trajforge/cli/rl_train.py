@@ -85,6 +85,11 @@ def train_cmd(
         help="Run directory name (default: rl); OUTPUT_DIR/RUN_NAME is resumable: run the same command again.",
     ),
     seed: int | None = typer.Option(None, "--seed", help="Seeds items, rollouts and torch."),
+    records: Path | None = typer.Option(
+        None,
+        "--records",
+        help="Train on this run directory's records (batch --env --tokenizer) instead of rollouts.",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON.", metavar=""),
 ) -> None:
     """Train a policy with GRPO on ENV's rollouts (checkpoints + metrics.jsonl; resumable)."""
@@ -122,6 +127,7 @@ def train_cmd(
                 "device": device,
                 "output_dir": run_dir(output_dir, run_name, DEFAULT_RUN_NAME),
                 "seed": seed,
+                "records": records,
             },
         )
         result = _train(cfg)
@@ -151,6 +157,10 @@ def _train(cfg: object) -> object:
     from trajforge.rl.config import TrainConfig
 
     assert isinstance(cfg, TrainConfig)
+    if cfg.records is not None:
+        from trajforge.rl.offline import train_on_records
+
+        return train_on_records(cfg)
     if cfg.trainer == "trl":
         from trajforge.rl.trl_trainer import train_trl
 

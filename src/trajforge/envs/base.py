@@ -12,7 +12,9 @@ import asyncio
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, cast
+
+from typing_extensions import TypeVar
 
 from trajforge.envs.config import EnvConfig
 from trajforge.envs.types import Item, RewardBreakdown
@@ -26,14 +28,21 @@ class EnvDataError(ValueError):
     """The env's items cannot be loaded; the message names the source and what to do."""
 
 
-class BaseEnv:
+ConfigT = TypeVar("ConfigT", bound=EnvConfig, default=EnvConfig)
+
+
+class BaseEnv(Generic[ConfigT]):
+    """Generic over its config type: ``class SweEnv(BaseEnv[SweConfig])`` reads ``self.config``
+    as a ``SweConfig``, checked once here (a plain ``EnvConfig`` handed in is validated into
+    ``config_class``, so an env never asserts its config's type where it uses it)."""
+
     name: ClassVar[str] = "base"
     description: ClassVar[str] = ""
     config_class: ClassVar[type[EnvConfig]] = EnvConfig
     default_system_prompt: ClassVar[str | None] = None
 
     def __init__(self, config: EnvConfig | None = None) -> None:
-        self.config = config or self.default_config()
+        self.config: ConfigT = self._own_config(config if config is not None else self.default_config())
         self._items: list[Item] | None = None
         self._cursor = 0
         self._lock = asyncio.Lock()
@@ -41,6 +50,14 @@ class BaseEnv:
     @classmethod
     def default_config(cls) -> EnvConfig:
         return cls.config_class()
+
+    def _own_config(self, config: EnvConfig) -> ConfigT:
+        """``config`` as this env's config class (its fields validated again when it is a
+        plainer class: unknown ones for this env are refused there, with the field's name)."""
+        wanted = self.config_class
+        if not isinstance(config, wanted):
+            config = wanted.model_validate(config.model_dump(exclude_unset=True))
+        return cast(ConfigT, config)
 
     # ---------------------------------------------------------------- items
 

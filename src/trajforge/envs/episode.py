@@ -1,37 +1,46 @@
 """Rollouts of an environment: one item -> one judged :class:`Episode`; a group of them.
 
 Each rollout draws its own toolsets (seeded from the run seed and the rollout's key, recorded)
-and gets its own sandbox. The reward runs inside :func:`run_session`'s ``inspect`` hook: after
-the loop ended, before the sandbox is closed (and so before a reused sandbox is reset), after
-the rollout's leftover processes were stopped and the verifier files were put in place.
+and gets its own sandbox; the rollout itself is the one step every rollout takes
+(:func:`trajforge.rollout.run_rollout`), judged by the env (:class:`~trajforge.envs.judge.EnvJudge`)
+inside the session's ``inspect`` hook: after the loop ended, before the sandbox is closed (and so
+before a reused sandbox is reset), after the rollout's leftover processes were stopped and the
+verifier files were put in place.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
-import random
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajforge.agent import AgentConfig, AgentResult, Termination, run_session
-from trajforge.distributions import derive_seed, sample_toolsets
-from trajforge.envs.judge import Judgement, judge, registry_tools
+from trajforge.agent import AgentConfig
+from trajforge.distributions import derive_seed
+from trajforge.envs.judge import EnvJudge, registry_tools
 from trajforge.envs.limiter import ResizableLimiter
 from trajforge.envs.protocol import AgentEnv
-from trajforge.envs.types import Episode, Item, RewardBreakdown, TokenRecord
+from trajforge.envs.types import Episode, Item
 from trajforge.llm.chat_template import ChatTemplate
-from trajforge.llm.token_trace import TraceError
 from trajforge.llm.types import SamplingParams
 from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
+from trajforge.rollout import (
+    Asked,
+    Identity,
+    Outcome,
+    RolloutOutcome,
+    RolloutRequest,
+    build_record,
+    draw_toolsets,
+    run_rollout,
+)
+from trajforge.rollout import RolloutBackends as StepBackends
+from trajforge.rollout.step import failure
 from trajforge.sandbox.confined import DataPathError
 from trajforge.sandbox.errors import SandboxStartError, SandboxUnavailableError
 from trajforge.sandbox.templates import TemplateGone, supports_templates
-from trajforge.tools.base import Tool
 from trajforge.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -81,11 +90,10 @@ class Rollouts:
 
     def toolsets(self, seed: int) -> list[str]:
         cfg = self.env.config
-        if cfg.distribution is not None:
-            drawn = sample_toolsets(cfg.distribution, random.Random(seed))
-        else:
-            drawn = list(cfg.enabled_toolsets if cfg.enabled_toolsets is not None else DEFAULT_TOOLSETS)
-        return [t for t in drawn if t not in cfg.disabled_toolsets]
+        enabled = cfg.enabled_toolsets if cfg.enabled_toolsets is not None else DEFAULT_TOOLSETS
+        return draw_toolsets(
+            seed, distribution=cfg.distribution, enabled=enabled, disabled=cfg.disabled_toolsets
+        )
 
     def agent_config(self, seed: int) -> AgentConfig:
         cfg = self.env.config
@@ -106,108 +114,44 @@ class Rollouts:
     async def episode(
         self, item: Item, *, rollout: int = 0, group_size: int = 1, seed: int | None = None
     ) -> Episode:
+        """One judged rollout of ``item`` through the rollout step (:mod:`trajforge.rollout`)."""
         env = self.env
         item_id = env.item_id(item)
-        seed = (
-            derive_seed(env.config.seed, f"{item_id}#{rollout}") & ((1 << 63) - 1) if seed is None else seed
-        )
+        seed = derive_seed(env.config.seed, f"{item_id}#{rollout}") if seed is None else seed
         toolsets = self.toolsets(seed)
-        tools = self.backends.registry.for_toolsets(toolsets)
-        draw = _Draw(item, item_id, rollout, group_size, seed, toolsets, tools, time.monotonic())
         model = self.backends.model_for(env, item) if self.backends.model_for else self.backends.model
-        judged = Judgement()
-        async with self.slots:
-            try:
-                result = await run_session(
-                    env.format_prompt(item),
-                    model=model,
-                    tools=tools,
-                    sandbox_factory=_prepared(self.backends.factory, env, item),
-                    config=self.agent_config(seed),
-                    task_id=f"{env.name}-{_safe(item_id)}-{rollout}-{seed % 10**6}",
-                    setup_files=_as_bytes(env.setup_files(item)),
-                    inspect=lambda res, box: self._judge(item, res, box, judged),
-                )
-            except DataPathError as exc:  # the item names a path it may not (a bad setup file name)
-                return Episode(
-                    **self._fields(draw),
-                    messages=[],
-                    status="failed",
-                    reason=f"bad item: {exc}",
-                    termination="not_run",
-                    reward=0.0,
-                    reward_reason="not judged: the item cannot run",
-                    reward_error=str(exc),
-                )
-            except (SandboxUnavailableError, OSError) as exc:
-                return Episode(
-                    **self._fields(draw),
-                    messages=[],
-                    status="failed",
-                    reason=f"sandbox: {exc}",
-                    termination="not_run",
-                    reward=0.0,
-                    reward_reason="not judged: the sandbox failed",
-                    reward_error=str(exc),
-                )
-        return self._record(draw, result, judged, model)
-
-    async def _judge(self, item: Item, result: AgentResult, sandbox: Sandbox, judged: Judgement) -> None:
-        await judge(self.env, item, result, sandbox, tools=self._tools_by_name, into=judged)
-
-    def _fields(self, draw: _Draw) -> dict[str, Any]:
-        """What every episode record of this draw says, however it ended."""
-        return {
-            "env": self.env.name,
-            "item_id": draw.item_id,
-            "rollout": draw.rollout,
-            "group_size": draw.group_size,
-            "seed": draw.seed,
-            "category": self.env.category(draw.item),
-            "item": draw.item,
-            "toolsets": draw.toolsets,
-            "tools": [t.name for t in draw.tools],
-            "wall_s": round(time.monotonic() - draw.started, 4),
-            "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
-        }
-
-    def _record(self, draw: _Draw, result: AgentResult, judged: Judgement, model: ChatModel) -> Episode:
-        schemas = self.backends.registry.schemas(draw.tools)
-        trace, trace_error = None, None
-        if result.token_traces:
-            template = getattr(model, "template", None) or self.backends.template
-            try:
-                et = result.episode_trace(template, tools=schemas)
-                trace = TokenRecord(
-                    tokens=et.tokens,
-                    masks=et.masks,
-                    logprobs=et.logprobs,
-                    token_advantages=judged.breakdown.token_advantages if judged.breakdown else None,
-                )
-            except TraceError as exc:
-                trace_error = str(exc)
-        status, reason = _status(result)
-        bd = judged.breakdown or RewardBreakdown(reward=0.0, reason="not judged")
-        return Episode(
-            **self._fields(draw),
-            messages=result.messages,
-            status=status,
-            reason=reason,
-            termination=result.termination.value,
-            turns=result.turns_used,
-            reward=bd.reward,
-            reward_components=bd.components,
-            reward_reason=bd.reason,
-            reward_error=judged.error,
-            trace=trace,
-            trace_error=trace_error,
-            kept=judged.kept,
-            model=result.model or model.name,
-            reward_s=round(judged.seconds, 4),
-            usage=result.usage.model_dump(),
-            model_s=round(result.model_time_s, 4),
-            tool_s=round(result.tool_time_s, 4),
+        agent = self.agent_config(seed)
+        request = RolloutRequest(
+            env.format_prompt(item),
+            seed,
+            toolsets,
+            agent,
+            task_id=f"{env.name}-{_safe(item_id)}-{rollout}-{seed % 10**6}",
+            judge=EnvJudge(env, item, self._tools_by_name),
         )
+        backends = StepBackends(
+            model, _prepared(self.backends.factory, env, item), self.backends.registry, self.backends.template
+        )
+        async with self.slots:
+            try:  # the item's own files: one the sandbox cannot hold is the item's failure
+                request.setup_files = _as_bytes(env.setup_files(item))
+            except DataPathError as exc:
+                done = RolloutOutcome(failure(exc, hard_deadline=False)[0], None, [], [], judged=True)
+            else:
+                done = await run_rollout(request, backends)
+        if done.outcome.reason_kind == "bad_row":  # an env's items are its rows
+            detail = done.outcome.reason.removeprefix("bad_row: ")
+            done.outcome = Outcome("failed", f"bad item: {detail}", "bad_item")
+        who = Identity(
+            key=f"{item_id}#{rollout}",
+            item=item,
+            rollout=rollout,
+            group_size=group_size,
+            env=env.name,
+            item_id=item_id,
+            category=env.category(item),
+        )
+        return build_record(who, asked(model, agent), done, seed=seed, toolsets=toolsets)
 
     # ------------------------------------------------------------------ groups
 
@@ -290,29 +234,10 @@ class _PreparingFactory:
         return sandbox
 
 
-@dataclass(frozen=True)
-class _Draw:
-    """One rollout's identity: its item, place in the group, seed and the tools it drew."""
-
-    item: Item
-    item_id: str
-    rollout: int
-    group_size: int
-    seed: int
-    toolsets: list[str]
-    tools: list[Tool]
-    started: float
-
-
-_FAILED = {Termination.MODEL_ERROR, Termination.CANCELLED}
-
-
-def _status(result: AgentResult) -> tuple[str, str | None]:
-    if result.termination is Termination.FINAL_ANSWER:
-        return "completed", None
-    if result.termination in _FAILED:
-        return "failed", result.error or result.termination.value
-    return "partial", result.error or result.termination.value
+def asked(model: ChatModel, agent: AgentConfig) -> Asked:
+    """How an env rollout was asked, for its record."""
+    sampling = agent.sampling.model_dump(exclude_none=True) if agent.sampling else {}
+    return Asked(model.name, sampling, agent.system_prompt)
 
 
 def _as_bytes(files: Mapping[str, bytes | str]) -> dict[str, bytes]:

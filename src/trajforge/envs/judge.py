@@ -27,6 +27,7 @@ from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.types import Item, RewardBreakdown
 from trajforge.envs.verifier import _SCRATCH, VerifierContext
 from trajforge.protocols import Sandbox, SupportsVerification
+from trajforge.rollout import Verdict
 from trajforge.sandbox.errors import SandboxUnavailableError
 from trajforge.tools.base import Tool
 
@@ -122,6 +123,31 @@ def hidden_dirs(files: Mapping[str, Any], workdir: str) -> list[str]:
         if len(p.parts) > 1 and p.parts[0] not in ("..", "."):
             tops.add(p.parts[0])
     return sorted(tops)
+
+
+@dataclass
+class EnvJudge:
+    """An env's judgement of one item as the rollout step's :class:`~trajforge.rollout.Judge`:
+    what ``env eval`` and ``batch --env`` both hand to :func:`trajforge.rollout.run_rollout`."""
+
+    env: AgentEnv
+    item: Item
+    tools: Mapping[str, Tool] | None = None
+
+    async def __call__(self, result: AgentResult, sandbox: Sandbox) -> Verdict:
+        judged = await judge(self.env, self.item, result, sandbox, tools=self.tools)
+        bd = judged.breakdown
+        if bd is None:  # judge() always sets one; kept for a subclass that does not
+            return Verdict(None, reason="not judged", error=judged.error, seconds=judged.seconds)
+        return Verdict(
+            bd.reward,
+            dict(bd.components),
+            bd.reason,
+            judged.error,
+            dict(judged.kept),
+            judged.seconds,
+            bd.token_advantages,
+        )
 
 
 def registry_tools(registry: Any) -> dict[str, Tool]:

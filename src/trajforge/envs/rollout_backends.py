@@ -16,7 +16,8 @@ from trajforge.envs.protocol import AgentEnv
 from trajforge.raycluster import share_count, share_rate
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
-from trajforge.tools.registry import ToolRegistry, default_registry
+from trajforge.tools.builtin import default_registry
+from trajforge.tools.registry import ToolRegistry
 
 AGENTS = ("model", "oracle", "none")
 

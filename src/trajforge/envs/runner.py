@@ -34,6 +34,7 @@ from trajforge.envs.episode import RolloutBackends, Rollouts
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.summary import EvalSummary, summarize
 from trajforge.envs.types import Episode, Item
+from trajforge.record import load as load_record
 from trajforge.trajectory.save import read_complete_objects
 
 EPISODES_FILE = "episodes.jsonl"
@@ -71,7 +72,8 @@ class EpisodeSource(Protocol):
 
 
 def read_episodes(path: Path, *, repair: bool = False) -> list[Episode]:
-    """Episodes of a run file; a torn last line (a kill mid-write) is skipped, and with
+    """Episodes of a run file, as records (lines of an older trajforge upgraded: such a run still
+    resumes, reports and rescores); a torn last line (a kill mid-write) is skipped, and with
     ``repair`` cut off so appends start on a fresh line."""
     if not path.exists():
         return []
@@ -85,7 +87,7 @@ def read_episodes(path: Path, *, repair: bool = False) -> list[Episode]:
         if not line.strip():
             continue
         try:
-            out.append(Episode.model_validate(orjson.loads(line)))
+            out.append(load_record(orjson.loads(line)))  # a version-1 episode is upgraded
         except (orjson.JSONDecodeError, ValueError) as exc:
             raise EvalRunError(
                 f"{path}:{n}: not an episode record ({exc}); move the file away to start over"
@@ -100,7 +102,7 @@ class _EpisodeLog:
         self._since_sync = 0
 
     def write(self, episode: Episode) -> None:
-        self._f.write(orjson.dumps(episode.model_dump(mode="json")) + b"\n")
+        self._f.write(episode.line())
         self._f.flush()
         self._since_sync += 1
         if self._since_sync >= 32:

@@ -136,15 +136,15 @@ def summarize(episodes: Iterable[Episode], env: str) -> EvalSummary:
             failed += 1
             continue
         reward_errors += ep.reward_error is not None
-        groups[ep.item_id].append(ep)
+        groups[ep.item_id or ep.key].append(ep)
     sizes = sorted({len(g) for g in groups.values()})
     group_size = max(sizes, default=0)
-    item_reward = {i: sum(e.reward for e in g) / len(g) for i, g in groups.items()}
-    item_pass = {i: sum(e.reward >= SUCCESS for e in g) / len(g) for i, g in groups.items()}
-    binary = all(e.reward in (0.0, 1.0) for g in groups.values() for e in g)
+    item_reward = {i: sum(e.score for e in g) / len(g) for i, g in groups.items()}
+    item_pass = {i: sum(e.score >= SUCCESS for e in g) / len(g) for i, g in groups.items()}
+    binary = all(e.score in (0.0, 1.0) for g in groups.values() for e in g)
     ks = sorted({1, group_size} | ({2, 4, 8} & set(range(1, min(sizes, default=1) + 1))))
     per_item_at_k = {
-        k: [pass_at_k(len(g), sum(e.reward >= SUCCESS for e in g), k) for g in groups.values()]
+        k: [pass_at_k(len(g), sum(e.score >= SUCCESS for e in g), k) for g in groups.values()]
         for k in ks
         if k <= min(sizes, default=0)
     }

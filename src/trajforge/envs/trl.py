@@ -49,7 +49,8 @@ from trajforge.envs.types import Episode, Item
 from trajforge.llm.token_trace import MASKED
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
-from trajforge.tools.registry import ToolRegistry, default_registry
+from trajforge.tools.builtin import default_registry
+from trajforge.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from trajforge.envs.hf_policy import LivePolicy
@@ -281,7 +282,7 @@ class EnvGRPO:
             item_id = self.env.item_id(item)
             k = seen.get(item_id, 0)
             seen[item_id] = k + 1
-            seed = derive_seed(self.env.config.seed, f"trl#{call}#{item_id}#{k}") & ((1 << 63) - 1)
+            seed = derive_seed(self.env.config.seed, f"trl#{call}#{item_id}#{k}")
             jobs.append(rollouts.episode(item, rollout=k, group_size=sizes[item_id], seed=seed))
         return list(await asyncio.gather(*jobs))
 
@@ -323,7 +324,7 @@ class EnvGRPO:
             out["completion_ids"].append(completion_ids)
             out["logprobs"].append(logprobs)
             out["env_mask"].append(mask)
-            out[REWARD_FIELD].append(float(ep.reward))
+            out[REWARD_FIELD].append(ep.score)
             out[STATUS_FIELD].append(ep.status)
         stats.last_rewards = list(out[REWARD_FIELD])
         return out

@@ -1,10 +1,13 @@
-"""What an environment hands out (items), what its reward code returns, and the episode record."""
+"""What an environment hands out (items), what its reward code returns; its rollouts' record is
+the one :class:`~trajforge.record.Record`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+from trajforge.record import Record, TokenRecord
 
 Item = dict[str, Any]
 """One task of an environment. Plain JSON data: it is stored in every episode record (so a run
@@ -35,53 +38,8 @@ class RewardBreakdown(BaseModel):
         return cls(reward=float(value))
 
 
-class TokenRecord(BaseModel):
-    """The episode's exact tokens, in the Atropos convention: ``masks`` is -100 where the model
-    did not sample (prompt, tool results: not trained) and the token id where it did;
-    ``logprobs`` are the sampler's (1.0 where masked, as Atropos writes it). All of equal length."""
+Episode = Record
+"""An env's rollout record: the one :class:`~trajforge.record.Record` (the name stays for env
+code; ``episodes.jsonl`` lines are records, ``Episode.key`` is ``ITEM_ID#ROLLOUT``)."""
 
-    tokens: list[int]
-    masks: list[int]
-    logprobs: list[float]
-    token_advantages: list[float] | None = None
-
-
-class Episode(BaseModel):
-    """One rollout of one item, judged. One record serves SFT (messages), DPO (reward within a
-    group) and RL (tokens/masks/logprobs + reward)."""
-
-    env: str
-    item_id: str
-    rollout: int = Field(description="index of this rollout within its group")
-    group_size: int
-    seed: int = Field(description="seeds this rollout's toolset draw (and sampling, where supported)")
-    category: str | None = None
-    item: Item
-    toolsets: list[str]
-    tools: list[str]
-    messages: list[dict[str, Any]]
-    status: str = Field(description="completed | partial | failed (as in batch lines)")
-    reason: str | None = None
-    termination: str
-    turns: int = 0
-    reward: float = 0.0
-    reward_components: dict[str, float] = Field(default_factory=dict)
-    reward_reason: str = ""
-    reward_error: str | None = Field(None, description="the reward code raised: scored 0 for this reason")
-    trace: TokenRecord | None = None
-    trace_error: str | None = Field(None, description="why a token-level endpoint gave no usable trace")
-    kept: dict[str, Any] = Field(
-        default_factory=dict, description="what the env declared to keep for `env rescore`"
-    )
-    model: str | None = None
-    wall_s: float = 0.0
-    reward_s: float = 0.0
-    # what a batch line records too (the run report reads both): tokens and where the time went
-    usage: dict[str, int] = Field(default_factory=dict, description="token usage summed over the model calls")
-    model_s: float = Field(0.0, description="seconds spent waiting for the model")
-    tool_s: float = Field(0.0, description="seconds spent running tools")
-    finished_at: str | None = Field(None, description="when the episode was recorded (ISO 8601, UTC)")
-
-    @property
-    def key(self) -> str:
-        return f"{self.item_id}#{self.rollout}"
+__all__ = ["Episode", "Item", "RewardBreakdown", "TokenRecord"]

@@ -183,7 +183,7 @@ class EnvHarness(vf.Harness[EnvHarnessConfig]):  # type: ignore[misc]  # verifie
         tool_interception_url: str | None = None,
     ) -> vf.ProgramResult:
         from trajforge.llm.openai_client import OpenAIChatModel, OpenAIModelConfig
-        from trajforge.tools.registry import default_registry
+        from trajforge.tools.builtin import default_registry
 
         if not isinstance(data, EnvTaskData):
             data = EnvTaskData.model_validate(data.model_dump())
@@ -195,7 +195,7 @@ class EnvHarness(vf.Harness[EnvHarnessConfig]):  # type: ignore[misc]  # verifie
         rollouts = Rollouts(
             env, RolloutBackends(model=model, factory=self._factory(env), registry=default_registry())
         )
-        seed = derive_seed(env.config.seed, f"verifiers#{trace.id}") & ((1 << 63) - 1)
+        seed = derive_seed(env.config.seed, f"verifiers#{trace.id}")
         try:
             episode = await rollouts.episode(dict(data.item), seed=seed)
         finally:
@@ -217,7 +217,7 @@ def _program_result(trace: vf.Trace, episode: Episode) -> vf.ProgramResult:
     }
     if episode.termination in _INFRA_FAILURES:
         return vf.ProgramResult(exit_code=1, stdout="", stderr=f"trajforge rollout failed: {episode.reason}")
-    trace.record_metric(REWARD_METRIC, episode.reward)
+    trace.record_metric(REWARD_METRIC, episode.score)
     for name, value in episode.reward_components.items():
         trace.record_metric(f"trajforge/{name}", value)
     return vf.ProgramResult(exit_code=0, stdout="", stderr="")

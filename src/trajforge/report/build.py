@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from trajforge import __version__
+from trajforge.record import Record, RecordError, load
 from trajforge.report import charts
 from trajforge.report.facts import RunFacts, as_dict, percentiles
 from trajforge.report.options import ReportOptions
 from trajforge.report.page import embed_json, render
 from trajforge.report.sample import StatusSampler
-from trajforge.report.schema import normalize
 from trajforge.report.source import (
     ENV_STATUS_FILE,
     OUTPUT_FILES,
@@ -82,10 +82,10 @@ def build_report(
     sampler = StatusSampler(opts.max_trajectories, opts.seed)
     tell("reading the run's lines", 0, 0)
     for ref, raw in iter_lines(paths):
-        line = normalize(raw) if raw is not None else None
-        facts.add(line)
-        if line is not None:
-            sampler.offer(str(line.get("status") or "unknown"), ref)
+        record = _record(raw)
+        facts.add(record)
+        if record is not None:
+            sampler.offer(record.status, ref)
         if facts.lines % _EVERY == 0:
             tell("reading the run's lines", facts.lines, 0)
     refs = sampler.chosen()
@@ -93,7 +93,9 @@ def build_report(
     built: dict[LineRef, dict[str, Any]] = {}
     tell("building the trajectory browser", 0, len(refs))
     for ref, line in read_lines(paths, refs):
-        built[ref] = builder.record(normalize(line))
+        record = _record(line)
+        assert record is not None  # it was read as one in the first pass
+        built[ref] = builder.record(record)
         if len(built) % 50 == 0:
             tell("building the trajectory browser", len(built), len(refs))
     tell("writing the page", len(refs), len(refs))
@@ -126,6 +128,16 @@ def build_report(
     return ReportSummary(
         out, len(html), facts.lines, len(kept), len(refs), left_out, time.monotonic() - started
     )
+
+
+def _record(line: dict[str, Any] | None) -> Record | None:
+    """The line as the one record (an older line upgraded); None when it is no record."""
+    if line is None:
+        return None
+    try:
+        return load(line)
+    except RecordError:
+        return None
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

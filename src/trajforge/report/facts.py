@@ -1,9 +1,9 @@
 """Everything the report's statistics and charts say, gathered in one pass over every line.
 
 Per-sample numbers (turns, tokens, latency, reward, finish time) are kept as plain lists of
-floats: a million samples are a few tens of MiB, and exact percentiles need no sketch. Anything
-that is not where the schema says (an older line, a hand-written one) counts as absent, never as
-an error: the report of a damaged run is still worth reading.
+floats: a million samples are a few tens of MiB, and exact percentiles need no sketch. Every line
+is read as the one :class:`~trajforge.record.Record` (older lines upgraded); a line that is no
+record is counted unreadable, never an error: the report of a damaged run is still worth reading.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from trajforge.record import Record
 from trajforge.trajectory.calls import unparsed_replies
 
 # The tool table's row for replies whose call could not be parsed (no tool name: nothing ran).
@@ -40,10 +41,9 @@ def reason_kinds(status: str, reason: str) -> list[str]:
     return [part.split(":", 1)[0].strip() or "unknown" for part in parts]
 
 
-def finish_time(line: dict[str, Any]) -> float | None:
-    """The line's ``timings.finished_at`` as a Unix time (None when absent or unreadable)."""
-    timings = line.get("timings")
-    stamp = timings.get("finished_at") if isinstance(timings, dict) else None
+def finish_time(record: Record) -> float | None:
+    """The record's ``timings.finished_at`` as a Unix time (None when absent or unreadable)."""
+    stamp = record.timings.finished_at
     if not isinstance(stamp, str):
         return None
     try:
@@ -52,17 +52,17 @@ def finish_time(line: dict[str, Any]) -> float | None:
         return None
 
 
-def tools_used(line: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(tools called at least once, tools with at least one failed call) of a line."""
-    stats = line.get("tool_stats")
-    used, failed = [], []
-    if isinstance(stats, dict):
-        for name, stat in stats.items():
-            if isinstance(stat, dict) and (_number(stat.get("count")) or 0) > 0:
-                used.append(str(name))
-                if (_number(stat.get("failure")) or 0) > 0:
-                    failed.append(str(name))
-    return used, failed
+def tools_used(record: Record) -> tuple[list[str], list[str]]:
+    """(tools called at least once, tools with at least one failed call) of a record."""
+    used = [name for name, stat in record.tool_stats.items() if stat.count > 0]
+    return used, [name for name in used if record.tool_stats[name].failure > 0]
+
+
+def turns_of(record: Record) -> list[dict[str, Any]]:
+    """The turns the loop left: a batch line's ShareGPT turns, else the messages."""
+    stored = (record.model_extra or {}).get("conversations")
+    turns = stored if isinstance(stored, list) else record.messages
+    return [t for t in turns if isinstance(t, dict)]
 
 
 @dataclass
@@ -96,84 +96,66 @@ class RunFacts:
     reward_parts: dict[str, list[float]] = field(default_factory=dict)
     no_reward: int = 0
 
-    def add(self, line: dict[str, Any] | None) -> None:
-        """Count one line (None: a line that was not a JSON object)."""
-        if line is None:
+    def add(self, record: Record | None) -> None:
+        """Count one record (None: a line that is no record)."""
+        if record is None:
             self.unreadable += 1
             return
         self.lines += 1
-        status = str(line.get("status") or "unknown")
+        status = record.status
         self.status[status] += 1
         if status != "completed":
             counter = self.reasons.setdefault(status, Counter())
-            counter.update(reason_kinds(status, str(line.get("reason") or "")))
-        toolsets = line.get("toolsets_used")
-        if isinstance(toolsets, list):
-            self.toolsets.update(str(t) for t in toolsets)
-        self._add_tools(line)
-        self._add_numbers(line)
-        self._add_reward(line, status)
-        finished = finish_time(line)
+            counter.update(reason_kinds(status, record.reason or record.termination or ""))
+        self.toolsets.update(record.toolsets)
+        self._add_tools(record)
+        self._add_numbers(record)
+        self._add_reward(record, status)
+        finished = finish_time(record)
         if finished is not None:
             self.finished_at.append(finished)
             self.finished_status.append(status)
 
-    def _add_tools(self, line: dict[str, Any]) -> None:
-        turns = line.get("conversations") or line.get("messages")
-        unparsed = unparsed_replies(t for t in turns if isinstance(t, dict)) if isinstance(turns, list) else 0
+    def _add_tools(self, record: Record) -> None:
+        unparsed = unparsed_replies(turns_of(record))
         if unparsed:  # the loop told the model its call could not be parsed: a failed call, no tool
             facts = self.tools.setdefault(UNPARSED, ToolFacts())
             facts.calls += unparsed
             facts.failure += unparsed
             facts.samples += 1
-        stats = line.get("tool_stats")
-        if not isinstance(stats, dict):
-            return
-        for name, stat in stats.items():
-            if not isinstance(stat, dict):
+        for name, stat in record.tool_stats.items():
+            if stat.count <= 0:
                 continue
-            count = int(_number(stat.get("count")) or 0)
-            if count <= 0:
-                continue
-            facts = self.tools.setdefault(str(name), ToolFacts())
-            facts.calls += count
-            facts.success += int(_number(stat.get("success")) or 0)
-            facts.failure += int(_number(stat.get("failure")) or 0)
+            facts = self.tools.setdefault(name, ToolFacts())
+            facts.calls += stat.count
+            facts.success += stat.success
+            facts.failure += stat.failure
             facts.samples += 1
 
-    def _add_numbers(self, line: dict[str, Any]) -> None:
-        turns = _number(line.get("api_calls"))
-        if turns is not None:
-            self.turns.append(turns)
-        usage = line.get("usage")
-        if isinstance(usage, dict):
-            for key, series in (
-                ("total_tokens", self.total_tokens),
-                ("completion_tokens", self.completion_tokens),
-            ):
-                value = _number(usage.get(key))
-                if value is not None:
-                    series.append(value)
-        timings = line.get("timings")
-        if isinstance(timings, dict):
-            for key, series in (("wall_s", self.wall_s), ("model_s", self.model_s), ("tool_s", self.tool_s)):
-                value = _number(timings.get(key))
-                if value is not None:
-                    series.append(value)
+    def _add_numbers(self, record: Record) -> None:
+        self.turns.append(float(record.turns))
+        for key, series in (
+            ("total_tokens", self.total_tokens),
+            ("completion_tokens", self.completion_tokens),
+        ):
+            value = _number(record.usage.get(key))
+            if value is not None:
+                series.append(value)
+        t = record.timings
+        for value, series in ((t.wall_s, self.wall_s), (t.model_s, self.model_s), (t.tool_s, self.tool_s)):
+            series.append(float(value))
 
-    def _add_reward(self, line: dict[str, Any], status: str) -> None:
-        reward = _number(line.get("reward"))
+    def _add_reward(self, record: Record, status: str) -> None:
+        reward = _number(record.reward)
         if reward is None:
             self.no_reward += 1
             return
         self.rewards.append(reward)
         self.reward_by_status.setdefault(status, []).append(reward)
-        parts = line.get("reward_breakdown")
-        if isinstance(parts, dict):
-            for name, value in parts.items():
-                number = _number(value)
-                if number is not None:
-                    self.reward_parts.setdefault(str(name), []).append(number)
+        for name, value in record.reward_components.items():
+            number = _number(value)
+            if number is not None:
+                self.reward_parts.setdefault(name, []).append(number)
 
 
 def percentiles(values: list[float], qs: tuple[float, ...] = (0.5, 0.9, 0.99)) -> dict[str, float | None]:

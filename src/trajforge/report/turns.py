@@ -20,8 +20,8 @@ from trajforge.messages import (
     content_text,
     message_reasoning,
 )
-from trajforge.report.facts import as_dict, tools_used
-from trajforge.report.schema import is_episode
+from trajforge.record import Record
+from trajforge.report.facts import tools_used
 from trajforge.trajectory.calls import is_parse_error, parse_responses
 
 _TAGS = {
@@ -209,48 +209,45 @@ class RecordBuilder:
         _mark_unparsed(conversations if isinstance(conversations, list) else [], turns)
         return system, turns
 
-    def record(self, line: dict[str, Any]) -> dict[str, Any]:
-        """The browser's view of one line (short keys: thousands of them go in one file)."""
+    def record(self, record: Record) -> dict[str, Any]:
+        """The browser's view of one record (short keys: thousands of them go in one file)."""
+        stored = (record.model_extra or {}).get("conversations")
         system_text, turns = (
-            message_turns(line["messages"], self.max_chars)
-            if is_episode(line)
-            else self._sharegpt_turns(line)
+            self._sharegpt_turns({"conversations": stored})
+            if isinstance(stored, list)
+            else message_turns(record.messages, self.max_chars)
         )
         system = self._system(system_text) if system_text is not None else None
         prompt = next((t[1][0]["text"] for t in turns if t[0] == "user" and t[1]), "")
-        used, failed = tools_used(line)
-        usage, timings = as_dict(line.get("usage")), as_dict(line.get("timings"))
-        reward = line.get("reward")
-        toolsets = line.get("toolsets_used")
-        meta = as_dict(line.get("metadata"))
-        index = line.get("prompt_index")
-        if is_episode(line):  # an env episode: an item and a rollout of it, no prompt index
-            label = str(line.get("item_id") or line.get("key") or "")
-            title = f"{label} · rollout {line.get('rollout', 0)}" + (
-                f" · {line['category']}" if line.get("category") else ""
+        used, failed = tools_used(record)
+        index = record.prompt_index
+        if record.item_id is not None and index is None:  # an env episode: an item and a rollout of it
+            label = record.item_id
+            title = f"{label} · rollout {record.rollout}" + (
+                f" · {record.category}" if record.category else ""
             )
         else:
             label = "" if index is None else str(index)
-            title = f"sample {label} · {line.get('key', '')}" if label else str(line.get("key", ""))
+            title = f"sample {label} · {record.key}" if label else record.key
         return {
             "i": index,
             "lbl": label,
             "ttl": title,
-            "key": str(line.get("key", "")),
-            "s": str(line.get("status") or "unknown"),
-            "r": str(line.get("reason") or ""),
-            "ts": [str(t) for t in toolsets] if isinstance(toolsets, list) else [],
+            "key": record.key,
+            "s": record.status,
+            "r": record.reason or record.termination or "",
+            "ts": list(record.toolsets),
             "tu": used,
             "tf": failed,
-            "n": line.get("api_calls"),
-            "tok": usage.get("total_tokens"),
-            "w": timings.get("wall_s"),
-            "ms": timings.get("model_s"),
-            "tls": timings.get("tool_s"),
-            "rw": reward if isinstance(reward, int | float) and not isinstance(reward, bool) else None,
-            "rb": line.get("reward_breakdown") if isinstance(line.get("reward_breakdown"), dict) else None,
+            "n": record.turns,
+            "tok": record.usage.get("total_tokens"),
+            "w": record.timings.wall_s,
+            "ms": record.timings.model_s,
+            "tls": record.timings.tool_s,
+            "rw": record.reward,
+            "rb": dict(record.reward_components) if record.reward is not None else None,
             "p": cut(prompt, 300),
-            "m": str(meta.get("model") or ""),
+            "m": record.model or "",
             "sys": system,
             "t": turns,
         }

@@ -28,9 +28,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from trajforge.agent import AgentConfig, AgentResult
 from trajforge.agent.loop import AgentLoop
 from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
-from trajforge.rl.manager import Manager, RunState
 from trajforge.rl.prompt import SYSTEM_PROMPT
-from trajforge.rl.tools import Approver, RLToolSettings, rl_tools
+from trajforge.rl.runs.manager import Manager
+from trajforge.rl.runs.schema import RunState
+from trajforge.rl.runs.tools import Approver, RLToolSettings, rl_tools
 from trajforge.sandbox.types import SandboxKind
 from trajforge.tools.base import Tool, ToolContext
 from trajforge.tools.limits import ToolLimits

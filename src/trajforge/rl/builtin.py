@@ -42,7 +42,7 @@ from trajforge.rl.policy_server import PolicyServer
 from trajforge.rl.samples import StepRollouts, build_samples, chunks, rollout_metrics
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 log = logging.getLogger(__name__)
 
@@ -293,9 +293,7 @@ class BuiltinTrainer:
         """One item's group and, with ``--guide oracle``, the oracle episode put into it (or None)."""
         cfg = self.config
         item_id = env.item_id(item)
-        seeds = [
-            derive_seed(cfg.seed, f"rl#{step}#{item_id}#{r}") & ((1 << 63) - 1) for r in range(cfg.group_size)
-        ]
+        seeds = [derive_seed(cfg.seed, f"rl#{step}#{item_id}#{r}") for r in range(cfg.group_size)]
         group = list(
             await asyncio.gather(
                 *(

@@ -172,6 +172,11 @@ class TrainConfig(BaseModel):
         default_factory=dict, description="EnvConfig fields for the training env (e.g. families: [...])"
     )
     sandbox: str | None = Field(None, description="sandbox backend (default: the env's)")
+    records: Path | None = Field(
+        None,
+        description="train on the records of this run directory (batch --env --tokenizer, env eval) "
+        "instead of sampling rollouts: groups by prompt, the ratio against the recorded logprobs",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
@@ -189,6 +194,10 @@ class TrainConfig(BaseModel):
             raise ValueError(
                 "warm_start runs in the builtin trainer only; use --trainer builtin, or warm-start with "
                 "the builtin trainer first and pass its OUTPUT_DIR/warm_start as --model"
+            )
+        if self.records is not None and (self.trainer != "builtin" or self.warm_start is not None):
+            raise ValueError(
+                "records train with the builtin trainer and no warm start; drop --trainer/warm_start"
             )
         if self.trainer == "trl" and self.max_staleness:
             object.__setattr__(self, "max_staleness", 0)  # TRL samples between its own steps

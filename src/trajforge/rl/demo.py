@@ -45,7 +45,7 @@ from trajforge.rl.config import TrainConfig, TrainConfigError
 from trajforge.rl.policy_server import PolicyServer
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 EVAL_MAX_TOKENS = 256
 """max_tokens of an evaluation call: the embedded policy's context is 1024 tokens."""

@@ -36,7 +36,7 @@ class GuideError(ValueError):
 
 def needs_guide(group: Sequence[Episode]) -> bool:
     """No episode of the group solved its item: the group has no success to learn from."""
-    return not any(float(ep.reward) >= PASS_THRESHOLD for ep in group)
+    return not any(ep.score >= PASS_THRESHOLD for ep in group)
 
 
 async def guide_group(
@@ -49,7 +49,7 @@ async def guide_group(
         return group, None
     last = group[-1]
     ep = await oracle.episode(item, rollout=last.rollout, group_size=last.group_size, seed=seed)
-    if float(ep.reward) < PASS_THRESHOLD:
+    if ep.score < PASS_THRESHOLD:
         return group, None
     return [*group[:-1], ep], ep
 

@@ -49,7 +49,7 @@ def build_samples(rollouts: StepRollouts, *, scale: bool = True, skip_uniform: b
     uniform = untraced = guided = 0
     guided_ids = {id(ep) for ep in rollouts.guided}
     for group in rollouts.groups:
-        rewards = [float(ep.reward) for ep in group]
+        rewards = [ep.score for ep in group]
         if max(rewards) - min(rewards) < 1e-9:
             uniform += 1
             if skip_uniform:
@@ -82,12 +82,12 @@ def rollout_metrics(rollouts: StepRollouts) -> dict[str, Any]:
     """Reward figures are the policy's own episodes' (guided oracle episodes are counted apart)."""
     guided_ids = {id(ep) for ep in rollouts.guided}
     eps = [e for e in rollouts.episodes if id(e) not in guided_ids]
-    rewards = [float(e.reward) for e in eps]
+    rewards = [e.score for e in eps]
     sampled = sum(s.num_sampled for s in rollouts.samples)
     generated = sum(sum(m != MASKED for m in e.trace.masks) for e in eps if e.trace is not None)
     by_family: dict[str, list[float]] = defaultdict(list)
     for e in eps:
-        by_family[e.category or "all"].append(float(e.reward))
+        by_family[e.category or "all"].append(e.score)
     return {
         "episodes": len(eps),
         "reward_mean": statistics.fmean(rewards) if rewards else 0.0,

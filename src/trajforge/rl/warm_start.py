@@ -107,7 +107,7 @@ async def collect_demonstrations(
     episodes = await asyncio.gather(*(rollouts.episode(item) for item in items))
     out = Demonstrations()
     for ep in episodes:
-        if float(ep.reward) < PASS_THRESHOLD:
+        if ep.score < PASS_THRESHOLD:
             out.failed += 1
             out.note(f"{ep.item_id}: the oracle scored {ep.reward} ({ep.status}: {ep.reason})")
             continue

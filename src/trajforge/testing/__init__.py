@@ -1,6 +1,6 @@
 """Public test helpers: a scripted OpenAI-compatible server and an in-process scripted model.
 
-Imported lazily so ``python -m trajforge.testing.scripted_server`` runs cleanly, and importing
+Imported lazily so ``python -m trajforge.testing.server_cli`` runs cleanly, and importing
 :class:`ScriptedModel` or the reply vocabulary (:class:`Reply`, policies) does not pull in the
 aiohttp server.
 """

@@ -13,7 +13,7 @@ Usage::
     with ScriptedServer([Reply(content="hi")]).in_thread() as srv:   # for sync code / subprocesses
         ...
 
-    python -m trajforge.testing.scripted_server --port 8000 --latency 0.2 --policy tool_then_answer
+    python -m trajforge.testing.server_cli --port 8000 --latency 0.2 --policy tool_then_answer
 
 A *policy* decides each reply (:mod:`trajforge.testing.policies`): a callable
 ``(request body) -> Reply`` (or an awaitable Reply), or a list of replies served in order *per
@@ -34,7 +34,6 @@ import contextlib
 import dataclasses
 import inspect
 import logging
-import sys
 import threading
 import time
 from collections.abc import Awaitable, Iterator, Mapping, Sequence
@@ -78,7 +77,6 @@ __all__ = [
     "count_assistant_turns",
     "echo_policy",
     "last_user_text",
-    "main",
     "tool_then_answer",
     "validate_request",
 ]
@@ -364,14 +362,3 @@ def _sse_response(headers: Mapping[str, str]) -> web.StreamResponse:
     response = web.StreamResponse(status=200, headers={"Cache-Control": "no-cache", **headers})
     response.content_type = "text/event-stream"
     return response
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m trajforge.testing.scripted_server``: see :mod:`trajforge.testing.server_cli`."""
-    from trajforge.testing.server_cli import main as cli_main
-
-    cli_main(argv)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

@@ -1,4 +1,4 @@
-"""Command line of the scripted server: ``python -m trajforge.testing.scripted_server``.
+"""Command line of the scripted server: ``python -m trajforge.testing.server_cli``.
 
 Serves a ready-made policy with optional injected faults until SIGINT/SIGTERM; prints
 ``READY <base_url>`` once listening and ``STATS <counters as JSON>`` on the way out (the
@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import os
 import signal
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import get_args
@@ -24,7 +25,7 @@ from trajforge.testing.scripted_server import ScriptedServer
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m trajforge.testing.scripted_server",
+        prog="python -m trajforge.testing.server_cli",
         description="Scripted OpenAI-compatible endpoint on loopback, for benchmarks and tests.",
     )
     p.add_argument("--host", default="127.0.0.1")
@@ -122,3 +123,7 @@ async def _serve_forever(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     asyncio.run(_serve_forever(_parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,8 +1,9 @@
 """What a model may call: the ``Tool`` protocol, toolsets, a registry instance and built-in tools."""
 
 from trajforge.tools.base import FunctionTool, Tool, ToolContext, ToolOutput, openai_schema
+from trajforge.tools.builtin import default_registry
 from trajforge.tools.limits import ToolLimits
-from trajforge.tools.registry import ToolRegistry, default_registry
+from trajforge.tools.registry import ToolRegistry
 from trajforge.tools.toolsets import TOOL_TO_TOOLSET, TOOLSETS, UnknownToolsetError, check_toolsets
 
 __all__ = [

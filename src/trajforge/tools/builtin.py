@@ -148,3 +148,9 @@ def _describe(toolset: str, tools: dict[str, str], whole: bool) -> str:
     reasons = sorted(set(tools.values()))
     what = f"toolset {toolset}" if whole else f"{toolset} tools {', '.join(tools)}"
     return f"{what} ({'; '.join(reasons)})"
+
+
+def default_registry() -> ToolRegistry:
+    """A new registry for an empty tools configuration: terminal and file tools (and the pending
+    rl toolset); every toolset that needs a backend is marked unavailable. See ``build_registry``."""
+    return build_registry(None)

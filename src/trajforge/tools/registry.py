@@ -91,11 +91,3 @@ class ToolRegistry:
 
     def schemas(self, tools: Iterable[Tool]) -> list[dict[str, Any]]:
         return [openai_schema(t) for t in tools]
-
-
-def default_registry() -> ToolRegistry:
-    """A new registry for an empty tools configuration: terminal and file tools (and the pending
-    rl toolset); every toolset that needs a backend is marked unavailable. See ``build_registry``."""
-    from trajforge.tools.builtin import build_registry
-
-    return build_registry(None)

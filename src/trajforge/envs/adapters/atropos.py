@@ -240,7 +240,7 @@ class AtroposAgentEnv(AtroposBaseEnv):  # type: ignore[misc]  # atroposlib ships
     async def setup(self) -> None:
         from trajforge.sandbox import create_sandbox_factory
         from trajforge.sandbox.types import SandboxConfig
-        from trajforge.tools.registry import default_registry
+        from trajforge.tools.builtin import default_registry
 
         if self.rollouts is not None:
             return

@@ -80,7 +80,7 @@ def scored_group(
     group: dict[str, Any] = {
         "tokens": [],
         "masks": [],
-        "scores": [float(ep.reward) for ep in kept],
+        "scores": [ep.score for ep in kept],
         "advantages": None,
         "ref_logprobs": None,
         "messages": None,

@@ -55,7 +55,7 @@ class OpdConfig(EnvConfig):
     reward: Literal["task", "mean_advantage"] = Field("task", description="what the scalar reward is")
 
 
-class OnPolicyDistillationEnv(BaseEnv):
+class OnPolicyDistillationEnv(BaseEnv[OpdConfig]):
     name: ClassVar[str] = "opd"
     description: ClassVar[str] = (
         "on-policy distillation: student rollouts scored per token by a teacher's logprobs (token advantages)"
@@ -71,7 +71,7 @@ class OnPolicyDistillationEnv(BaseEnv):
 
     @property
     def _cfg(self) -> OpdConfig:
-        return self.config if isinstance(self.config, OpdConfig) else OpdConfig()
+        return self.config
 
     # ------------------------------------------------------------------ the inner env's items
 

@@ -146,7 +146,7 @@ def load_task(path: HostPath) -> Item:
     }
 
 
-class SweEnv(BaseEnv):
+class SweEnv(BaseEnv[SweConfig]):
     name: ClassVar[str] = "swe"
     description: ClassVar[str] = "fix a bug / add a feature in a small Python repo; hidden tests judge"
     config_class: ClassVar[type[EnvConfig]] = SweConfig
@@ -157,7 +157,6 @@ class SweEnv(BaseEnv):
 
     @property
     def cfg(self) -> SweConfig:
-        assert isinstance(self.config, SweConfig), "the swe env needs a SweConfig"
         return self.config
 
     @cached_property

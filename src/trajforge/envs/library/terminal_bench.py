@@ -197,7 +197,7 @@ def _backend_problem(task: TbTask, backend: str) -> str | None:
     return None
 
 
-class TerminalBenchEnv(BaseEnv):
+class TerminalBenchEnv(BaseEnv[TerminalBenchConfig]):
     name: ClassVar[str] = "terminal_bench"
     description: ClassVar[str] = "Harbor / Terminal-Bench 2 task directories (tests/test.sh judges)"
     config_class: ClassVar[type[EnvConfig]] = TerminalBenchConfig
@@ -208,7 +208,6 @@ class TerminalBenchEnv(BaseEnv):
 
     @property
     def cfg(self) -> TerminalBenchConfig:
-        assert isinstance(self.config, TerminalBenchConfig), "terminal_bench needs a TerminalBenchConfig"
         return self.config
 
     # ---------------------------------------------------------------- tasks

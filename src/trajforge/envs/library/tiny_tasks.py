@@ -27,7 +27,7 @@ class TinyTasksConfig(EnvConfig):
     eval_seed: int = HELD_OUT_SEED
 
 
-class TinyTasksEnv(BaseEnv):
+class TinyTasksEnv(BaseEnv[TinyTasksConfig]):
     name: ClassVar[str] = "tiny_tasks"
     description: ClassVar[str] = (
         "generated arithmetic/file/counting tasks with exact checkers (trains the embedded policy)"
@@ -42,7 +42,7 @@ class TinyTasksEnv(BaseEnv):
 
     @property
     def families(self) -> list[str]:
-        fams = getattr(self.config, "families", list(POLICY_FAMILIES))
+        fams = self.config.families
         for fam in fams:
             get_family(fam)  # raises naming the known families
         return list(fams)
@@ -54,7 +54,7 @@ class TinyTasksEnv(BaseEnv):
         return _item(FAMILIES[family].make(rng, f"{family}-t{self.config.seed}-{index}"))
 
     def eval_items(self, n: int) -> list[Item]:
-        seed = getattr(self.config, "eval_seed", HELD_OUT_SEED)
+        seed = self.config.eval_seed
         return [_item(t) for t in generate_mixed(self.families, n, seed)]
 
     def format_prompt(self, item: Item) -> str:

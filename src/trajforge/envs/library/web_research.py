@@ -85,7 +85,7 @@ class WebResearchConfig(EnvConfig):
         return self
 
 
-class WebResearchEnv(BaseEnv):
+class WebResearchEnv(BaseEnv[WebResearchConfig]):
     name: ClassVar[str] = "web_research"
     description: ClassVar[str] = (
         "questions answered from pages reached with web_search/web_extract (needs a search provider)"
@@ -99,8 +99,7 @@ class WebResearchEnv(BaseEnv):
 
     @property
     def _cfg(self) -> WebResearchConfig:
-        cfg = self.config
-        return cfg if isinstance(cfg, WebResearchConfig) else WebResearchConfig()
+        return self.config
 
     def tools_config(self) -> ToolsConfig:
         """The tools this env runs with (what ``tool_registry`` builds)."""

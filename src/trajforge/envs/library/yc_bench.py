@@ -76,7 +76,7 @@ class YcBenchConfig(EnvConfig):
     horizon_weeks: int = Field(52, ge=4, le=520, description="weeks in one game")
 
 
-class YcBenchEnv(BaseEnv):
+class YcBenchEnv(BaseEnv[YcBenchConfig]):
     name: ClassVar[str] = "yc_bench"
     description: ClassVar[str] = (
         "long horizon: run a simulated startup for a year through a CLI; reward = scored final state"
@@ -89,11 +89,11 @@ class YcBenchEnv(BaseEnv):
 
     def _settings(self) -> tuple[list[str], int]:
         cfg = self.config
-        diffs = list(getattr(cfg, "difficulties", ["easy", "normal", "hard"]))
+        diffs = list(cfg.difficulties)
         for d in diffs:
             if d not in ycsim.DIFFICULTY:
                 raise ValueError(f"difficulties: {d!r} is not one of {', '.join(ycsim.DIFFICULTY)}")
-        return diffs, int(getattr(cfg, "horizon_weeks", 52))
+        return diffs, cfg.horizon_weeks
 
     def generate(self, index: int, *, split: str) -> Item:
         diffs, horizon = self._settings()

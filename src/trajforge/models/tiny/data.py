@@ -21,7 +21,8 @@ from trajforge.sandbox.types import SandboxConfig
 from trajforge.tasks import POLICY_FAMILIES, Task, check, generate_mixed, get_family, setup_task
 from trajforge.tasks.families import WORDS
 from trajforge.tools.base import ToolContext
-from trajforge.tools.registry import ToolRegistry, default_registry
+from trajforge.tools.builtin import default_registry
+from trajforge.tools.registry import ToolRegistry
 
 TRAIN_FAMILIES = POLICY_FAMILIES
 BASE_TOOLSETS = ("terminal", "file")

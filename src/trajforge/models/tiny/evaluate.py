@@ -197,7 +197,7 @@ async def evaluate(
     from trajforge.sandbox import create_sandbox_factory
     from trajforge.sandbox.types import SandboxConfig
     from trajforge.tasks import generate_mixed
-    from trajforge.tools.registry import default_registry
+    from trajforge.tools.builtin import default_registry
 
     started = time.perf_counter()
     policy = await asyncio.to_thread(LocalPolicy.load, model_dir)

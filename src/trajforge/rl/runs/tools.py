@@ -2,7 +2,7 @@
 trained checkpoint scores this much", all backed by the run manager.
 
 Why the tools are built here and not in ``tools/``: they start processes through
-:class:`~trajforge.rl.manager.Manager`, load envs and run evaluations (``envs/``), which sit
+:class:`~trajforge.rl.runs.manager.Manager`, load envs and run evaluations (``envs/``), which sit
 above ``tools/``'s floor. ``tools/pending.py`` keeps declaring the rl schemas (so batch
 distributions and filters know the names); the RL agent offers these real ones instead
 (:func:`rl_tools`), built for its manager and settings -- no registry is mutated.
@@ -38,8 +38,9 @@ from trajforge.envs.sandboxed.store import (
     parse_ref,
 )
 from trajforge.rl.config import TrainConfig, TrainConfigError
-from trajforge.rl.manager import Manager, RunError, RunState
-from trajforge.rl.run_config import train_run_spec, validate_train
+from trajforge.rl.runs.manager import Manager
+from trajforge.rl.runs.run_config import train_run_spec, validate_train
+from trajforge.rl.runs.schema import RunError, RunState
 from trajforge.tools.base import FunctionTool, ToolContext, ToolOutput
 
 _STATE_KEY = "rl"
@@ -575,7 +576,7 @@ class RLTools:
         from trajforge.envs import RolloutBackends, load_env, parse_env_config, run_eval
         from trajforge.sandbox import close_factory, create_sandbox_factory
         from trajforge.sandbox.types import SandboxConfig
-        from trajforge.tools.registry import default_registry
+        from trajforge.tools.builtin import default_registry
 
         assert session.env is not None
         conf = parse_env_config(session.env_config, session.env_config_class)

@@ -16,7 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from trajforge.rl.config import TrainConfig, TrainConfigError
-from trajforge.rl.manager import ProcessSpec, ReadyCheck, RunSpec
+from trajforge.rl.runs.schema import ProcessSpec, ReadyCheck, RunSpec
 
 _CLI = "from trajforge.cli.main import main; main()"
 TRAINER_DIR = "trainer"

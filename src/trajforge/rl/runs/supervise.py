@@ -7,7 +7,7 @@ trainer and an exit code or a fatal signal would be lost. The supervisor stays i
 process group (the manager signals the group), never handles the stop itself (the group's
 SIGTERM reaches the child directly), and records the outcome atomically::
 
-    python -m trajforge.rl.supervise EXIT_FILE -- argv...
+    python -m trajforge.rl.runs.supervise EXIT_FILE -- argv...
 
 ``EXIT_FILE`` gets ``{"exit_code": N}`` or ``{"signal": N, "signal_name": "SIGKILL"}``. Stdlib only.
 """
@@ -41,7 +41,7 @@ def _record(path: str, returncode: int) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m trajforge.rl.supervise EXIT_FILE -- argv...", file=sys.stderr)
+        print("usage: python -m trajforge.rl.runs.supervise EXIT_FILE -- argv...", file=sys.stderr)
         return 2
     exit_file, command = argv[0], argv[2:]
     # The group's SIGTERM/SIGINT is for the child; the supervisor outlives it to record the end.

@@ -1,5 +1,7 @@
 """The run manager: training runs as directories that outlive the process that started them.
 
+Process control only; the files it reads and writes are :mod:`trajforge.rl.runs.schema`.
+
 A run is ``RUNS_DIR/ID/``: ``config.yaml`` (what was asked, secrets by *name* only),
 ``state.json`` (every process's pid, start time, process group, status and reason), one
 ``NAME.log`` per process (stdout and stderr), ``NAME.exit.json`` (how it ended, written by its
@@ -14,7 +16,7 @@ Why each rule (the reference's run manager failed all three):
   answers ``/health``; a trainer when its first metrics line is written. A process that dies
   first fails the run with its exit status and log tail.
 - Every process starts in its own session and process group, under a supervisor
-  (:mod:`trajforge.rl.supervise`) that records its exit; stop sends SIGTERM to the group, waits,
+  (:mod:`trajforge.rl.runs.supervise`) that records its exit; stop sends SIGTERM to the group, waits,
   then SIGKILL -- grandchildren (a trainer's own inference server) go with it.
 - Secrets reach a process through its environment only, named in ``ProcessSpec.secret_env`` and
   read from the manager's environment at start; argv, config, state and logs never hold them, and
@@ -35,210 +37,34 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 import orjson
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from trajforge.rl import procs
-from trajforge.trajectory.save import read_complete_objects
-
-STATE_FILE = "state.json"
-CONFIG_FILE = "config.yaml"
-METRICS_FILE = "metrics.jsonl"
-CHECKPOINTS_DIR = "checkpoints"
-_LOCK_FILE = ".lock"
-_READY_PREFIX = "trajforge serve: listening on "  # trajforge.serve.config.READY_PREFIX
-_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
-# Ids and names are matched whole (fullmatch): ``re.match("^...$")`` takes "run-1\n" ($ matches
-# before a final newline), a directory name ending in a newline.
-_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
-_PLACEHOLDER = re.compile(r"\{([a-z][a-z0-9_-]*)\.url\}")
-
-ProcessStatus = Literal["pending", "starting", "running", "exited", "failed", "stopped", "vanished"]
-RunStatus = Literal["starting", "running", "finished", "failed", "stopping", "stopped"]
-_ENDED: frozenset[str] = frozenset({"exited", "failed", "stopped", "vanished"})
-
-
-class RunError(ValueError):
-    """A run that does not exist or a spec that cannot start; the message says what to do."""
-
-
-class ReadyCheck(BaseModel):
-    """When a started process counts as ready."""
-
-    model_config = ConfigDict(allow_inf_nan=False)  # a finite deadline
-
-    kind: Literal["http", "file_line", "started"] = Field(
-        "started",
-        description="http: GET url+path answers 200 (url: given, or the address the process prints as "
-        "'trajforge serve: listening on URL'); file_line: the file at path (relative to the run "
-        "directory) has a first complete line; started: running is enough",
-    )
-    path: str = Field("/health", description="http: the health path; file_line: the file")
-    url: str | None = Field(None, description="http: base URL (default: the address the process prints)")
-    timeout_s: float = Field(900.0, gt=0, description="not ready by then: the run fails and is stopped")
-
-
-class ProcessSpec(BaseModel):
-    """One process of a run. ``argv`` may name ``{run_dir}`` and ``{NAME.url}`` (the ready URL of
-    an earlier process of the run)."""
-
-    name: str
-    argv: list[str] = Field(min_length=1)
-    env: dict[str, str] = Field(default_factory=dict, description="non-secret environment additions")
-    secret_env: list[str] = Field(
-        default_factory=list,
-        description="names of environment variables passed from the manager's environment (API keys)",
-    )
-    ready: ReadyCheck = Field(default_factory=ReadyCheck)
-    main: bool = Field(False, description="the run ends when this one ends (default: the last process)")
-
-    @field_validator("name")
-    @classmethod
-    def _check_name(cls, value: str) -> str:
-        if not _NAME.fullmatch(value):
-            raise ValueError(f"process name {value!r} must be lowercase letters, digits, - or _")
-        return value
-
-    @field_validator("env")
-    @classmethod
-    def _no_secrets_in_env(cls, value: dict[str, str]) -> dict[str, str]:
-        bad = [k for k in value if _SECRET_NAME.search(k)]
-        if bad:
-            raise ValueError(
-                f"{', '.join(bad)} look like secrets: name them in secret_env (the value is read from "
-                "the environment at start and never written down) instead of env"
-            )
-        return value
-
-
-class RunSpec(BaseModel):
-    model_config = ConfigDict(validate_assignment=True)  # `spec.run_id = ...` is checked too
-
-    kind: str = Field("run", description="what the run is (train, eval, ...): part of its id")
-    config: dict[str, Any] = Field(default_factory=dict, description="written to config.yaml")
-    processes: list[ProcessSpec] = Field(min_length=1, description="started in order, each once ready")
-    run_id: str | None = None
-    files: dict[str, str] = Field(
-        default_factory=dict, description="files written into the run directory before start (name -> text)"
-    )
-    metrics_file: str = Field(METRICS_FILE, description="the metrics file, relative to the run directory")
-    checkpoints_dir: str = Field(
-        CHECKPOINTS_DIR, description="where checkpoints go, relative to the run directory"
-    )
-
-    @model_validator(mode="after")
-    def _check(self) -> RunSpec:
-        names = [p.name for p in self.processes]
-        if len(set(names)) != len(names):
-            raise ValueError(f"process names must be unique, got {names}")
-        if sum(p.main for p in self.processes) > 1:
-            raise ValueError("at most one process is main")
-        for name in [*self.files, self.metrics_file, self.checkpoints_dir]:
-            if name.startswith("/") or ".." in Path(name).parts or name in {STATE_FILE, CONFIG_FILE}:
-                raise ValueError(f"{name!r}: run files are relative paths inside the run directory")
-        if self.run_id is not None and not _RUN_ID.fullmatch(self.run_id):
-            raise ValueError(
-                f"run id {self.run_id!r}: 1-100 letters, digits, '.', '_' and '-', starting with a letter or digit"
-            )
-        if not _NAME.fullmatch(self.kind):
-            raise ValueError(
-                f"run kind {self.kind!r} must be lowercase letters, digits, - or _ (it is part of the id)"
-            )
-        return self
-
-
-class ProcessState(BaseModel):
-    name: str
-    argv: list[str]
-    main: bool = False
-    secret_env: list[str] = Field(default_factory=list)
-    status: ProcessStatus = "pending"
-    pid: int | None = None
-    start_ticks: int | None = None
-    pgid: int | None = None
-    log: str = ""
-    url: str | None = None
-    started_at: float | None = None
-    ready_at: float | None = None
-    ended_at: float | None = None
-    exit_code: int | None = None
-    signal: str | None = None
-    stop_signal: str | None = Field(None, description="what the manager sent: SIGTERM, then SIGKILL")
-    reason: str | None = None
-
-    @property
-    def ended(self) -> bool:
-        return self.status in _ENDED
-
-
-class RunState(BaseModel):
-    id: str
-    kind: str
-    dir: str
-    status: RunStatus = "starting"
-    reason: str | None = None
-    created_at: float = Field(default_factory=time.time)
-    ended_at: float | None = None
-    stop_requested: bool = False
-    starter_pid: int = Field(default_factory=os.getpid, description="the manager process that started it")
-    starter_ticks: int | None = Field(default_factory=lambda: procs.start_ticks(os.getpid()))
-    metrics_file: str = METRICS_FILE
-    processes: list[ProcessState] = Field(default_factory=list)
-
-    def process(self, name: str) -> ProcessState:
-        for proc in self.processes:
-            if proc.name == name:
-                return proc
-        raise RunError(f"run {self.id} has no process {name!r} (it has {', '.join(self.names())})")
-
-    def names(self) -> list[str]:
-        return [p.name for p in self.processes]
-
-    @property
-    def main(self) -> ProcessState:
-        return next((p for p in self.processes if p.main), self.processes[-1])
-
-    @property
-    def ended(self) -> bool:
-        return self.status in {"finished", "failed", "stopped"}
-
-
-class MetricSummary(BaseModel):
-    first: float
-    last: float
-    min: float
-    max: float
-    mean: float
-
-
-class RunResults(BaseModel):
-    run_id: str
-    status: RunStatus
-    reason: str | None
-    metric_lines: int
-    last: dict[str, Any] = Field(default_factory=dict)
-    metrics: dict[str, MetricSummary] = Field(default_factory=dict)
-    checkpoints: list[str] = Field(default_factory=list)
-    logs: dict[str, str] = Field(default_factory=dict)
-
-
-def log_tail(path: Path, lines: int = 20, max_bytes: int = 64_000) -> str:
-    """The last ``lines`` lines of a log (read from its end, so a huge log costs nothing)."""
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            data = f.read()
-    except OSError:
-        return "(no log)"
-    text = data.decode("utf-8", "replace").rstrip("\n")
-    return "\n".join(text.splitlines()[-lines:]) if text else "(log is empty)"
+from trajforge.rl.runs import procs
+from trajforge.rl.runs.schema import (
+    CONFIG_FILE,
+    LOCK_FILE,
+    PLACEHOLDER,
+    RUN_ID,
+    SECRET_NAME,
+    STATE_FILE,
+    MetricSummary,
+    ProcessSpec,
+    ProcessState,
+    ReadyCheck,
+    RunError,
+    RunResults,
+    RunSpec,
+    RunState,
+    find_checkpoints,
+    log_tail,
+    printed_address,
+    read_exit,
+    read_metrics,
+)
 
 
 class Manager:
@@ -256,7 +82,7 @@ class Manager:
     # ----------------------------------------------------------------- files
     def run_dir(self, run_id: str) -> Path:
         path = self.runs_dir / run_id
-        if not _RUN_ID.fullmatch(run_id) or not (path / STATE_FILE).is_file():
+        if not RUN_ID.fullmatch(run_id) or not (path / STATE_FILE).is_file():
             known = ", ".join(self.run_ids()[-10:]) or "none"
             raise RunError(f"no run {run_id!r} in {self.runs_dir} (runs: {known})")
         return path
@@ -278,7 +104,7 @@ class Manager:
 
     @contextlib.contextmanager
     def _locked(self, run_dir: Path) -> Iterator[None]:
-        with (run_dir / _LOCK_FILE).open("a") as f:
+        with (run_dir / LOCK_FILE).open("a") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 yield
@@ -322,7 +148,7 @@ class Manager:
 
     def _create(self, spec: RunSpec) -> RunState:
         run_id = spec.run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{spec.kind}-{secrets.token_hex(3)}"
-        if not _RUN_ID.fullmatch(run_id):  # a spec built around its validators never gets here
+        if not RUN_ID.fullmatch(run_id):  # a spec built around its validators never gets here
             raise RunError(f"run id {run_id!r}: letters, digits, '.', '_' and '-' only")
         run_dir = self.runs_dir / run_id
         self.runs_dir.mkdir(parents=True, exist_ok=True)
@@ -372,7 +198,7 @@ class Manager:
                 "read from the environment only)"
             )
         # Key-like variables reach a process only when its spec names them.
-        env = {k: v for k, v in base.items() if not _SECRET_NAME.search(k) or k in spec.secret_env}
+        env = {k: v for k, v in base.items() if not SECRET_NAME.search(k) or k in spec.secret_env}
         env.update(spec.env)
         env["PYTHONUNBUFFERED"] = "1"  # logs show what happened up to a crash
         return env
@@ -384,7 +210,7 @@ class Manager:
                 raise RunError(f"{match.group(0)}: process {proc.name} has no ready URL (start it first)")
             return proc.url
 
-        return [_PLACEHOLDER.sub(url, a.replace("{run_dir}", state.dir)) for a in argv]
+        return [PLACEHOLDER.sub(url, a.replace("{run_dir}", state.dir)) for a in argv]
 
     async def _start_process(self, state: RunState, spec: ProcessSpec) -> RunState:
         run_dir = Path(state.dir)
@@ -397,7 +223,7 @@ class Manager:
         with (run_dir / f"{spec.name}.log").open("ab") as log:
             child = await asyncio.to_thread(
                 subprocess.Popen,
-                [sys.executable, "-m", "trajforge.rl.supervise", str(exit_file), "--", *argv],
+                [sys.executable, "-m", "trajforge.rl.runs.supervise", str(exit_file), "--", *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -483,7 +309,7 @@ class Manager:
         async with aiohttp.ClientSession(timeout=timeout) as session:
             while True:
                 if base is None:
-                    base = _printed_address(run_dir / proc.log)
+                    base = printed_address(run_dir / proc.log)
                 if base is not None:
                     with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                         async with session.get(base.rstrip("/") + check.path) as resp:
@@ -497,7 +323,7 @@ class Manager:
 
     def _outcome(self, run_dir: Path, proc: ProcessState) -> str:
         """How a finished process ended, from its supervisor's record."""
-        code, sig = _read_exit(run_dir / f"{proc.name}.exit.json")
+        code, sig = read_exit(run_dir / f"{proc.name}.exit.json")
         if sig is not None:
             return f"{proc.name} was killed by {sig}"
         if code is not None:
@@ -534,7 +360,7 @@ class Manager:
         return state
 
     def _settle(self, run_dir: Path, s: RunState, p: ProcessState) -> None:
-        code, sig = _read_exit(run_dir / f"{p.name}.exit.json")
+        code, sig = read_exit(run_dir / f"{p.name}.exit.json")
         p.ended_at = time.time()
         p.exit_code, p.signal = code, sig
         if p.stop_signal is not None:
@@ -669,40 +495,3 @@ class Manager:
         state = self.read_state(run_id)
         chosen = [state.process(process)] if process else state.processes
         return {p.name: log_tail(Path(state.dir) / p.log, lines) for p in chosen}
-
-
-def _printed_address(log: Path) -> str | None:
-    """The address a ``trajforge serve`` (or anything speaking its start-up line) printed."""
-    try:
-        text = log.read_bytes()[: 1 << 20].decode("utf-8", "replace")
-    except FileNotFoundError:
-        return None
-    for line in text.splitlines():
-        if line.startswith(_READY_PREFIX):
-            return line[len(_READY_PREFIX) :].split()[0]
-    return None
-
-
-def _read_exit(path: Path) -> tuple[int | None, str | None]:
-    try:
-        data = orjson.loads(path.read_bytes())
-    except (FileNotFoundError, orjson.JSONDecodeError):
-        return None, None
-    return data.get("exit_code"), data.get("signal_name")
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The complete lines of a metrics file (a line being written is not read yet)."""
-    return read_complete_objects(path)
-
-
-def find_checkpoints(run_dir: Path) -> list[Path]:
-    """Directories holding model weights (``*.safetensors``, ``*.bin``, ``*.pt``) under the run,
-    oldest first."""
-    found: set[Path] = set()
-    for pattern in ("*.safetensors", "*.bin", "*.pt"):
-        for depth in ("", "*/", "*/*/", "*/*/*/"):
-            for f in run_dir.glob(depth + pattern):
-                if f.is_file():
-                    found.add(f.parent)
-    return sorted(found, key=lambda p: (p.stat().st_mtime_ns, str(p)))

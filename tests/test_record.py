@@ -1,0 +1,321 @@
+"""The one record: every line trajforge writes is a :class:`~trajforge.record.Record`.
+
+* the reader upgrades the lines of version 1 (the committed fixture runs in
+  ``tests/fixtures/runs_v1/``, written by the code before the record existed): such runs still
+  export, report, rescore and resume;
+* ``batch --env`` and ``env eval`` run the same items through the same rollout step and write the
+  same records, apart from timings and the run's bookkeeping of them;
+* ``rl train --records`` trains a step on the records a token-level ``batch`` wrote.
+
+Real parts only: the scripted endpoint on loopback, bubblewrap sandboxes, ``trajforge serve`` and
+torch for the RL step.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from conftest import SCRIPTED_KEY_ENV
+from trajforge.batch.export import export
+from trajforge.batch.runner import run_batch
+from trajforge.envs import load_env
+from trajforge.envs.episode import RolloutBackends
+from trajforge.envs.runner import read_episodes, run_eval
+from trajforge.record import SCHEMA_VERSION, Record, RecordError, load, read
+from trajforge.report.build import build_report
+from trajforge.tasks import terminal_output
+from trajforge.testing.policies import count_assistant_turns
+from trajforge.testing.replies import Reply, ToolCallSpec
+from trajforge.tools.builtin import default_registry
+
+FIXTURES = Path(__file__).parent / "fixtures" / "runs_v1"
+OUTPUTS = ("trajectories.jsonl", "filtered.jsonl", "failed.jsonl")
+BOOKKEEPING = {"key", "prompt_index", "seed", "sampling", "worker", "timings"}
+"""What two runs of the same rollout may differ in: when it ran, and how each run names and
+seeds it (a batch row's content key and row index, an env item's ITEM#ROLLOUT)."""
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def _raw_lines(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(x) for x in path.read_bytes().splitlines() if x.strip()] if path.exists() else []
+
+
+def _records(run_dir: Path, names: tuple[str, ...] = OUTPUTS) -> list[Record]:
+    return [r for name in names for r in read(run_dir / name)]
+
+
+def _fields(record: Record) -> dict[str, Any]:
+    """The record's own fields but the bookkeeping (a batch line's reference view left out)."""
+    dumped = record.model_dump(exclude=BOOKKEEPING)
+    return {k: v for k, v in dumped.items() if k in Record.model_fields}
+
+
+def _expression(prompt: str) -> str:
+    if "What is " in prompt:
+        return prompt.split("What is ")[-1].split("?")[0]
+    for lead in ("Compute ", "Use the terminal to calculate "):
+        if prompt.startswith(lead):
+            return prompt[len(lead) :].split(" using")[0].rstrip(".")
+    return "1 + 1"
+
+
+def _solver() -> Any:
+    """Arithmetic in the terminal, then the answer it printed; call ids fixed by the prompt, so
+    two runs of one prompt get the same conversation."""
+
+    def policy(body: dict[str, Any]) -> Reply:
+        prompt = next(str(m["content"]) for m in body["messages"] if m["role"] == "user")
+        if count_assistant_turns(body) == 0:
+            command = f"python3 -c 'print({_expression(prompt)})'"
+            return Reply(tool_calls=[ToolCallSpec("terminal", {"command": command}, id="call_calc")])
+        tool_out = next(m["content"] for m in reversed(body["messages"]) if m["role"] == "tool")
+        return Reply(content=f"The answer is {terminal_output(str(tool_out))}.")
+
+    return policy
+
+
+# ---------------------------------------------------------------------------------- the reader
+
+
+def test_both_version_1_shapes_read_as_records() -> None:
+    batch = _raw_lines(FIXTURES / "batch" / "run" / "trajectories.jsonl")
+    failed = _raw_lines(FIXTURES / "batch" / "run" / "failed.jsonl")
+    episodes = _raw_lines(FIXTURES / "env" / "run" / "episodes.jsonl")
+    assert batch and failed and episodes and not any("schema_version" in x for x in batch + episodes)
+    for line in batch:
+        rec = load(line)
+        assert rec.schema_version == SCHEMA_VERSION and rec.status == "completed"
+        assert rec.reward == 1.0 and rec.env == "tiny_tasks" and rec.prompt_index == line["prompt_index"]
+        assert rec.messages[0]["role"] == "user" and rec.messages[-1]["role"] == "assistant"
+        assert any(m.get("tool_calls") for m in rec.messages)  # the call that ran, as a call
+        assert rec.tool_stats["terminal"].count == line["tool_stats"]["terminal"]["count"] == 1
+        assert rec.toolsets == line["toolsets_used"] and rec.seed == line["metadata"]["seed"]
+        assert rec.timings.wall_s == line["timings"]["wall_s"]
+        assert rec.model_extra and rec.model_extra["conversations"] == line["conversations"]  # view kept
+    bad = [load(x) for x in failed if x["reason"].startswith("bad_row")]
+    assert bad and bad[0].reward is None and bad[0].score == 0.0 and bad[0].termination == "not_run"
+    for line in episodes:
+        rec = load(line)
+        assert rec.key == f"{line['item_id']}#{line['rollout']}" and rec.env == "terminal_test"
+        assert rec.timings.wall_s == line["wall_s"] and rec.reward == line["reward"] == 1.0
+        assert rec.messages == line["messages"] and rec.reward_components == line["reward_components"]
+        called = sum(len(m.get("tool_calls") or ()) for m in line["messages"])
+        assert sum(s.count for s in rec.tool_stats.values()) == called > 0
+
+
+def test_the_reader_refuses_what_is_no_record_and_what_is_newer() -> None:
+    with pytest.raises(RecordError, match="newer than this trajforge reads"):
+        load({"schema_version": SCHEMA_VERSION + 1, "key": "k", "status": "completed"})
+    with pytest.raises(RecordError, match="neither a record"):
+        load({"hello": "world"})
+    with pytest.raises(RecordError, match="status"):
+        load({"schema_version": SCHEMA_VERSION, "key": "k", "status": "maybe"})
+    with pytest.raises(RecordError, match="a JSON object"):
+        load(["not", "a", "dict"])  # type: ignore[arg-type]
+
+
+def test_a_record_line_reads_back_as_itself() -> None:
+    rec = load(_raw_lines(FIXTURES / "env" / "run" / "episodes.jsonl")[0])
+    again = load(orjson.loads(rec.line()))
+    assert again == rec and orjson.loads(rec.line())["schema_version"] == SCHEMA_VERSION
+
+
+# ------------------------------------------------------------------ version-1 runs still work
+
+
+def _copy(name: str, tmp_path: Path) -> Path:
+    shutil.copytree(FIXTURES / name, tmp_path / name)
+    return tmp_path / name / "run"
+
+
+def test_version_1_runs_export_and_report(tmp_path: Path) -> None:
+    batch_dir, env_dir = _copy("batch", tmp_path), _copy("env", tmp_path)
+    for fmt in ("messages", "sharegpt", "hermes"):
+        report = export(batch_dir, fmt)
+        assert report.rows == 2 and report.read == 2, (fmt, report)
+    hermes = _raw_lines(batch_dir / "export" / "hermes.jsonl")
+    v1 = _raw_lines(batch_dir / "trajectories.jsonl")
+    assert [h["conversations"][1:] for h in hermes] == [x["conversations"][1:] for x in v1]
+    rows = _raw_lines(batch_dir / "export" / "messages.jsonl")
+    assert all(r["reward"] == 1.0 and r["messages"][-1]["role"] == "assistant" for r in rows)
+    env_rows = export(env_dir, "messages")  # an env run exports too now
+    assert env_rows.rows == 4 and env_rows.read == 4
+    for run_dir, lines in ((batch_dir, 3), (env_dir, 4)):
+        summary = build_report(run_dir)
+        assert summary.lines == lines and summary.embedded == lines
+
+
+def test_version_1_env_run_rescores_and_resumes(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from trajforge.cli.main import app
+
+    env_dir = _copy("env", tmp_path)
+    out = CliRunner().invoke(app, ["env", "rescore", str(env_dir), "--write"])
+    assert out.exit_code == 0, out.output
+    assert "rescored 4 episodes: 4 same reward" in out.output
+    assert all("schema_version" in x for x in _raw_lines(env_dir / "episodes.jsonl"))  # rewritten as v2
+    # resume: the last episode is lost (as after a kill); the run asks for it again, appends a v2 record
+    env_dir = tmp_path / "again"
+    shutil.copytree(FIXTURES / "env" / "run", env_dir)
+    lines = (env_dir / "episodes.jsonl").read_bytes().splitlines(keepends=True)
+    (env_dir / "episodes.jsonl").write_bytes(b"".join(lines[:-1]))
+    args = ["env", "eval", "terminal_test", "--agent", "oracle", "--n", "2", "--group-size", "2"]
+    out = CliRunner().invoke(app, [*args, "--output-dir", str(tmp_path), "--run-name", "again"])
+    assert out.exit_code == 0, out.output
+    raw = _raw_lines(env_dir / "episodes.jsonl")
+    assert len(raw) == 4 and "schema_version" not in raw[0] and raw[-1]["schema_version"] == SCHEMA_VERSION
+    episodes = read_episodes(env_dir / "episodes.jsonl")
+    assert sorted(e.key for e in episodes) == sorted({e.key for e in episodes}) and len(episodes) == 4
+    assert all(e.reward == 1.0 for e in episodes)
+
+
+@needs_bwrap
+async def test_version_1_batch_run_resumes_and_its_mixed_files_read(
+    scripted_server: Any, scripted_batch_config: Any, tmp_path: Path
+) -> None:
+    """The fixture stopped after 3 of its 5 rows (one bad); the resume runs the other 2 with
+    this code, and export, report and the RL reader take the files holding both versions."""
+    run_dir = _copy("batch", tmp_path)
+    srv = await scripted_server(_solver())
+    dataset = (run_dir.parent / "dataset.jsonl").read_bytes()
+    rows = [orjson.loads(x) for x in dataset.splitlines() if x.startswith(b'{"')]
+    cfg = scripted_batch_config(
+        rows,
+        srv.base_url,
+        env="tiny_tasks",
+        resume=True,
+        skip_bad_rows=True,
+        output_dir=run_dir.parent,
+        dataset=run_dir.parent / "dataset.jsonl",
+    )
+    await run_batch(cfg)
+    raw = [x for name in OUTPUTS for x in _raw_lines(run_dir / name)]
+    assert len(raw) == 5
+    versions = sorted(x.get("schema_version", 1) for x in raw)
+    assert versions == [1, 1, 1, SCHEMA_VERSION, SCHEMA_VERSION]
+    records = _records(run_dir)
+    assert sorted(r.status for r in records) == ["completed"] * 4 + ["failed"]
+    assert all(r.reward == 1.0 for r in records if r.status == "completed")
+    assert export(run_dir, "messages").rows == 4
+    assert export(run_dir, "parquet").rows == 4
+    assert build_report(run_dir).lines == 5
+    new = [r for r in raw if "schema_version" in r]
+    assert all(x["conversations"][0]["from"] == "system" and x["completed"] for x in new)  # the view
+
+
+# ------------------------------------------------- batch --env and env eval: the same records
+
+
+@needs_bwrap
+async def test_batch_env_and_env_eval_write_the_same_records(
+    scripted_server: Any, scripted_batch_config: Any, bwrap: Any, tmp_path: Path
+) -> None:
+    from trajforge.llm.openai_client import OpenAIChatModel, OpenAIModelConfig
+
+    env = load_env("tiny_tasks", {"families": ["arithmetic"]})
+    items = env.eval_items(3)
+    srv = await scripted_server(_solver())
+    cfg = scripted_batch_config(
+        items, srv.base_url, env="tiny_tasks", sandbox="bwrap", toolsets=["terminal", "file"], max_turns=4
+    )
+    batch = _records((await run_batch(cfg)).run_dir)
+
+    model = OpenAIChatModel(
+        OpenAIModelConfig(base_url=srv.base_url, model="scripted", api_key_env=SCRIPTED_KEY_ENV)
+    )
+    await run_eval(
+        env, RolloutBackends(model, bwrap, default_registry()), tmp_path / "eval", n=3, group_size=1
+    )
+    evaluated = read_episodes(tmp_path / "eval" / "episodes.jsonl")
+
+    assert len(batch) == len(evaluated) == 3
+    by_item = {r.item_id: r for r in evaluated}
+    for rec in batch:
+        twin = by_item[rec.item_id]
+        assert rec.reward == twin.reward == 1.0 and rec.status == "completed"
+        assert rec.trace is None and rec.tool_stats["terminal"].count == 1
+        mine, theirs = (_fields(r) for r in (rec, twin))
+        assert mine == theirs
+        assert rec.timings.wall_s > 0 and twin.timings.wall_s > 0
+
+
+# ------------------------------------------------------ rl train on records written by batch
+
+
+@needs_bwrap
+@pytest.mark.timeout(900)
+def test_rl_train_trains_a_step_on_batch_records(tiny_chatml_model: Path, tmp_path: Path) -> None:
+    """``batch --env --tokenizer`` against ``trajforge serve`` writes records with exact tokens;
+    ``rl train --records`` groups them by prompt and takes an optimizer step on them."""
+    import asyncio
+
+    import torch
+    from safetensors.torch import load_file
+    from typer.testing import CliRunner
+
+    from trajforge.batch.config import load_config
+    from trajforge.cli.main import app
+    from trajforge.serve.launcher import LocalServer
+
+    env_ref = str(Path(__file__).parent / "test_rl_train.py") + ":LettersEnv"
+    rows = [
+        {"prompt": f"Write words with the letters of {w}.", "word": w, "id": w} for w in ("apple", "river")
+    ]
+    dataset = tmp_path / "d.jsonl"
+    dataset.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+
+    async def generate() -> Path:
+        async with LocalServer(tiny_chatml_model, device="cpu", max_batch=8) as server:
+            cfg = load_config(
+                None,
+                {
+                    "dataset": dataset,
+                    "run_name": "sft",
+                    "output_dir": tmp_path,
+                    "model": server.model_name,
+                    "base_url": server.openai_base_url,
+                    "tokenizer": str(tiny_chatml_model),
+                    "toolsets": ["file"],
+                    "env": env_ref,
+                    "samples_per_prompt": 4,
+                    "max_turns": 1,
+                    "max_tokens": 12,
+                    "temperature": 1.0,
+                    "progress": "none",
+                    "require_reasoning": False,
+                },
+            )
+            return (await run_batch(cfg)).run_dir
+
+    run_dir = asyncio.run(generate())
+    records = _records(run_dir)
+    assert len(records) == 8 and all(r.trace is not None for r in records), [r.trace_error for r in records]
+    assert len({r.reward for r in records}) > 1  # something to learn from
+    out = tmp_path / "rl"
+    args = [env_ref, "--model", str(tiny_chatml_model), "--records", str(run_dir), "--steps", "1"]
+    args += [
+        "--group-size",
+        "4",
+        "--groups",
+        "2",
+        "--lr",
+        "5e-3",
+        "--device",
+        "cpu",
+        "--output-dir",
+        str(out),
+    ]
+    result = CliRunner().invoke(app, ["rl", "train", *args])
+    assert result.exit_code == 0, (result.output, result.exception)
+    metrics = [orjson.loads(x) for x in (out / "metrics.jsonl").read_bytes().splitlines()]
+    assert len(metrics) == 1 and metrics[0]["episodes"] == 8 and metrics[0]["trained_episodes"] > 0
+    before = load_file(str(tiny_chatml_model / "model.safetensors"))
+    after = load_file(str(out / metrics[0]["checkpoint"] / "model.safetensors"))
+    assert any(not torch.equal(before[k], after[k]) for k in before)
