@@ -65,15 +65,18 @@ def _system_binds() -> list[str]:
     return args
 
 
-def _mounts(fds: dict[str, int], agent: str) -> list[str]:
-    """The sandbox's file system: system dirs read-only, fresh /proc, /dev and mqueue, the
-    workdir and scratch dir bound from the fds we opened, and the agent read-only under /run."""
+def _mounts(fds: dict[str, int], agent: str, ro_binds: Sequence[str] = ()) -> list[str]:
+    """The sandbox's file system: system dirs read-only, the config's ``ro_binds`` read-only at
+    their own paths, fresh /proc, /dev and mqueue, the workdir and scratch dir bound from the fds
+    we opened, and the agent read-only under /run."""
+    extra = [arg for path in ro_binds for arg in ("--ro-bind", path, path)]
     return [
         "--die-with-parent",
         "--new-session",
         "--hostname",
         "sandbox",
         *_system_binds(),
+        *extra,
         "--proc",
         "/proc",
         "--dev",
@@ -139,7 +142,7 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             "bwrap",
             *self._namespaces(uid),
             *seccomp,
-            *_mounts(fds, self._inside_agent),
+            *_mounts(fds, self._inside_agent, self.config.ro_binds),
             *self._agent_privileges(uid),
             python,
             "-I",
