@@ -39,7 +39,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap"),
 ]
 runner = CliRunner()
-SMALL = {"presets": ["tutorial"], "horizon_months": 2}  # two simulated months: ~60 CLI commands
+SMALL = {"presets": ["tutorial"], "horizon_months": 1}  # one simulated month: ~80 CLI commands
 
 
 def _env(**overrides: Any) -> YcBenchEnv:
@@ -71,6 +71,15 @@ def test_only_the_published_agent_commands_are_run() -> None:
     )
     for argv in refused:
         assert driver.policy_problem(list(argv)), argv
+
+
+def _documents(text: str) -> list[Any]:
+    """The JSON documents one terminal call printed (one per yc-bench command)."""
+    decoder, docs, at = json.JSONDecoder(), [], 0
+    while (at := text.find("{", at)) >= 0:
+        doc, at = decoder.raw_decode(text, at)
+        docs.append(doc)
+    return docs
 
 
 def _eval(tmp_path: Path, name: str, srv: ScriptedServer) -> dict[str, Any]:
@@ -110,7 +119,7 @@ def test_env_eval_oracle_scores_clearly_above_doing_nothing_and_the_replay_agree
     with ScriptedServer(Script([Reply(content="I will not play.")])).in_thread() as srv:
         idle = _eval(tmp_path, "none", srv)
     assert idle["mean_reward"]["value"] == 0.0
-    assert played["mean_reward"]["value"] >= 0.4, played
+    assert played["mean_reward"]["value"] >= 0.25, played
 
     (ep,) = read_episodes(tmp_path / "oracle" / "episodes.jsonl")
     comps = ep.reward_components
@@ -119,8 +128,10 @@ def test_env_eval_oracle_scores_clearly_above_doing_nothing_and_the_replay_agree
     assert comps["refused"] == 0 and comps["failed_commands"] == 0 and comps["tasks_succeeded"] >= 2
     assert comps["commands"] == sum(1 for _ in env.plan(item))
     # the agent's own last `company status` (its database) shows what the replay computed
-    last = json.loads(json.loads([m["content"] for m in ep.messages if m["role"] == "tool"][-1])["output"])
-    assert last["funds_cents"] / 100 == comps["funds"] and last["sim_time"].startswith("2025-03-01")
+    last = _documents(json.loads([m["content"] for m in ep.messages if m["role"] == "tool"][-1])["output"])[
+        -1
+    ]
+    assert last["funds_cents"] / 100 == comps["funds"] and last["sim_time"].startswith("2025-02-01")
 
     (none,) = read_episodes(tmp_path / "none" / "episodes.jsonl")
     assert none.reward == 0.0 and none.reward_components["commands"] == 0 and none.reward_error is None
@@ -147,7 +158,6 @@ async def test_a_log_over_max_read_bytes_scores_zero_with_the_limit_named(factor
         item
     )
     assert ep.reward == 0.0 and ep.reward_error and "max_read_bytes" in ep.reward_error, ep.reward_error
-    assert ep.kept.get("log_cut")  # and the kept log says it was cut
 
 
 async def test_the_sandbox_runs_the_cli_and_refuses_the_rest(factory: Any) -> None:
@@ -164,10 +174,8 @@ async def test_the_sandbox_runs_the_cli_and_refuses_the_rest(factory: Any) -> No
         assert "not an agent command" in refused.output
         log = (await box.read_bytes(".yc_bench/commands.jsonl")).decode()
         assert [orjson.loads(line)["argv"] for line in log.splitlines()] == [["company", "status"]]
-        ro = await box.exec(
-            f"touch {env.bench().venv}/x 2>/dev/null && echo WROTE; "
-            f"echo >> {env.cli_dir()}/yc_bench_driver.py 2>/dev/null && echo WROTE; echo end"
-        )
-        assert ro.output.strip() == "end", ro.output  # both read-only
+        for path in (*env.bench().ro_paths, str(env.cli_dir())):  # mounted read-only, at their own path
+            opts = await box.exec(f"awk -v p={path} '$5 == p {{print $6}}' /proc/self/mountinfo")
+            assert opts.output.strip().split(",")[0] == "ro", (path, opts.output)
     finally:
         await box.close()

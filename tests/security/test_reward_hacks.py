@@ -289,7 +289,7 @@ async def test_yc_bench_editing_the_database_wins_nothing() -> None:
     one-month game and plays on to the horizon on the forged state. Its own CLI then shows the
     forged funds; the verifier's replay of its log scores exactly what the same commands score on
     the item's own world without the edit (replayed here on the host), funds far from forged."""
-    env = load_env("yc_bench", {"presets": ["tutorial"], "horizon_months": 2})
+    env = load_env("yc_bench", {"presets": ["tutorial"], "horizon_months": 1})
     item = env.eval_items(1)[0]
     plan = env.plan(item)  # type: ignore[attr-defined]
     resumes = [i for i, argv in enumerate(plan) if argv[:2] == ["sim", "resume"]]
@@ -297,7 +297,7 @@ async def test_yc_bench_editing_the_database_wins_nothing() -> None:
     after = [["company", "status"], *[["sim", "resume"]] * 4]
     steps = [
         " && ".join(shlex.join(["yc-bench", *argv]) for argv in honest),
-        _RICH + ' && echo \'{"preset": "tutorial", "seed": 1, "horizon_months": 1}\' > .yc_bench/game.json',
+        _RICH + ' && echo \'{"preset": "easy", "seed": 7, "horizon_months": 12}\' > .yc_bench/game.json',
         " && ".join(shlex.join(["yc-bench", *argv]) for argv in after),
     ]
     model = ScriptedModel([*(tool_turn(("terminal", {"command": c})) for c in steps), answer("rich")])
@@ -310,7 +310,7 @@ async def test_yc_bench_editing_the_database_wins_nothing() -> None:
     seen = json.loads([m["content"] for m in ep.messages if m["role"] == "tool"][2])["output"]
     assert '"funds_cents": 10000000000000' in seen, seen[:400]  # the agent's own view: forged
     log = "".join(json.dumps({"argv": argv}) + "\n" for argv in [*honest, *after])
-    expected = score(env._replay_here(item["game"], log), 2.0)  # type: ignore[attr-defined]
+    expected = score(env._replay_here(item["game"], log), env.cfg.funds_target_multiple)  # type: ignore[attr-defined]
     assert ep.reward == expected.reward and ep.reward_components == expected.components, ep.reward_reason
     assert ep.reward_components["funds"] < 1_000_000 and ep.reward_components["max_prestige"] < 10
     assert ep.reward_components["refused"] == 0 and ep.reward_components["commands"] == len(honest) + len(

@@ -17,9 +17,10 @@ from the agent's files) into a new database and replays every logged command thr
 simulator. A line that is not an agent command is refused and counted. What the agent did to its
 database, its game file or its log's past only changes what the agent saw.
 
-Score: 0 when the company went bankrupt; otherwise the fraction of the horizon played times
-funds at the end over ``funds_target_multiple`` x the starting funds (capped at 1). The
-published benchmark reports survival and final funds; this folds both into [0, 1].
+Score: 0 when the company went bankrupt; otherwise the fraction of the horizon played times how
+far the funds grew, on a log scale: ln(final / starting funds) / ln(``funds_target_multiple``),
+0 at or below the start, 1 at the target (default 100x). The published benchmark reports survival
+and final funds (its runs end between bankrupt and ~170x); this folds both into [0, 1].
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import os
 import random
 import secrets
@@ -118,7 +120,10 @@ class YcBenchConfig(EnvConfig):
         None, description="the benchmark virtualenv (Python >= 3.12 with yc-bench); default .venv-bench"
     )
     funds_target_multiple: float = Field(
-        2.0, gt=0, description="funds at the end, as a multiple of the starting funds, that score 1"
+        100.0,
+        gt=1,
+        description="funds at the end, as a multiple of the starting funds, that score 1 (on a log "
+        "scale from 1x: 10x scores 0.5 with the default 100x)",
     )
     max_log_commands: int = Field(20_000, ge=1, description="log lines the replay runs at most")
 
@@ -363,7 +368,8 @@ class YcBenchEnv(BaseEnv):
 def score(out: dict[str, Any], target_multiple: float) -> RewardBreakdown:
     """The replay's outcome as a reward in [0, 1] (module doc), every number kept as a component."""
     funds, initial = int(out["funds_cents"]), int(out["initial_funds_cents"])
-    wealth = min(1.0, max(0, funds) / (target_multiple * initial)) if initial > 0 else 0.0
+    grown = funds / initial if initial > 0 else 0.0
+    wealth = min(1.0, math.log(grown) / math.log(target_multiple)) if grown > 1 else 0.0
     survived = not out["bankrupt"]
     reward = float(out["progress"]) * wealth if survived else 0.0
     comps = {

@@ -208,6 +208,10 @@ def run_command(argv: list[str]) -> tuple[int, str]:
     return code, out.getvalue()
 
 
+def _utc(when: dt.datetime) -> dt.datetime:
+    return when.replace(tzinfo=dt.UTC) if when.tzinfo is None else when.astimezone(dt.UTC)
+
+
 def outcome(game: dict[str, Any]) -> dict[str, Any]:
     """The simulation's result as the published benchmark reports it (survival, funds at the end,
     prestige), plus how far the game got."""
@@ -230,17 +234,16 @@ def outcome(game: dict[str, Any]) -> dict[str, Any]:
             .all()
         )
         start = start_time(game)
-        span = (state.horizon_end - start).total_seconds()
-        done = (state.sim_time.replace(tzinfo=dt.UTC) - start).total_seconds() if span > 0 else 0.0
+        now, end = _utc(state.sim_time), _utc(state.horizon_end)  # SQLite gives them back naive
+        span = (end - start).total_seconds()
         result = {
-            "sim_time": state.sim_time.replace(tzinfo=dt.UTC).isoformat(),
-            "horizon_end": state.horizon_end.replace(tzinfo=dt.UTC).isoformat(),
-            "progress": max(0.0, min(1.0, done / span)) if span > 0 else 0.0,
+            "sim_time": now.isoformat(),
+            "horizon_end": end.isoformat(),
+            "progress": max(0.0, min(1.0, (now - start).total_seconds() / span)) if span > 0 else 0.0,
             "funds_cents": int(company.funds_cents),
             "initial_funds_cents": int(load_config(str(game["preset"])).world.initial_funds_cents),
             "bankrupt": company.funds_cents < 0,
-            "horizon_reached": state.sim_time.replace(tzinfo=dt.UTC)
-            >= state.horizon_end.replace(tzinfo=dt.UTC),
+            "horizon_reached": now >= end,
             "max_prestige": max(prestige, default=1.0),
             "mean_prestige": sum(prestige) / len(prestige) if prestige else 1.0,
             "tasks_succeeded": int(counts.get(TaskStatus.COMPLETED_SUCCESS, 0)),
@@ -342,8 +345,14 @@ class _Play:
         self.commands: list[list[str]] = []
 
     def run(self, *argv: str) -> Any:
+        """An act: recorded, so the agent runs it too (at the same index: the same ids)."""
         _IDS.at(int(self.game["seed"]), f"cmd:{len(self.commands)}")
         self.commands.append(list(argv))
+        return self.look(*argv)
+
+    def look(self, *argv: str) -> Any:
+        """A read the oracle makes to decide, not recorded: reads change nothing, and the agent
+        does not need them (the replay's final state checks that they changed nothing)."""
         code, printed = run_command(list(argv))
         if code != 0:
             raise RuntimeError(f"yc-bench {shlex.join(argv)} failed ({code}): {printed[-300:]}")
@@ -364,9 +373,9 @@ def _hours_needed(task: dict[str, Any], employees: list[dict[str, Any]]) -> floa
 def plan(game: dict[str, Any], work: Path) -> list[list[str]]:
     """A greedy CEO: one task at a time with the whole team, the best-paying per hour among those
     the team finishes well before the deadline; ``sim resume`` until it is done; again."""
+    _deterministic_ids()
     from yc_bench.config import load_config
 
-    _deterministic_ids()
     work.mkdir(parents=True, exist_ok=True)
     db = work / DB_FILE
     if db.exists():
@@ -376,13 +385,13 @@ def plan(game: dict[str, Any], work: Path) -> list[list[str]]:
     world = load_config(str(game["preset"])).world
     day_hours = world.workday_end_hour - world.workday_start_hour
     p = _Play(game)
-    team = p.run("employee", "list")["employees"]
+    team = p.look("employee", "list")["employees"]
     while True:
-        status = p.run("company", "status")
+        status = p.look("company", "status")
         if status["risk"]["bankrupt"] or status["sim_time"] >= status["horizon_end"]:
-            return p.commands
+            break
         level = int(max(status["prestige"].values(), default=1.0))
-        market = p.run("market", "browse", "--required-prestige-lte", str(level), "--limit", "200")
+        market = p.look("market", "browse", "--required-prestige-lte", str(level), "--limit", "200")
         best: tuple[float, dict[str, Any]] | None = None
         for task in market["tasks"]:
             hours = _hours_needed(task, team)
@@ -411,7 +420,7 @@ def plan(game: dict[str, Any], work: Path) -> list[list[str]]:
                 break
         if resumed.get("terminal_reason"):
             break
-        team = p.run("employee", "list")["employees"]  # skills grow with every completed task
+        team = p.look("employee", "list")["employees"]  # skills grow with every completed task
     p.run("company", "status")  # the final state, as the agent sees it
     return p.commands
 
