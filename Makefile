@@ -49,20 +49,23 @@ setup: system-deps $(STAMP)
 # The published benchmark packages need Python >= 3.12 and trajforge runs on 3.11: they get a
 # virtualenv of their own, run as programs (never imported), seen read-only by the sandboxes
 # (src/trajforge/benchpython.py, docs/envs.md "yc_bench"). The interpreter: PY312=/path/to/python,
-# else python3.12 or python3.13 on PATH, else the newest pyenv 3.12/3.13 version.
+# else the first that runs of python3.12, python3.13 on PATH, pyenv's 3.12.x, then 3.13.x (newest first).
 BENCH_VENV ?= .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.trajforge-bench-installed
 BENCH_PACKAGES := yc-bench==0.1.0 harbor==0.26.0
 PYENV_ROOT ?= $(HOME)/.pyenv
 
 $(BENCH_STAMP): Makefile
-	@py="$(PY312)"; \
-	if [ -z "$$py" ]; then py=$$(command -v python3.12 || command -v python3.13 || true); fi; \
-	if [ -z "$$py" ]; then py=$$(ls -d $(PYENV_ROOT)/versions/3.1[23]*/bin/python 2>/dev/null | sort -V | tail -1); fi; \
-	if [ -z "$$py" ] || ! "$$py" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then \
-		echo "error: the benchmark virtualenv needs Python >= 3.12 (yc-bench, harbor), and none was found" \
-			"(python3.12/python3.13 on PATH, $(PYENV_ROOT)/versions/3.12*). Install one (Debian/Ubuntu:" \
-			"apt-get install python3.12 python3.12-venv; or pyenv install 3.12) or name it: make bench-venv PY312=/path/to/python3.12" >&2; \
+	@if [ -n "$(PY312)" ]; then tries="$(PY312)"; else \
+		tries="python3.12 python3.13 $$(for v in 3.12 3.13; do ls -d $(PYENV_ROOT)/versions/$$v*/bin/python 2>/dev/null | sort -V -r; done)"; fi; \
+	py=""; for t in $$tries; do \
+		c=$$(command -v "$$t") && "$$c" -c 'import sys, ensurepip, venv; sys.exit(sys.version_info < (3, 12))' 2>/dev/null \
+			&& py=$$("$$c" -c 'import sys; print(sys.executable)') && break; \
+	done; \
+	if [ -z "$$py" ]; then \
+		echo "error: the benchmark virtualenv (yc-bench, harbor) needs a Python >= 3.12 with venv; tried: $$tries." \
+			"Install one (Debian/Ubuntu: apt-get install python3.12 python3.12-venv; or pyenv install 3.12)" \
+			"or name it: make bench-venv PY312=/path/to/python3.12" >&2; \
 		exit 1; \
 	fi; \
 	echo "benchmark virtualenv $(BENCH_VENV) from $$py"; \

@@ -105,6 +105,8 @@ def _eval(tmp_path: Path, name: str, srv: ScriptedServer) -> dict[str, Any]:
     return summary
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # ~80 `yc-bench` processes in the sandbox: 3.6 min at load 10 on 2 cores
 def test_env_eval_oracle_scores_clearly_above_doing_nothing_and_the_replay_agrees(tmp_path: Path) -> None:
     env = _env()
     item = env.eval_items(1)[0]

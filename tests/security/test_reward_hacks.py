@@ -283,6 +283,7 @@ _RICH = (
 )
 
 
+@pytest.mark.timeout(900)
 async def test_yc_bench_editing_the_database_wins_nothing() -> None:
     """The agent plays two honest rounds through ``yc-bench``, then makes itself rich and famous
     in its own SQLite database (the sandbox's python3 has sqlite3), rewrites its game file to a
