@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,11 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
+from trajforge.benchpython import BenchPythonError, probe
 from trajforge.cli.main import app
 from trajforge.envs import RolloutBackends, Rollouts, env_sandbox_config, load_env, read_episodes
 from trajforge.envs.library import yc_bench_driver as driver
-from trajforge.envs.library.yc_bench import YcBenchEnv
+from trajforge.envs.library.yc_bench import PACKAGES, YcBenchEnv
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.testing.policies import Script
@@ -181,3 +183,25 @@ async def test_the_sandbox_runs_the_cli_and_refuses_the_rest(factory: Any) -> No
             assert opts.output.strip().split(",")[0] == "ro", (path, opts.output)
     finally:
         await box.close()
+
+
+def test_without_a_benchmark_interpreter_env_eval_says_what_to_run(tmp_path: Path) -> None:
+    with pytest.raises(BenchPythonError, match="Python 3.11, the benchmarks need >= 3.12"):
+        probe(Path(sys.prefix), PACKAGES)  # trajforge's own interpreter is too old
+    config = tmp_path / "yc.yaml"
+    config.write_text(json.dumps({**SMALL, "bench_venv": str(tmp_path / "nowhere")}))
+    out = runner.invoke(
+        app,
+        [
+            "env",
+            "eval",
+            "yc_bench",
+            "--agent",
+            "none",
+            "--config",
+            str(config),
+            "--output-dir",
+            str(tmp_path),
+        ],
+    )
+    assert out.exit_code == 2 and "make bench-venv" in out.output and "nowhere" in out.output, out.output

@@ -25,7 +25,7 @@ SETUP_HINT = (
 )
 
 
-class BenchPythonError(RuntimeError):
+class BenchPythonError(ValueError):
     """No usable benchmark interpreter; the message says how to get one."""
 
 
