@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 import pytest
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from trajforge.benchpython import BenchPythonError, probe
@@ -205,3 +206,10 @@ def test_without_a_benchmark_interpreter_env_eval_says_what_to_run(tmp_path: Pat
         ],
     )
     assert out.exit_code == 2 and "make bench-venv" in out.output and "nowhere" in out.output, out.output
+
+
+def test_read_only_binds_are_plain_absolute_paths_outside_the_sandboxs_own() -> None:
+    assert SandboxConfig(ro_binds=["/opt/venv", "/root/.pyenv/versions/3.12.1"]).ro_binds[0] == "/opt/venv"
+    for bad in ("opt/venv", "/opt/../etc", "/opt/venv/", "/tmp/x", "/workspace", "/run", "/usr/lib", "/"):
+        with pytest.raises(ValidationError, match="ro_binds"):
+            SandboxConfig(ro_binds=[bad])
