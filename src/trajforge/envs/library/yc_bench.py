@@ -57,8 +57,9 @@ STATE = driver.STATE_DIR
 LOG_PATH = f"{STATE}/{driver.LOG_FILE}"
 GAME_PATH = f"{STATE}/{driver.GAME_FILE}"
 DRIVER_SOURCE = Path(driver.__file__).read_text(encoding="utf-8")
-KEPT_LOG_BYTES = 256 << 10
-"""The most of the command log an episode keeps for ``env rescore`` (a played year: ~30 KB)."""
+KEPT_LOG_BYTES = 1 << 20
+"""The most of the command log an episode keeps for ``env rescore`` (~100 bytes a command; the
+oracle plays a tutorial year in a few thousand)."""
 PRESETS = (
     "tutorial",
     "easy",
