@@ -341,11 +341,13 @@ class YcBenchEnv(BaseEnv):
     def plan(self, item: Item) -> list[list[str]]:
         """The greedy CEO's commands for this item, played in-process on the real simulator (the
         ids match the sandbox's: the same commands from the same seed)."""
-        key = json.dumps(item["game"], sort_keys=True)
+        key = json.dumps({**item["game"], "turns": self.config.max_agent_turns}, sort_keys=True)
         if key not in self._plans:
             with tempfile.TemporaryDirectory(prefix="yc-bench-") as tmp:
-                (Path(tmp) / "game.json").write_text(key, encoding="utf-8")
-                out = self._driver(["plan", "--game", f"{tmp}/game.json", "--dir", f"{tmp}/db"], timeout=900)
+                (Path(tmp) / "game.json").write_text(json.dumps(item["game"]), encoding="utf-8")
+                rounds = str(max(6, self.config.max_agent_turns - 3))  # the final status, the answer
+                args = ["plan", "--game", f"{tmp}/game.json", "--dir", f"{tmp}/db", "--max-rounds", rounds]
+                out = self._driver(args, timeout=1800)
             self._plans[key] = json.loads(out.strip().splitlines()[-1])["commands"]
         return self._plans[key]
 

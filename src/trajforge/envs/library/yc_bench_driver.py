@@ -344,6 +344,10 @@ class _Play:
         self.game = game
         self.commands: list[list[str]] = []
 
+    @property
+    def rounds(self) -> int:
+        return sum(argv[:2] == ["sim", "resume"] for argv in self.commands)
+
     def run(self, *argv: str) -> Any:
         """An act: recorded, so the agent runs it too (at the same index: the same ids)."""
         _IDS.at(int(self.game["seed"]), f"cmd:{len(self.commands)}")
@@ -370,9 +374,14 @@ def _hours_needed(task: dict[str, Any], employees: list[dict[str, Any]]) -> floa
     return worst
 
 
-def plan(game: dict[str, Any], work: Path) -> list[list[str]]:
+def plan(game: dict[str, Any], work: Path, max_rounds: int = 250) -> list[list[str]]:
     """A greedy CEO: one task at a time with the whole team, the best-paying per hour among those
-    the team finishes well before the deadline; ``sim resume`` until it is done; again."""
+    the team finishes well before the deadline; ``sim resume`` until it is done; again.
+
+    ``max_rounds``: the decision rounds (each ending in a ``sim resume``) it may use: the agent's
+    turn budget. Skills compound with every task, so late in a year tasks finish within hours and
+    the rounds would grow without end; with five rounds left it stops taking work and resumes to
+    the horizon."""
     _deterministic_ids()
     from yc_bench.config import load_config
 
@@ -390,6 +399,11 @@ def plan(game: dict[str, Any], work: Path) -> list[list[str]]:
         status = p.look("company", "status")
         if status["risk"]["bankrupt"] or status["sim_time"] >= status["horizon_end"]:
             break
+        if p.rounds >= max_rounds - 5:  # nearly out of turns (a task takes 2-3): let the year run out
+            resumed = p.run("sim", "resume")
+            if resumed.get("terminal_reason") or resumed.get("message") == "no_pending_events":
+                break
+            continue
         level = int(max(status["prestige"].values(), default=1.0))
         market = p.look("market", "browse", "--required-prestige-lte", str(level), "--limit", "200")
         best: tuple[float, dict[str, Any]] | None = None
@@ -436,6 +450,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--log", type=Path)
     parser.add_argument("--dir", type=Path, default=Path(os.environ.get("TMPDIR") or "/tmp") / "yc-bench")
     parser.add_argument("--max-commands", type=int, default=100_000)
+    parser.add_argument("--max-rounds", type=int, default=250, help="plan: decision rounds at most")
     args = parser.parse_args(argv)
     if args.mode == "prompt":
         from yc_bench.agent.prompt import SYSTEM_PROMPT
@@ -449,7 +464,7 @@ def main(argv: list[str]) -> int:
             parser.error("replay needs --log")
         print(json.dumps(replay(args.game, args.log, args.dir, args.max_commands)))
         return 0
-    print(json.dumps({"commands": plan(_load_game(args.game), args.dir)}))
+    print(json.dumps({"commands": plan(_load_game(args.game), args.dir, args.max_rounds)}))
     return 0
 
 
