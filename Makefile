@@ -13,7 +13,7 @@ TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup demo-setup system-deps demo-system-deps test test-fast demo rl-demo lint bench clean docker-engine docker-engine-stop
+.PHONY: setup demo-setup system-deps demo-system-deps test test-fast demo rl-demo lint bench clean docker-engine docker-engine-stop bench-venv
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -46,17 +46,47 @@ system-deps: demo-system-deps
 
 setup: system-deps $(STAMP)
 
+# The published benchmark packages need Python >= 3.12 and trajforge runs on 3.11: they get a
+# virtualenv of their own, run as programs (never imported), seen read-only by the sandboxes
+# (src/trajforge/benchpython.py, docs/envs.md "yc_bench"). The interpreter: PY312=/path/to/python,
+# else the first that runs of python3.12, python3.13 on PATH, pyenv's 3.12.x, then 3.13.x (newest first).
+BENCH_VENV ?= .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.trajforge-bench-installed
+BENCH_PACKAGES := yc-bench==0.1.0 harbor==0.26.0
+PYENV_ROOT ?= $(HOME)/.pyenv
+
+$(BENCH_STAMP): Makefile
+	@if [ -n "$(PY312)" ]; then tries="$(PY312)"; else \
+		tries="python3.12 python3.13 $$(for v in 3.12 3.13; do ls -d $(PYENV_ROOT)/versions/$$v*/bin/python 2>/dev/null | sort -V -r; done)"; fi; \
+	py=""; for t in $$tries; do \
+		c=$$(command -v "$$t") && "$$c" -c 'import sys, ensurepip, venv; sys.exit(sys.version_info < (3, 12))' 2>/dev/null \
+			&& py=$$("$$c" -c 'import sys; print(sys.executable)') && break; \
+	done; \
+	if [ -z "$$py" ]; then \
+		echo "error: the benchmark virtualenv (yc-bench, harbor) needs a Python >= 3.12 with venv; tried: $$tries." \
+			"Install one (Debian/Ubuntu: apt-get install python3.12 python3.12-venv; or pyenv install 3.12)" \
+			"or name it: make bench-venv PY312=/path/to/python3.12" >&2; \
+		exit 1; \
+	fi; \
+	echo "benchmark virtualenv $(BENCH_VENV) from $$py"; \
+	[ -x $(BENCH_VENV)/bin/python ] || "$$py" -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install -q $(BENCH_PACKAGES)
+	touch $(BENCH_STAMP)
+
+bench-venv: $(BENCH_STAMP)
+
 demo-setup: demo-system-deps $(DEMO_STAMP)
 
 # The docker tests' base image is built here, outside any test's timeout (the first time on a
 # machine: debootstrap, about a minute); their private dockerd is started and stopped by the tests.
-test: setup
+test: setup bench-venv
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 	$(PY) tests/docker_engine.py prepare
 	$(VENV)/bin/pytest -n 2 --dist loadfile -q $(PYTEST_ARGS)
 
-test-fast: setup
+test-fast: setup bench-venv
 	$(VENV)/bin/pytest -n 2 --dist loadfile -q -m "not slow" $(PYTEST_ARGS)
 
 # The main job on the embedded default: the tiny policy is served on loopback by `trajforge serve`
@@ -89,4 +119,4 @@ lint: setup
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(BENCH_VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .mypy_cache

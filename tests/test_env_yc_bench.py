@@ -1,149 +1,215 @@
-"""yc_bench: the simulated startup under real bubblewrap -- the oracle's scripted strategy scores
-well, doing nothing scores 0, a turn budget cuts the game short, and an agent that forges its
-state, its game settings, the simulator or the verifier's files gains nothing."""
+"""yc_bench on the real ``yc-bench`` package (the benchmark virtualenv, ``make bench-venv``) under
+real bubblewrap: the agent plays through the published CLI, the verifier replays the command log
+through the real simulator.
+
+- ``env eval yc_bench`` end to end, the model a scripted OpenAI-compatible server
+  (``trajforge.testing``): the oracle's greedy CEO played as tool calls scores clearly above a
+  model that does nothing (0), the verifier's replay ends where the agent's own game ended
+  (funds, date), and ``env rescore`` replays the kept log to the same reward.
+- what the agent may run (the published agent commands only), and a log over ``max_read_bytes``.
+The database-editing attack is in ``tests/security/test_reward_hacks.py``.
+"""
 
 from __future__ import annotations
 
 import json
 import shutil
+import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
 
-from trajforge.envs import RolloutBackends, Rollouts, load_env
-from trajforge.envs.agents import agent_model_for
-from trajforge.envs.library import ycsim
-from trajforge.envs.library.yc_bench import YcBenchEnv, plan
+from trajforge.benchpython import BenchPythonError, probe
+from trajforge.cli.main import app
+from trajforge.envs import RolloutBackends, Rollouts, env_sandbox_config, load_env, read_episodes
+from trajforge.envs.library import yc_bench_driver as driver
+from trajforge.envs.library.yc_bench import PACKAGES, YcBenchEnv
+from trajforge.sandbox import close_factory, create_sandbox_factory
+from trajforge.sandbox.types import SandboxConfig
+from trajforge.testing.policies import Script
+from trajforge.testing.replies import Reply, ToolCallSpec
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
+from trajforge.testing.scripted_server import ScriptedServer
 from trajforge.tools.builtin import default_registry
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+pytestmark = [
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap"),
+]
+runner = CliRunner()
+SMALL = {"presets": ["tutorial"], "horizon_months": 1}  # one simulated month: ~80 CLI commands
 
 
 def _env(**overrides: Any) -> YcBenchEnv:
-    env = load_env("yc_bench", overrides or None)
+    env = load_env("yc_bench", {**SMALL, **overrides})
     assert isinstance(env, YcBenchEnv)
     return env
 
 
-def test_the_simulator_is_deterministic_and_refuses_what_the_rules_forbid(tmp_path: Path) -> None:
-    game = ycsim.Game(seed=7, difficulty="normal")
-    log = str(tmp_path / "log.jsonl")
-    assert ycsim.run(game, log, ["hire", "eng", "9"])[0] == 2  # more than 5 at once
-    assert ycsim.run(game, log, ["advance", "5"])[0] == 2
-    assert ycsim.run(game, log, ["set-cash", "1e9"])[1]["error"].startswith("unknown command")
-    assert not Path(log).exists()  # refused commands are not logged
-    for cmd in (
-        ["set-price", "60"],
-        ["spend", "marketing", "3000"],
-        ["hire", "sales", "2"],
-        ["advance", "4"],
-    ):
-        code, out = ycsim.run(game, log, cmd)
-        assert code == 0 and out["ok"], out
-    status = ycsim.run(game, log, ["status"])[1]
-    assert status["week"] == 4 and status["team"] == {"eng": 2, "sales": 2, "support": 0}
-    assert status["price_per_month"] == 60.0 and len(Path(log).read_text().splitlines()) == 4
-    # the state is the log replayed from the seed: the same log gives the same state
-    again = ycsim.replay(game, Path(log).read_text().splitlines())[0]
-    assert ycsim.status(again, game) == status
-    other = ycsim.replay(ycsim.Game(seed=8, difficulty="normal"), Path(log).read_text().splitlines())[0]
-    assert ycsim.status(other, game) != status
-    # forged lines are refused on replay and counted
-    forged = [*Path(log).read_text().splitlines(), '{"cmd": "advance", "args": ["52"]}', "not json"]
-    state, rejected = ycsim.replay(game, forged)
-    assert rejected == 2 and state.week == 4
+@pytest.fixture
+async def factory() -> AsyncIterator[Any]:
+    f = create_sandbox_factory(env_sandbox_config(_env(), SandboxConfig(kind="bwrap")))
+    try:
+        yield f
+    finally:
+        await close_factory(f)
 
 
-def test_bankruptcy_ends_the_game_with_zero() -> None:
-    game = ycsim.Game(seed=1, difficulty="hard")
-    state = ycsim.new_state(game)
-    ycsim.apply(state, game, "spend", ["marketing", "200000"])
-    while not state.dead:
-        ycsim.apply(state, game, "advance", ["4"])
-    with pytest.raises(ycsim.CommandError, match="bankrupt"):
-        ycsim.apply(state, game, "advance", ["1"])
-    scored = ycsim.score(state, game)
-    assert scored["reward"] == 0.0 and scored["components"]["survived"] == 0.0
-
-
-async def test_oracle_scores_well_and_doing_nothing_scores_zero(bwrap: Any) -> None:
-    env = _env(difficulties=["easy", "normal"], max_concurrent_rollouts=4)
-    items = env.eval_items(2)
-    results: dict[str, list[float]] = {}
-    for agent in ("oracle", "none"):
-        model_for = agent_model_for(env, agent)
-        rollouts = Rollouts(
-            env, RolloutBackends(model_for(env, {}), bwrap, default_registry(), model_for=model_for)
-        )
-        eps = [await rollouts.episode(item) for item in items]
-        for ep in eps:
-            assert ep.reward_error is None, ep.reward_error
-            assert ep.status == "completed"
-        results[agent] = [ep.reward for ep in eps]
-        if agent == "oracle":
-            for ep, item in zip(eps, items, strict=True):
-                assert ep.turns == len(plan(ycsim.Game(**item["game"]))) + 2  # status + plan + answer
-                assert ep.reward_components["progress"] == 1.0 and ep.reward_components["rejected"] == 0
-                # the verifier's fresh-exec score equals an in-process replay of the kept log
-                again = await env.rescore(item, ep.messages, ep.kept)
-                assert again is not None and again.reward == ep.reward
-    assert all(r >= 0.6 for r in results["oracle"]), results
-    assert results["none"] == [0.0, 0.0]
-
-
-async def test_a_turn_budget_cuts_the_year_short(bwrap: Any) -> None:
-    env = _env(max_agent_turns=5)
-    item = env.eval_items(1)[0]
-
-    def policy(messages: list[dict[str, Any]], tools: Any, sampling: Any) -> Any:
-        return tool_turn(("terminal", {"command": "python3 ycsim advance 1"}))
-
-    ep = await Rollouts(env, RolloutBackends(ScriptedModel(policy), bwrap, default_registry())).episode(item)
-    assert ep.termination == "max_turns" and ep.status == "partial"
-    assert ep.reward_components["progress"] == pytest.approx(5 / 52, abs=1e-6)
-    assert 0 < ep.reward < 0.05
-
-
-async def test_forged_state_settings_simulator_and_verifier_files_gain_nothing(bwrap: Any) -> None:
-    env = _env(difficulties=["hard"])
-    item = env.eval_items(1)[0]
-    fake_score = (
-        "import json; print(json.dumps({'reward': 1.0, 'components': {}, 'week': 52, 'horizon': 52}))"
+def test_only_the_published_agent_commands_are_run() -> None:
+    ok = (["company", "status"], ["task", "accept", "--task-id", "x"], ["sim", "resume"], ["task", "--help"])
+    for argv in ok:
+        assert driver.policy_problem(list(argv)) is None, argv
+    refused = (
+        [],
+        ["run", "--model", "x", "--seed", "1"],  # the package's own LLM loop
+        ["start"],
+        ["sim", "init", "--seed", "2", "--start-date", "01/01/2025", "--company-name", "x"],
+        ["company", "set-funds"],
+        ["scratchpad", "write", "--content", "x" * (70 << 10)],
     )
-    easy = json.dumps({**item["game"], "difficulty": "easy", "horizon": 4, "target": 1.0})
+    for argv in refused:
+        assert driver.policy_problem(list(argv)), argv
+
+
+def _documents(text: str) -> list[Any]:
+    """The JSON documents one terminal call printed (one per yc-bench command)."""
+    decoder, docs, at = json.JSONDecoder(), [], 0
+    while (at := text.find("{", at)) >= 0:
+        doc, at = decoder.raw_decode(text, at)
+        docs.append(doc)
+    return docs
+
+
+def _eval(tmp_path: Path, name: str, srv: ScriptedServer) -> dict[str, Any]:
+    config = tmp_path / "yc.yaml"
+    config.write_text(json.dumps({**SMALL, "group_size": 1, "max_agent_turns": 200}))
+    out = runner.invoke(
+        app,
+        [
+            "env",
+            "eval",
+            "yc_bench",
+            "--base-url",
+            srv.base_url,
+            "--model",
+            "scripted",
+            "--config",
+            str(config),
+        ]
+        + ["--n", "1", "--output-dir", str(tmp_path), "--run-name", name, "--json"],
+    )
+    assert out.exit_code == 0, out.output
+    summary: dict[str, Any] = json.loads(out.output[out.output.index("{") :])
+    return summary
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # ~80 `yc-bench` processes in the sandbox: 3.6 min at load 10 on 2 cores
+def test_env_eval_oracle_scores_clearly_above_doing_nothing_and_the_replay_agrees(tmp_path: Path) -> None:
+    env = _env()
+    item = env.eval_items(1)[0]
+    calls = env.oracle_calls(item)
+    assert len(calls) >= 5  # several decision rounds, each ending in `sim resume`
+    script = Script(
+        [Reply(tool_calls=[ToolCallSpec(name, args)]) for name, args in calls]
+        + [Reply(content="Played the year.")]
+    )
+    with ScriptedServer(script).in_thread() as srv:
+        played = _eval(tmp_path, "oracle", srv)
+    with ScriptedServer(Script([Reply(content="I will not play.")])).in_thread() as srv:
+        idle = _eval(tmp_path, "none", srv)
+    assert idle["mean_reward"]["value"] == 0.0
+    assert played["mean_reward"]["value"] >= 0.25, played
+
+    (ep,) = read_episodes(tmp_path / "oracle" / "episodes.jsonl")
+    comps = ep.reward_components
+    assert ep.reward_error is None and ep.status == "completed", (ep.reward_error, ep.error)
+    assert comps["survived"] == 1.0 and comps["progress"] == 1.0, ep.reward_reason
+    assert comps["refused"] == 0 and comps["failed_commands"] == 0 and comps["tasks_succeeded"] >= 2
+    assert comps["commands"] == sum(1 for _ in env.plan(item))
+    # the agent's own last `company status` (its database) shows what the replay computed
+    last = _documents(json.loads([m["content"] for m in ep.messages if m["role"] == "tool"][-1])["output"])[
+        -1
+    ]
+    assert last["funds_cents"] / 100 == comps["funds"] and last["sim_time"].startswith("2025-02-01")
+
+    (none,) = read_episodes(tmp_path / "none" / "episodes.jsonl")
+    assert none.reward == 0.0 and none.reward_components["commands"] == 0 and none.reward_error is None
+
+    # `env rescore` replays the kept log on this host: the same outcome
+    out = runner.invoke(app, ["env", "rescore", str(tmp_path / "oracle")])
+    assert out.exit_code == 0, out.output
+    assert "rescored 1 episodes: 1 same reward, 0 changed" in out.output, out.output
+
+
+async def test_a_log_over_max_read_bytes_scores_zero_with_the_limit_named(factory: Any) -> None:
+    env = _env(max_read_bytes=4096)
+    item = env.eval_items(1)[0]
     steps = [
-        # an easier game, a 4-week horizon, and a target of $1 in the agent's own settings file
-        f"printf '%s' '{easy}' > ycsim_game.json && python3 ycsim advance 4",
-        # a forged log: money out of nowhere, a year in one line
-        'printf \'%s\\n\' \'{"cmd": "set-cash", "args": ["1e12"]}\' \'{"cmd": "advance", "args": ["52"]}\''
-        " >> .ycsim/log.jsonl && echo '{\"cash\": 1e12}' > .ycsim/state.json",
-        # a simulator that always wins, planted where the verifier's copy will go too
-        f'mkdir -p .ycverify && echo "{fake_score}" > .ycverify/ycsim.py && cp .ycverify/ycsim.py ycsim',
+        "yc-bench company status > /dev/null",
+        'yes \'{"argv": ["company", "status"]}\' | head -c 200000 >> .yc_bench/commands.jsonl',
     ]
 
     def policy(messages: list[dict[str, Any]], tools: Any, sampling: Any) -> Any:
         turn = sum(m["role"] == "assistant" for m in messages)
-        if turn < len(steps):
-            return tool_turn(("terminal", {"command": steps[turn]}))
-        return answer("won")
+        return tool_turn(("terminal", {"command": steps[turn]})) if turn < len(steps) else answer("done")
 
-    ep = await Rollouts(env, RolloutBackends(ScriptedModel(policy), bwrap, default_registry())).episode(item)
-    assert ep.reward_error is None, ep.reward_error
-    # scored on the item's own hard 52-week game: 4 weeks played, the forged lines refused
-    assert ep.reward_components["rejected"] == 2
-    assert ep.reward_components["progress"] == pytest.approx(4 / 52, abs=1e-6)
-    assert ep.reward < 0.05
-    # the agent's own view (easy settings) was not what was scored
-    assert "target" in ep.item["game"] and ep.item["game"]["difficulty"] == "hard"
+    ep = await Rollouts(env, RolloutBackends(ScriptedModel(policy), factory, default_registry())).episode(
+        item
+    )
+    assert ep.reward == 0.0 and ep.reward_error and "max_read_bytes" in ep.reward_error, ep.reward_error
 
 
-def test_oracle_plans_are_valid_plays_for_every_difficulty() -> None:
+async def test_the_sandbox_runs_the_cli_and_refuses_the_rest(factory: Any) -> None:
     env = _env()
-    for item in env.eval_items(3):
-        game = ycsim.Game(**item["game"])
-        lines = [json.dumps({"cmd": c[0], "args": c[1:]}) for c in plan(game)]
-        state, rejected = ycsim.replay(game, lines)
-        assert rejected == 0 and state.week == game.horizon and not state.dead
-        assert ycsim.score(state, game)["reward"] >= 0.6
+    item = env.eval_items(1)[0]
+    box = await factory.create("yc-cli")
+    try:
+        for path, text in env.setup_files(item).items():
+            await box.write_bytes(path, text.encode())
+        status = await box.exec("yc-bench company status")
+        assert status.exit_code == 0, status.output
+        assert json.loads(status.output)["funds_cents"] == 25_000_000
+        refused = await box.exec("yc-bench run --model openai/x --seed 1; yc-bench sim init --seed 9")
+        assert "not an agent command" in refused.output
+        log = (await box.read_bytes(".yc_bench/commands.jsonl")).decode()
+        assert [orjson.loads(line)["argv"] for line in log.splitlines()] == [["company", "status"]]
+        for path in (*env.bench().ro_paths, str(env.cli_dir())):  # mounted read-only, at their own path
+            opts = await box.exec(f"awk -v p={path} '$5 == p {{print $6}}' /proc/self/mountinfo")
+            assert opts.output.strip().split(",")[0] == "ro", (path, opts.output)
+    finally:
+        await box.close()
+
+
+def test_without_a_benchmark_interpreter_env_eval_says_what_to_run(tmp_path: Path) -> None:
+    with pytest.raises(BenchPythonError, match="Python 3.11, the benchmarks need >= 3.12"):
+        probe(Path(sys.prefix), PACKAGES)  # trajforge's own interpreter is too old
+    config = tmp_path / "yc.yaml"
+    config.write_text(json.dumps({**SMALL, "bench_venv": str(tmp_path / "nowhere")}))
+    out = runner.invoke(
+        app,
+        [
+            "env",
+            "eval",
+            "yc_bench",
+            "--agent",
+            "none",
+            "--config",
+            str(config),
+            "--output-dir",
+            str(tmp_path),
+        ],
+    )
+    assert out.exit_code == 2 and "make bench-venv" in out.output and "nowhere" in out.output, out.output
+
+
+def test_read_only_binds_are_plain_absolute_paths_outside_the_sandboxs_own() -> None:
+    assert SandboxConfig(ro_binds=["/opt/venv", "/root/.pyenv/versions/3.12.1"]).ro_binds[0] == "/opt/venv"
+    for bad in ("opt/venv", "/opt/../etc", "/opt/venv/", "/tmp/x", "/workspace", "/run", "/usr/lib", "/"):
+        with pytest.raises(ValidationError, match="ro_binds"):
+            SandboxConfig(ro_binds=[bad])

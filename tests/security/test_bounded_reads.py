@@ -157,11 +157,11 @@ async def test_snapshot_is_bounded_even_when_a_file_grows_after_listing(sandbox)
 async def test_yc_bench_keeps_a_bounded_log_and_says_it_was_cut(sandbox):
     env = YcBenchEnv()
     item = env.generate(0, split="eval")
-    await sandbox.exec("mkdir -p .ycsim && truncate -s 20000000 .ycsim/log.jsonl")
+    await sandbox.exec("mkdir -p .yc_bench && truncate -s 20000000 .yc_bench/commands.jsonl")
     kept = await env.keep(item, None, VerifierContext(sandbox))  # type: ignore[arg-type]
     assert len(json.dumps(kept)) < 2 << 20, len(json.dumps(kept))  # was a 126 MB line
     assert kept.get("log_cut"), {k: v for k, v in kept.items() if k != "log"}
     assert await env.rescore(item, [], kept) is None  # a cut log is not replayed as if whole
-    await sandbox.exec(": > .ycsim/log.jsonl")
+    await sandbox.exec(": > .yc_bench/commands.jsonl")
     whole = await env.keep(item, None, VerifierContext(sandbox))  # type: ignore[arg-type]
     assert whole == {"log": ""} and await env.rescore(item, [], whole) is not None

@@ -11,7 +11,9 @@ usercustomize.py in ~/.local, a ~/.profile / .git/config hook and a planted .pyc
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -23,9 +25,12 @@ from typing import Any
 import pytest
 from reward_hacks import COLUMNS, HACKS, HERE, column, play
 
-from trajforge.envs import RolloutBackends, Rollouts, load_env
+from trajforge.envs import RolloutBackends, Rollouts, env_sandbox_config, load_env
 from trajforge.envs.library import trusted_proc
 from trajforge.envs.library.web_research import normalize, restates
+from trajforge.envs.library.yc_bench import score
+from trajforge.sandbox import close_factory, create_sandbox_factory
+from trajforge.sandbox.types import SandboxConfig
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
 from trajforge.tools.builtin import default_registry
 
@@ -255,6 +260,51 @@ async def test_terminal_bench_a_program_the_tests_run_cannot_write_the_reward(bw
         model = ScriptedModel([*(tool_turn(c) for c in calls), answer("ok")])
         ep = await Rollouts(env, RolloutBackends(model, bwrap, default_registry())).episode(task)
         assert ep.reward == 0.0 and why in ep.reward_reason, ep.reward_reason
+
+
+# ------------------------------------------------------------------------------ yc_bench, directly
+
+_RICH = (
+    "python3 -c \"import sqlite3; c = sqlite3.connect('.yc_bench/sim.db'); "
+    "c.execute('update companies set funds_cents = 10000000000000'); "
+    "c.execute('update company_prestige set prestige_level = 10'); c.commit()\""
+)
+
+
+@pytest.mark.timeout(900)
+async def test_yc_bench_editing_the_database_wins_nothing() -> None:
+    """The agent plays two honest rounds through ``yc-bench``, then makes itself rich and famous
+    in its own SQLite database (the sandbox's python3 has sqlite3), rewrites its game file to a
+    one-month game and plays on to the horizon on the forged state. Its own CLI then shows the
+    forged funds; the verifier's replay of its log scores exactly what the same commands score on
+    the item's own world without the edit (replayed here on the host), funds far from forged."""
+    env = load_env("yc_bench", {"presets": ["tutorial"], "horizon_months": 1})
+    item = env.eval_items(1)[0]
+    plan = env.plan(item)  # type: ignore[attr-defined]
+    resumes = [i for i, argv in enumerate(plan) if argv[:2] == ["sim", "resume"]]
+    honest = plan[: resumes[1] + 1]
+    after = [["company", "status"], *[["sim", "resume"]] * 4]
+    steps = [
+        " && ".join(shlex.join(["yc-bench", *argv]) for argv in honest),
+        _RICH + ' && echo \'{"preset": "easy", "seed": 7, "horizon_months": 12}\' > .yc_bench/game.json',
+        " && ".join(shlex.join(["yc-bench", *argv]) for argv in after),
+    ]
+    model = ScriptedModel([*(tool_turn(("terminal", {"command": c})) for c in steps), answer("rich")])
+    factory = create_sandbox_factory(env_sandbox_config(env, SandboxConfig(kind="bwrap")))
+    try:
+        ep = await Rollouts(env, RolloutBackends(model, factory, default_registry())).episode(item)
+    finally:
+        await close_factory(factory)
+    assert ep.reward_error is None and ep.status == "completed", (ep.reward_error, ep.error)
+    seen = json.loads([m["content"] for m in ep.messages if m["role"] == "tool"][2])["output"]
+    assert '"funds_cents": 10000000000000' in seen, seen[:400]  # the agent's own view: forged
+    log = "".join(json.dumps({"argv": argv}) + "\n" for argv in [*honest, *after])
+    expected = score(env._replay_here(item["game"], log), env.cfg.funds_target_multiple)  # type: ignore[attr-defined]
+    assert ep.reward == expected.reward and ep.reward_components == expected.components, ep.reward_reason
+    assert ep.reward_components["funds"] < 1_000_000 and ep.reward_components["max_prestige"] < 10
+    assert ep.reward_components["refused"] == 0 and ep.reward_components["commands"] == len(honest) + len(
+        after
+    )
 
 
 # ------------------------------------------------------------------------------ answers, directly

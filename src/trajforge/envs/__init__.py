@@ -8,7 +8,7 @@ own sandboxes, the env library and the eval runner.
 from trajforge.envs.base import BaseEnv, EnvDataError
 from trajforge.envs.catalog import LIBRARY, UnknownEnvError, available, env_class, load_env
 from trajforge.envs.config import EnvConfig, EnvConfigError, load_env_config, parse_env_config
-from trajforge.envs.episode import RolloutBackends, Rollouts
+from trajforge.envs.episode import RolloutBackends, Rollouts, env_sandbox_config
 from trajforge.envs.kept import KeptFiles, snapshot
 from trajforge.envs.limiter import ResizableLimiter
 from trajforge.envs.protocol import AgentEnv
@@ -42,6 +42,7 @@ __all__ = [
     "VerifierExec",
     "available",
     "env_class",
+    "env_sandbox_config",
     "load_env",
     "load_env_config",
     "parse_env_config",

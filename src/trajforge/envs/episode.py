@@ -41,6 +41,7 @@ from trajforge.rollout.step import failure
 from trajforge.sandbox.confined import DataPathError
 from trajforge.sandbox.errors import SandboxStartError, SandboxUnavailableError
 from trajforge.sandbox.templates import TemplateGone, supports_templates
+from trajforge.sandbox.types import SandboxConfig
 from trajforge.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -163,6 +164,17 @@ class Rollouts:
                 *(self.episode(item, rollout=first_rollout + r, group_size=size) for r in range(size))
             )
         )
+
+
+def env_sandbox_config(env: AgentEnv, base: SandboxConfig) -> SandboxConfig:
+    """``base`` as the env needs it: an env with an optional ``sandbox_config(base)`` hook adds
+    what its commands need (yc_bench: the benchmark virtualenv read-only, its CLI on ``PATH``)."""
+    hook = getattr(env, "sandbox_config", None)
+    if not callable(hook):
+        return base
+    config = hook(base)
+    assert isinstance(config, SandboxConfig)
+    return config
 
 
 def _prepared(factory: SandboxFactory, env: AgentEnv, item: Item) -> SandboxFactory:

@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 
 from trajforge.endpoint import EndpointConfig, open_chat_model
-from trajforge.envs.episode import RolloutBackends
+from trajforge.envs.episode import RolloutBackends, env_sandbox_config
 from trajforge.envs.protocol import AgentEnv
 from trajforge.raycluster import share_count, share_rate
 from trajforge.sandbox import close_factory, create_sandbox_factory
@@ -39,10 +39,13 @@ async def open_rollout_backends(
     if agent not in AGENTS:
         raise ValueError(f"--agent must be model, oracle or none, not {agent!r}")
     factory = create_sandbox_factory(
-        SandboxConfig(
-            kind=env.config.sandbox,
-            command_timeout_s=env.config.command_timeout_s,
-            reuse=env.config.sandbox == "bwrap",  # reset and verified between rollouts: ~1.6x episodes/s
+        env_sandbox_config(
+            env,
+            SandboxConfig(
+                kind=env.config.sandbox,
+                command_timeout_s=env.config.command_timeout_s,
+                reuse=env.config.sandbox == "bwrap",  # reset and verified between rollouts: ~1.6x episodes/s
+            ),
         )
     )
     registry = env_registry(env)

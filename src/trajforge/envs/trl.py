@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from trajforge.distributions import derive_seed
-from trajforge.envs.episode import RolloutBackends, Rollouts
+from trajforge.envs.episode import RolloutBackends, Rollouts, env_sandbox_config
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.types import Episode, Item
 from trajforge.llm.token_trace import MASKED
@@ -260,7 +260,7 @@ class EnvGRPO:
     async def _run(self, items: list[Item]) -> list[Episode]:
         await self._setup()
         if self._factory is None:
-            self._factory = create_sandbox_factory(self.sandbox_config)
+            self._factory = create_sandbox_factory(env_sandbox_config(self.env, self.sandbox_config))
         assert self._policy is not None
         rollouts = Rollouts(
             self.env,

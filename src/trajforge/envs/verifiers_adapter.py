@@ -45,7 +45,7 @@ from pydantic import Field
 
 from trajforge.distributions import derive_seed
 from trajforge.envs.catalog import load_env
-from trajforge.envs.episode import RolloutBackends, Rollouts
+from trajforge.envs.episode import RolloutBackends, Rollouts, env_sandbox_config
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.types import Episode, Item
 
@@ -166,7 +166,9 @@ class EnvHarness(vf.Harness[EnvHarnessConfig]):  # type: ignore[misc]  # verifie
         factory = self._factories.get(kind)
         if factory is None:
             factory = create_sandbox_factory(
-                SandboxConfig(kind=kind, command_timeout_s=env.config.command_timeout_s)
+                env_sandbox_config(
+                    env, SandboxConfig(kind=kind, command_timeout_s=env.config.command_timeout_s)
+                )
             )
             self._factories[kind] = factory
         return factory

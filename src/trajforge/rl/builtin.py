@@ -30,7 +30,7 @@ from typing import Any
 
 from trajforge.distributions import derive_seed
 from trajforge.envs.catalog import load_env
-from trajforge.envs.episode import RolloutBackends, Rollouts
+from trajforge.envs.episode import RolloutBackends, Rollouts, env_sandbox_config
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.types import Episode, Item
 from trajforge.protocols import SandboxFactory
@@ -165,7 +165,9 @@ class BuiltinTrainer:
             )
         env = training_env(cfg)
         factory = create_sandbox_factory(
-            SandboxConfig(kind=env.config.sandbox, command_timeout_s=env.config.command_timeout_s)
+            env_sandbox_config(
+                env, SandboxConfig(kind=env.config.sandbox, command_timeout_s=env.config.command_timeout_s)
+            )
         )
         try:
             base, warm_info = await self._warm_start(state, factory)

@@ -23,6 +23,7 @@ import os
 import secrets
 import shutil
 from collections.abc import Sequence
+from pathlib import PurePosixPath
 
 from trajforge.sandbox.cgroup import SandboxCgroup
 from trajforge.sandbox.disk import remove_tree
@@ -65,15 +66,37 @@ def _system_binds() -> list[str]:
     return args
 
 
-def _mounts(fds: dict[str, int], agent: str) -> list[str]:
-    """The sandbox's file system: system dirs read-only, fresh /proc, /dev and mqueue, the
-    workdir and scratch dir bound from the fds we opened, and the agent read-only under /run."""
+def _ro_binds(paths: Sequence[str]) -> list[str]:
+    """``--ro-bind P P`` for each path (one inside another: the outer one only), each missing
+    parent made first as a 0755 directory: bwrap would make it with our umask (0700 as root), and
+    the sandbox's uid could not reach the bind."""
+    args: list[str] = []
+    made: set[PurePosixPath] = set()
+    bound: list[PurePosixPath] = []
+    for path in sorted({PurePosixPath(p) for p in paths}, key=lambda p: len(p.parts)):
+        if any(path.is_relative_to(b) for b in bound):
+            continue
+        for parent in reversed(path.parents[:-1]):  # outermost first, "/" left out
+            if parent not in made:
+                args += ["--perms", "0755", "--dir", str(parent)]
+                made.add(parent)
+        args += ["--ro-bind", str(path), str(path)]
+        bound.append(path)
+    return args
+
+
+def _mounts(fds: dict[str, int], agent: str, ro_binds: Sequence[str] = ()) -> list[str]:
+    """The sandbox's file system: system dirs read-only, the config's ``ro_binds`` read-only at
+    their own paths, fresh /proc, /dev and mqueue, the workdir and scratch dir bound from the fds
+    we opened, and the agent read-only under /run."""
+    extra = _ro_binds(ro_binds)
     return [
         "--die-with-parent",
         "--new-session",
         "--hostname",
         "sandbox",
         *_system_binds(),
+        *extra,
         "--proc",
         "/proc",
         "--dev",
@@ -139,7 +162,7 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             "bwrap",
             *self._namespaces(uid),
             *seccomp,
-            *_mounts(fds, self._inside_agent),
+            *_mounts(fds, self._inside_agent, self.config.ro_binds),
             *self._agent_privileges(uid),
             python,
             "-I",

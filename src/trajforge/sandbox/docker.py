@@ -230,6 +230,7 @@ class DockerSandboxFactory(ProcessSandboxFactory):
             "-v", f"{layout.work}:{INSIDE_WORKDIR}",
             "-v", f"{layout.tmp}:{INSIDE_SCRATCH}",
             "-v", f"{layout.agent}:{INSIDE_AGENT}:ro",
+            *(arg for path in self.config.ro_binds for arg in ("-v", f"{path}:{path}:ro")),
             "-w", INSIDE_WORKDIR,
             "--entrypoint", "/bin/sh",
             image,

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 SandboxKind = Literal["bwrap", "local", "docker"]
+# Top-level directories a read-only bind must not cover: the sandbox's own (workdir, scratch dir,
+# the agent under /run, fresh /proc and /dev) and the system ones it already binds.
+_RESERVED = frozenset({"workspace", "tmp", "run", "proc", "dev", "usr", "etc", "bin", "sbin", "lib", "lib64"})
 
 
 class ExecResult(BaseModel):
@@ -73,3 +77,23 @@ class SandboxConfig(BaseModel):
     env: dict[str, str] = Field(
         default_factory=dict, description="extra environment variables for commands (no secrets)"
     )
+    ro_binds: list[str] = Field(
+        default_factory=list,
+        description="host directories the commands see read-only, each at its own path (bwrap, "
+        "docker; the local backend sees the host anyway): an interpreter or a virtualenv a task "
+        "runs, e.g. the benchmark virtualenv (trajforge.benchpython)",
+    )
+
+    @field_validator("ro_binds")
+    @classmethod
+    def _binds_are_plain_absolute_paths(cls, binds: list[str]) -> list[str]:
+        for path in binds:
+            parts = PurePosixPath(path).parts
+            if not path.startswith("/") or ".." in parts or path != str(PurePosixPath(path)):
+                raise ValueError(f"ro_binds: {path!r} must be a normalised absolute path")
+            if len(parts) < 2 or parts[1] in _RESERVED:
+                raise ValueError(
+                    f"ro_binds: {path!r} would cover the sandbox's own {'/' + '/'.join(parts[1:2])}; "
+                    "bind a directory elsewhere"
+                )
+        return binds

@@ -33,7 +33,7 @@ from pydantic import Field, field_validator
 
 from trajforge.envs.adapters.atropos_groups import GroupTally, describe_phase, scored_group
 from trajforge.envs.catalog import load_env
-from trajforge.envs.episode import RolloutBackends, Rollouts
+from trajforge.envs.episode import RolloutBackends, Rollouts, env_sandbox_config
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.summary import summarize
 from trajforge.envs.types import Episode, Item
@@ -248,8 +248,12 @@ class AtroposAgentEnv(AtroposBaseEnv):  # type: ignore[misc]  # atroposlib ships
         parser = self.agent_env.config.tool_call_parser
         self._models = [build_model(s, self.config, parser) for s in self.server_list]
         self._factory = create_sandbox_factory(
-            SandboxConfig(
-                kind=self.agent_env.config.sandbox, command_timeout_s=self.agent_env.config.command_timeout_s
+            env_sandbox_config(
+                self.agent_env,
+                SandboxConfig(
+                    kind=self.agent_env.config.sandbox,
+                    command_timeout_s=self.agent_env.config.command_timeout_s,
+                ),
             )
         )
         backends = RolloutBackends(
