@@ -22,7 +22,7 @@ from trajforge.envs.library.swe import SweEnv
 from trajforge.envs.library.swe_instances import instance_test_command, load_instances
 from trajforge.sandbox import SandboxConfig, close_factory, create_sandbox_factory
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 pytest.importorskip("swebench", reason="the swe extra (swebench) is not installed")
 

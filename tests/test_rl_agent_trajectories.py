@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from trajforge.cli.main import app
 from trajforge.rl.agent import RLAgent, RLAgentConfig
-from trajforge.rl.manager import Manager
+from trajforge.rl.runs.manager import Manager
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
 from trajforge.testing.scripted_server import ScriptedServer, tool_then_answer
 from trajforge.trajectory.save import COMPLETED_FILE, FAILED_FILE

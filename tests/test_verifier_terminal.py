@@ -20,7 +20,7 @@ from trajforge.envs.types import RewardBreakdown
 from trajforge.envs.verifier import VerifierContext
 from trajforge.sandbox import SandboxConfig, close_factory, create_sandbox_factory
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
-from trajforge.tools.registry import default_registry
+from trajforge.tools.builtin import default_registry
 
 pytestmark = [
     pytest.mark.bwrap,
@@ -173,8 +173,8 @@ async def test_terminal_and_the_file_verbs(factory, tmp_path):
 
 async def test_the_rl_agent_cannot_choose_the_session_shell_or_host_paths(tmp_path):
     """Where reward commands run, and the swe env's host paths, are the operator's settings."""
-    from trajforge.rl.manager import Manager
-    from trajforge.rl.tools import RLToolSettings, rl_tools
+    from trajforge.rl.runs.manager import Manager
+    from trajforge.rl.runs.tools import RLToolSettings, rl_tools
     from trajforge.tools.base import ToolContext
 
     tools = {
