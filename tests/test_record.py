@@ -166,7 +166,7 @@ def test_version_1_env_run_rescores_and_resumes(tmp_path: Path) -> None:
     shutil.copytree(FIXTURES / "env" / "run", env_dir)
     lines = (env_dir / "episodes.jsonl").read_bytes().splitlines(keepends=True)
     (env_dir / "episodes.jsonl").write_bytes(b"".join(lines[:-1]))
-    args = ["env", "eval", "terminal_test", "--agent", "oracle", "--n", "2", "--group-size", "2"]
+    args = ["env", "eval", "terminal_test", "--agent", "oracle", "--max-samples", "2", "--group-size", "2"]
     out = CliRunner().invoke(app, [*args, "--output-dir", str(tmp_path), "--run-name", "again"])
     assert out.exit_code == 0, out.output
     raw = _raw_lines(env_dir / "episodes.jsonl")
@@ -299,7 +299,7 @@ def test_rl_train_trains_a_step_on_batch_records(tiny_chatml_model: Path, tmp_pa
     assert len(records) == 8 and all(r.trace is not None for r in records), [r.trace_error for r in records]
     assert len({r.reward for r in records}) > 1  # something to learn from
     out = tmp_path / "rl"
-    args = [env_ref, "--model", str(tiny_chatml_model), "--records", str(run_dir), "--steps", "1"]
+    args = [env_ref, "--model-path", str(tiny_chatml_model), "--records", str(run_dir), "--steps", "1"]
     args += [
         "--group-size",
         "4",
@@ -310,7 +310,9 @@ def test_rl_train_trains_a_step_on_batch_records(tiny_chatml_model: Path, tmp_pa
         "--device",
         "cpu",
         "--output-dir",
-        str(out),
+        str(tmp_path),
+        "--run-name",
+        "rl",
     ]
     result = CliRunner().invoke(app, ["rl", "train", *args])
     assert result.exit_code == 0, (result.output, result.exception)

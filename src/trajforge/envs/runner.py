@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
+from pydantic import ValidationError
 
 from trajforge.envs.episode import RolloutBackends, Rollouts
 from trajforge.envs.protocol import AgentEnv
@@ -126,14 +127,27 @@ def _run_identity(env: AgentEnv, n: int, group_size: int, model: str, agent: str
     }
 
 
-def _check_same_run(run_dir: Path, identity: dict[str, Any]) -> None:
+def _same_config(env: AgentEnv, old: Any, new: Any) -> bool:
+    """Whether a run's saved config is this one. A run written before a field was added to the
+    env's config saved no value for it: it is read with the field's default (the value the run
+    had, since the field did not exist), so adding a field does not orphan older runs."""
+    if old == new:
+        return True
+    try:
+        upgraded = type(env.config).model_validate(old).model_dump(mode="json")
+    except (ValidationError, TypeError):
+        return False
+    return bool(upgraded == new)
+
+
+def _check_same_run(env: AgentEnv, run_dir: Path, identity: dict[str, Any]) -> None:
     path = run_dir / RUN_FILE
     if not path.exists():
         return
     old = orjson.loads(path.read_bytes())
-    diff = [
-        k for k in ("env", "n", "group_size", "model", "agent", "config") if old.get(k) != identity.get(k)
-    ]
+    diff = [k for k in ("env", "n", "group_size", "model", "agent") if old.get(k) != identity.get(k)]
+    if not _same_config(env, old.get("config"), identity.get("config")):
+        diff.append("config")
     if diff:
         raise EvalRunError(
             f"{run_dir} holds another evaluation (differs in: {', '.join(diff)}); "
@@ -181,7 +195,7 @@ async def run_episodes(
     comes back. ``model`` is the name ``run.json`` records (a resume must name the same)."""
     identity = _run_identity(env, n, group_size, model, agent)
     episodes_path = run_dir / EPISODES_FILE
-    done = await asyncio.to_thread(_open_run, run_dir, identity)  # noqa: ASYNC240
+    done = await asyncio.to_thread(_open_run, env, run_dir, identity)  # noqa: ASYNC240
     await env.setup()
     items = env.eval_items(n)
     todo: list[tuple[Item, int]] = [
@@ -215,10 +229,10 @@ async def run_episodes(
     return EvalRun(summary, run_dir, len(todo))
 
 
-def _open_run(run_dir: Path, identity: dict[str, Any]) -> set[str]:
+def _open_run(env: AgentEnv, run_dir: Path, identity: dict[str, Any]) -> set[str]:
     """Create or reopen the run directory; the keys of the episodes it already holds."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    _check_same_run(run_dir, identity)
+    _check_same_run(env, run_dir, identity)
     (run_dir / RUN_FILE).write_bytes(orjson.dumps(identity, option=orjson.OPT_INDENT_2))
     return {e.key for e in read_episodes(run_dir / EPISODES_FILE, repair=True)}
 
