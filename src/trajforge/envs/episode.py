@@ -23,7 +23,6 @@ from trajforge.envs.judge import EnvJudge, registry_tools
 from trajforge.envs.limiter import ResizableLimiter
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.types import Episode, Item
-from trajforge.llm.chat_template import ChatTemplate
 from trajforge.llm.types import SamplingParams
 from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
 from trajforge.rollout import (
@@ -42,7 +41,6 @@ from trajforge.sandbox.confined import DataPathError
 from trajforge.sandbox.errors import SandboxStartError, SandboxUnavailableError
 from trajforge.sandbox.templates import TemplateGone, supports_templates
 from trajforge.sandbox.types import SandboxConfig
-from trajforge.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -53,15 +51,11 @@ ModelFor = Callable[[AgentEnv, Item], ChatModel]
 
 
 @dataclass
-class RolloutBackends:
-    """What rollouts run on. ``template`` (the model's chat template) makes token traces carry a
-    drift report; a token-level model (``CompletionChatModel``) brings its own."""
+class RolloutBackends(StepBackends):
+    """What an env's rollouts run on: the rollout step's backends (model, sandbox factory, tool
+    registry, chat template) and, for agents that are a model per item (the oracle), ``model_for``."""
 
-    model: ChatModel
-    factory: SandboxFactory
-    registry: ToolRegistry
-    template: ChatTemplate | None = None
-    model_for: ModelFor | None = None
+    model_for: ModelFor | None = field(default=None, kw_only=True)
 
 
 @dataclass

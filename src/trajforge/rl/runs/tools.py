@@ -406,6 +406,13 @@ class RLTools:
         finally:
             await _close_env(env)
 
+    async def _runnable_env(self, ref: str | None) -> str | None:
+        """Why the session's env cannot be trained or evaluated now (none selected, or an agent
+        env whose approval is gone), or None."""
+        if ref is None:
+            return "no environment selected: call rl_select_environment first"
+        return await self._still_approved(ref) if is_agent_ref(ref) else None
+
     async def _still_approved(self, ref: str) -> str | None:
         try:
             parsed = parse_ref(ref)
@@ -417,12 +424,9 @@ class RLTools:
     # -------------------------------------------------------------- train
     async def start_training(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         session = _session(ctx)
-        if session.env is None:
-            return ToolOutput.failure("no environment selected: call rl_select_environment first")
-        if is_agent_ref(session.env):
-            refused = await self._still_approved(session.env)
-            if refused:
-                return ToolOutput.failure(refused)
+        refused = await self._runnable_env(session.env)
+        if refused:
+            return ToolOutput.failure(refused)
         try:
             spec = train_run_spec(
                 {**session.train, "env_overrides": session.env_edits},
@@ -516,12 +520,9 @@ class RLTools:
     # -------------------------------------------------------------- test / evaluate
     async def test_inference(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         session = _session(ctx)
-        if session.env is None:
-            return ToolOutput.failure("no environment selected: call rl_select_environment first")
-        if is_agent_ref(session.env):
-            refused = await self._still_approved(session.env)
-            if refused:
-                return ToolOutput.failure(refused)
+        refused = await self._runnable_env(session.env)
+        if refused:
+            return ToolOutput.failure(refused)
         n = int(args.get("n") or 3)
         if not 1 <= n <= 50:
             return ToolOutput.failure("n must be between 1 and 50 items")
