@@ -25,7 +25,7 @@ from trajforge.envs.limiter import ResizableLimiter
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.types import Episode, Item, RewardBreakdown, TokenRecord
 from trajforge.llm.chat_template import ChatTemplate
-from trajforge.llm.token_trace import TraceError
+from trajforge.llm.token_trace import TraceError, TurnSpan
 from trajforge.llm.types import SamplingParams
 from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
 from trajforge.sandbox.confined import DataPathError
@@ -183,6 +183,7 @@ class Rollouts:
                     masks=et.masks,
                     logprobs=et.logprobs,
                     token_advantages=judged.breakdown.token_advantages if judged.breakdown else None,
+                    span_versions=_span_versions(et.spans),
                 )
             except TraceError as exc:
                 trace_error = str(exc)
@@ -219,6 +220,13 @@ class Rollouts:
                 *(self.episode(item, rollout=first_rollout + r, group_size=size) for r in range(size))
             )
         )
+
+
+def _span_versions(spans: list[TurnSpan]) -> list[tuple[int, int, int]] | None:
+    """Each sampled turn's ``(start, end, version)``, or None unless the server named every one."""
+    if not spans or any(s.model_version is None for s in spans):
+        return None
+    return [(s.start, s.end, int(s.model_version or 0)) for s in spans]
 
 
 def _prepared(factory: SandboxFactory, env: AgentEnv, item: Item) -> SandboxFactory:
