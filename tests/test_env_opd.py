@@ -114,3 +114,57 @@ async def test_without_a_teacher_the_env_refuses_to_start() -> None:
     env = load_env("opd")
     with pytest.raises(ValueError, match="teacher_base_url"):
         await env.setup()
+
+
+def test_rl_train_opd_trains_on_the_teachers_per_token_advantages(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """``rl train opd`` (builtin trainer): every group's task reward is 0 for a random student (all
+    groups uniform: no scalar signal), yet it trains -- on the per-token advantages the teacher
+    gave, carried by every episode. The TRL path refuses the env, naming the trainer that does."""
+    import asyncio
+
+    from safetensors.torch import load_file
+    from typer.testing import CliRunner
+
+    from trajforge.cli.main import app
+    from trajforge.rl.builtin import BuiltinTrainer
+    from trajforge.rl.config import TrainConfig
+
+    async def run(teacher_url: str) -> Any:
+        cfg = TrainConfig(
+            env="opd",
+            model=models["student"],
+            steps=2,
+            group_size=2,
+            groups_per_step=2,
+            lr=5e-3,
+            max_tokens=16,
+            max_turns=1,
+            device="cpu",
+            output_dir=tmp_path / "run",
+            env_overrides={"teacher_base_url": teacher_url, "sandbox": "bwrap"},
+        )
+        return await BuiltinTrainer(cfg).run()
+
+    async def with_teacher() -> Any:
+        async with _serve(models["teacher"]) as teacher:
+            return await run(teacher.base_url)
+
+    result = asyncio.run(with_teacher())
+    for line in result.metrics:
+        assert line["episodes"] == 4 and line["untraced"] == 0
+        assert line["token_advantage_episodes"] == 4 and line["trained_tokens"] > 0
+        assert line["groups_uniform"] == 2 or line["reward_std"] > 0
+    before = load_file(str(models["student"] / "model.safetensors"))
+    after = load_file(str(result.final_checkpoint / "model.safetensors"))
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+    refused = CliRunner().invoke(
+        app,
+        [
+            "rl", "train", "opd", "--model", str(models["student"]), "--trainer", "trl",
+            "--output-dir", str(tmp_path / "trl"),
+        ],
+    )  # fmt: skip
+    assert refused.exit_code == 2 and "use --trainer builtin" in refused.output, refused.output

@@ -307,3 +307,143 @@ def test_step_lr_warms_up_linearly_and_depends_on_the_step_alone(tiny_model: Pat
     cfg = TrainConfig(env=ENV_REF, model=tiny_model, lr=1e-3, warmup_steps=4)
     assert [step_lr(cfg, s) for s in (1, 2, 4, 5, 50)] == pytest.approx([2.5e-4, 5e-4, 1e-3, 1e-3, 1e-3])
     assert step_lr(TrainConfig(env=ENV_REF, model=tiny_model, lr=1e-3), 1) == 1e-3
+
+
+# --------------------------------------------------------------------------- issue 25's fixes
+
+
+def test_trl_without_kl_prints_live_lines_and_a_resumed_run_continues(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """``--trainer trl`` without ``--kl``: TRL computes no KL (no reference model), the live line
+    says ``kl -`` instead of failing to format None; no TRL/transformers progress bar leaks. The
+    same command with more steps resumes from TRL's checkpoint (its callback reads TRL's
+    ``TrainerState.global_step``, the run's own state separately)."""
+    out = tmp_path / "trl-nokl"
+    first = _train(_args(tiny_model, out, 1, "--trainer", "trl"))
+    assert "step 1/1 reward " in first.output and " kl - " in first.output and "eta " in first.output
+    assert "it/s" not in first.output and "%|" not in first.output and "{'loss'" not in first.output
+    assert _metrics(out)[0]["kl"] is None
+    second = _train(_args(tiny_model, out, 2, "--trainer", "trl"))
+    assert "step 2/2 reward " in second.output
+    lines = _metrics(out)
+    assert [m["step"] for m in lines] == [1, 2] and lines[1]["resumed_from"] == 1
+    assert json.loads((out / "state.json").read_text())["step"] == 2
+
+
+def _model_with_sampling_defaults(root: Path) -> Path:
+    """A tiny chat model whose generation_config.json sets top_p/top_k, as Qwen's does."""
+    from transformers import GenerationConfig
+
+    from trajforge.testing.tiny import build_tiny_model, build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer(root / "tok", "chatml")
+    build_tiny_model(root / "model", tok, hidden=32, layers=2, seed=0)
+    GenerationConfig(do_sample=True, top_p=0.3, top_k=3, temperature=1.0).save_pretrained(str(root / "model"))
+    return root / "model"
+
+
+def test_training_rollouts_sample_the_full_distribution_whatever_the_model_ships(tmp_path: Path) -> None:
+    """A server fills an omitted top_p/top_k from generation_config.json; training rollouts pin
+    them off, so the first (on-policy) step's ratio against the server's logprobs is exactly 1
+    and the sampler KL 0 (with top_k=3 the server's logprobs would be renormalised over 3 tokens)."""
+    from trajforge.rl.builtin import BuiltinTrainer, full_distribution
+    from trajforge.rl.config import TrainConfig, TrainConfigError
+    from trajforge.serve.loading import generation_defaults
+
+    model_dir = _model_with_sampling_defaults(tmp_path)
+    from transformers import AutoModelForCausalLM
+
+    assert generation_defaults(AutoModelForCausalLM.from_pretrained(str(model_dir))) == {
+        "temperature": 1.0,
+        "top_p": 0.3,
+        "top_k": 3,
+    }
+    cfg = TrainConfig(
+        env=ENV_REF,
+        model=model_dir,
+        steps=1,
+        group_size=4,
+        groups_per_step=2,
+        device="cpu",
+        output_dir=tmp_path / "run",
+        skip_uniform_groups=False,
+    )
+    result = asyncio.run(BuiltinTrainer(cfg).run())
+    line = result.metrics[0]
+    assert line["trained_tokens"] > 0
+    assert line["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert line["kl_sampler"] == pytest.approx(0.0, abs=1e-6)
+    assert full_distribution({"seed": 1}) == {"seed": 1, "top_p": 1.0, "top_k": 0}
+    with pytest.raises(TrainConfigError, match="top_p=0.9"):
+        full_distribution({"top_p": 0.9})
+
+
+async def _straddling_episode(tmp_path: Path) -> Any:
+    """One tiny_tasks episode of the embedded policy whose server reloads weights after its first
+    turn (the later turns are sampled by version 1)."""
+    from trajforge.endpoint import embedded_weights
+    from trajforge.envs.catalog import load_env
+    from trajforge.envs.episode import RolloutBackends, Rollouts
+    from trajforge.rl.policy_server import PolicyServer
+    from trajforge.sandbox import close_factory, create_sandbox_factory
+    from trajforge.sandbox.types import SandboxConfig
+    from trajforge.tools.registry import default_registry
+
+    weights = embedded_weights()
+    env = load_env("tiny_tasks", {"families": ["write_file"], "agent_temperature": 0.0, "sandbox": "bwrap"})
+    await env.setup()
+    factory = create_sandbox_factory(SandboxConfig(kind="bwrap", command_timeout_s=30))
+    try:
+        async with PolicyServer(weights, weights, max_batch=2, log_path=tmp_path / "serve.log") as server:
+
+            class ReloadAfterFirstTurn:
+                """The server's own chat model; after the first turn, new weights are loaded."""
+
+                def __init__(self) -> None:
+                    self.inner = server.chat_model
+                    self.template = self.inner.template
+                    self.calls = 0
+
+                @property
+                def name(self) -> str:
+                    return self.inner.name
+
+                async def complete(self, messages: Any, tools: Any = None, sampling: Any = None) -> Any:
+                    turn = await self.inner.complete(messages, tools, sampling)
+                    self.calls += 1
+                    if self.calls == 1:
+                        await server.reload(weights)
+                    return turn
+
+                async def aclose(self) -> None:
+                    return None
+
+            rollouts = Rollouts(env, RolloutBackends(ReloadAfterFirstTurn(), factory, default_registry()))
+            return await rollouts.episode(await env.get_next_item())
+    finally:
+        await close_factory(factory)
+
+
+def test_an_episode_straddling_a_reload_records_the_version_of_each_turn(tmp_path: Path) -> None:
+    from trajforge.rl.samples import StepRollouts, build_samples, span_staleness
+
+    ep = asyncio.run(_straddling_episode(tmp_path))
+    assert ep.turns >= 2 and ep.trace is not None, (ep.status, ep.reason)
+    spans = ep.trace.span_versions
+    assert spans is not None and len(spans) == ep.turns
+    assert [v for _, _, v in spans] == [0] + [1] * (ep.turns - 1)
+    assert all(s < e for s, e, _ in spans) and spans == sorted(spans)
+    # the spans are the sampled positions, exactly
+    sampled = {i for i, m in enumerate(ep.trace.masks) if m != -100}
+    assert sampled == {i for s, e, _ in spans for i in range(s, e)}
+
+    other = ep.model_copy(update={"rollout": 1, "reward": 1.0 - ep.reward})
+    batch = build_samples(StepRollouts(groups=[[ep, other]], version=0, weights_step=0))
+    sample = batch.samples[0]
+    assert sample.version == 0 and sample.span_versions == spans
+    # trained at step 2 (weights of step 1 = version 1): the first turn is one step stale, the rest fresh
+    stale = span_staleness([sample], 2, {0: 0, 1: 1})
+    first_turn = spans[0][1] - spans[0][0]
+    assert stale["staleness_max"] == 1 and stale["straddling_episodes"] == 1
+    assert stale["staleness_mean"] == pytest.approx(first_turn / len(sampled), abs=1e-4)

@@ -10,7 +10,9 @@ the new checkpoint, evaluate again, write the figures.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -130,7 +132,7 @@ def train_cmd(
                 "records": records,
             },
         )
-        result = _train(cfg)
+        result = _train(cfg, typer.echo if not json_out else _stderr)
     except (TrainConfigError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None
     summary = {
@@ -144,70 +146,84 @@ def train_cmd(
     if json_out:
         typer.echo(json.dumps(summary, indent=2, default=str))
         return
-    for m in result.metrics:
-        typer.echo(
-            f"step {m['step']}: reward {m.get('reward_mean', 0.0):.3f} pass {m.get('pass_rate', 0.0):.3f} "
-            f"kl {m.get('kl_sampler', m.get('kl', 0.0)):.4f} clip {m.get('clip_fraction', 0.0):.3f}"
-        )
     typer.echo(f"final checkpoint: {result.final_checkpoint}")
     typer.echo(f"metrics: {cfg.output_dir / 'metrics.jsonl'}")
 
 
-def _train(cfg: object) -> object:
+def _stderr(text: str) -> None:
+    typer.echo(text, err=True)
+
+
+def _train(cfg: object, echo: Callable[[str], None]) -> Any:
+    """Run the chosen trainer, echoing one live line per step (rl/progress.py)."""
     from trajforge.rl.config import TrainConfig
+    from trajforge.rl.progress import StepProgress, quiet_third_party
 
     assert isinstance(cfg, TrainConfig)
-    if cfg.records is not None:
-        from trajforge.rl.offline import train_on_records
+    progress = StepProgress(cfg.steps, echo)
+    with quiet_third_party():
+        if cfg.records is not None:
+            from trajforge.rl.offline import train_on_records
 
-        return train_on_records(cfg)
-    if cfg.trainer == "trl":
-        from trajforge.rl.trl_trainer import train_trl
+            return train_on_records(cfg)
+        if cfg.trainer == "trl":
+            from trajforge.rl.trl_trainer import train_trl
 
-        return train_trl(cfg)
-    from trajforge.rl.builtin import train_builtin
+            return train_trl(cfg, on_step=progress)
+        from trajforge.rl.builtin import train_builtin
 
-    return train_builtin(cfg)
+        return train_builtin(cfg, on_step=progress)
 
 
 def demo_cmd(
     output_dir: Path = typer.Option(Path("runs"), "--output-dir", help="Parent of the run directory."),
     run_name: str = typer.Option("rl-demo", "--run-name", help="Run directory name."),
-    eval_n: int = typer.Option(
-        200, "--max-samples", min=1, help="Held-out items evaluated before and after."
+    eval_n: int = typer.Option(40, "--max-samples", min=1, help="Held-out items evaluated at each stage."),
+    eval_k: int = typer.Option(
+        4, "--eval-k", min=1, help="Sampled episodes per held-out item (pass@1 at T, and pass@k)."
     ),
     steps: int = typer.Option(
-        80, "--steps", min=1, help="GRPO steps (the time budget usually stops it first)."
+        200, "--steps", min=1, help="GRPO steps at most (the time budget usually stops it first)."
     ),
     config: Path | None = typer.Option(None, "--config", help="YAML/JSON TrainConfig fields to override."),
     model: str = typer.Option(
         "recipe",
         "--model-path",
-        help="Weights to start from: recipe (the recipe's, 62-63% held-out: the loop's documented start), "
-        "embedded (the committed default, this loop's result) or a model directory.",
+        help="Weights to start from: recipe (the recipe's: the loop's documented start), embedded "
+        "(the committed default) or a model directory.",
     ),
     time_budget_min: float = typer.Option(
-        20.0, "--time-budget-min", help="Stop training when the whole demo would pass this."
-    ),
-    eval_every: int = typer.Option(
-        0, "--eval-every", min=0, help="Also evaluate the held-out set every N steps (0: only before/after)."
+        20.0,
+        "--time-budget-min",
+        help="The whole demo's wall time (GRPO and the control share what is left).",
     ),
     guide: str | None = typer.Option(
-        None,
-        "--guide",
-        help="none or oracle (TrainConfig.guide; the demo's default: oracle); overrides --config.",
+        None, "--guide", help="none (the demo's default) or oracle (TrainConfig.guide); overrides --config."
     ),
     warm: bool = typer.Option(
         True,
         "--warm-start/--no-warm-start",
         help="Supervised updates on the env's oracle trajectories before GRPO (rl.demo.WARM_START, or "
-        "a warm_start in --config); --no-warm-start: GRPO alone.",
+        "a warm_start in --config); --no-warm-start: GRPO from the starting weights.",
+    ),
+    control: bool = typer.Option(
+        True,
+        "--control/--no-control",
+        help="The equal-compute supervised control: GRPO's wall time spent on more warm-start updates.",
+    ),
+    eval_all: bool = typer.Option(
+        False,
+        "--eval-all-families",
+        help="Evaluate held-out items of every family (default: the families GRPO trains on).",
+        metavar="",
     ),
 ) -> None:
-    """The closed loop: evaluate a policy, train it (warm start + GRPO), serve the result, evaluate."""
+    """The closed loop: evaluate, warm-start, GRPO and an equal-compute supervised control, each
+    evaluated greedy and sampled on the same held-out items; prints the table at the end."""
     from trajforge.endpoint import embedded_weights, recipe_weights
     from trajforge.rl.config import TrainConfigError, load_config_file
-    from trajforge.rl.demo import DemoError, run_demo
+    from trajforge.rl.demo import TABLE_TITLE, DemoError, format_table, run_demo
+    from trajforge.rl.progress import quiet_third_party
 
     try:
         overrides = load_config_file(config) if config else {}
@@ -218,15 +234,19 @@ def demo_cmd(
         if "model" not in overrides or model != "recipe":
             named = {"recipe": recipe_weights, "embedded": embedded_weights}
             overrides["model"] = str(named[model]() if model in named else Path(model))
-        report = run_demo(
-            run_dir(output_dir, run_name, "rl-demo") or output_dir / run_name,
-            eval_n=eval_n,
-            steps=steps,
-            overrides=overrides,
-            time_budget_s=time_budget_min * 60,
-            eval_every=eval_every,
-            echo=typer.echo,
-        )
+        with quiet_third_party():
+            report = run_demo(
+                run_dir(output_dir, run_name, "rl-demo") or output_dir / run_name,
+                eval_n=eval_n,
+                eval_k=eval_k,
+                steps=steps,
+                overrides=overrides,
+                time_budget_s=time_budget_min * 60,
+                control=control,
+                eval_all_families=eval_all,
+                echo=typer.echo,
+            )
     except (TrainConfigError, DemoError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None
     typer.echo(json.dumps(report["headline"], indent=2))
+    typer.echo(f"\n{TABLE_TITLE}\n{format_table(report)}")

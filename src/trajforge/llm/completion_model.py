@@ -327,6 +327,7 @@ class CompletionChatModel:
                 completion_ids=ids,
                 completion_logprobs=sampled.logprobs,
                 finish_reason=sampled.finish_reason,
+                model_version=sampled.version,
             ),
         )
 

@@ -33,6 +33,8 @@ class Sampled:
     ids: list[int]
     logprobs: list[float]
     finish_reason: str | None
+    version: int | None = None
+    """The server's weight version that sampled them, when it says."""
 
 
 class BadResponse(Exception):
@@ -119,7 +121,7 @@ def _parse_vllm(data: Mapping[str, Any]) -> Sampled:
             raise BadResponse(f"no logprob for sampled token {tid}", permanent=True)
         logprobs.append(float(value["logprob"] if isinstance(value, Mapping) else value))
     reasons = data.get("finish_reasons") or [None]
-    return Sampled(ids, logprobs, reasons[0])
+    return Sampled(ids, logprobs, reasons[0], _version(data.get("model_version")))
 
 
 def _parse_sglang(data: Mapping[str, Any]) -> Sampled:
@@ -132,7 +134,7 @@ def _parse_sglang(data: Mapping[str, Any]) -> Sampled:
         raise BadResponse("SGLang output_ids disagree with output_token_logprobs", permanent=True)
     finish = meta.get("finish_reason")
     reason = finish.get("type") if isinstance(finish, Mapping) else finish
-    return Sampled(ids, [float(t[0]) for t in triples], reason)
+    return Sampled(ids, [float(t[0]) for t in triples], reason, _version(meta.get("weight_version")))
 
 
 def _parse_openai(data: Mapping[str, Any]) -> Sampled:
@@ -154,7 +156,17 @@ def _parse_openai(data: Mapping[str, Any]) -> Sampled:
         ids = [int(t[len(_TOKEN_ID_PREFIX) :]) for t in tokens]
     if len(ids) != len(logprobs):
         raise BadResponse(f"{len(ids)} token ids but {len(logprobs)} logprobs", permanent=True)
-    return Sampled(ids, [float(x) for x in logprobs], choice.get("finish_reason"))
+    return Sampled(
+        ids, [float(x) for x in logprobs], choice.get("finish_reason"), _version(data.get("model_version"))
+    )
+
+
+def _version(raw: Any) -> int | None:
+    """A weight version as an int (SGLang sends a string), or None when absent or not a number."""
+    try:
+        return None if raw is None or isinstance(raw, bool) else int(raw)
+    except (TypeError, ValueError):
+        return None
 
 
 def openai_finish_reason(raw: str | None) -> str | None:

@@ -47,6 +47,8 @@ class TurnSpan(BaseModel):
     start: int
     end: int
     finish_reason: str | None = None
+    model_version: int | None = None
+    """The weights that sampled this turn, when the server said (see ``TokenTrace``)."""
 
 
 class DriftReport(BaseModel):
@@ -115,7 +117,15 @@ def build_episode_trace(
         tokens += trace.completion_ids
         masks += trace.completion_ids
         logprobs += trace.completion_logprobs
-        spans.append(TurnSpan(turn=k, start=start, end=len(tokens), finish_reason=trace.finish_reason))
+        spans.append(
+            TurnSpan(
+                turn=k,
+                start=start,
+                end=len(tokens),
+                finish_reason=trace.finish_reason,
+                model_version=trace.model_version,
+            )
+        )
     episode = EpisodeTrace(tokens=tokens, masks=masks, logprobs=logprobs, spans=spans)
     if messages is not None and template is not None:
         episode.drift = drift_report(tokens, messages, template, tools)

@@ -65,6 +65,9 @@ class TokenTrace(BaseModel):
     completion_ids: list[int]
     completion_logprobs: list[float]
     finish_reason: str | None = None
+    model_version: int | None = None
+    """Which weights sampled this turn, when the server says (``trajforge serve``'s
+    ``model_version``, SGLang's ``weight_version``): a turn may be sampled after a reload."""
 
 
 class SamplingParams(BaseModel):

@@ -31,6 +31,9 @@ class TokenRecord(BaseModel):
     masks: list[int]
     logprobs: list[float]
     token_advantages: list[float] | None = None
+    span_versions: list[tuple[int, int, int]] | None = None
+    """``(start, end, model_version)`` of each sampled turn when the server named the weights
+    that sampled it: a multi-turn episode can straddle a weight reload (staleness per span)."""
 
 
 class ToolCounts(BaseModel):

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,11 +34,11 @@ from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.types import Episode, Item
 from trajforge.protocols import SandboxFactory
 from trajforge.rl.checkpoint import OPTIMIZER_FILE, RunDir, RunState
-from trajforge.rl.config import TrainConfig, TrainConfigError, step_lr
-from trajforge.rl.grpo import LossParts, Sample, collate, grpo_loss, token_logprobs
+from trajforge.rl.config import TrainConfig, TrainConfigError
 from trajforge.rl.guide import attach_guided_traces, guide_group
 from trajforge.rl.policy_server import PolicyServer
-from trajforge.rl.samples import StepRollouts, build_samples, chunks, rollout_metrics
+from trajforge.rl.samples import StepRollouts, build_samples, rollout_metrics, span_staleness
+from trajforge.rl.update import grpo_update
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.tools.builtin import default_registry
@@ -77,6 +76,25 @@ def resolve_device(name: str) -> str:
     return name
 
 
+UNFILTERED = {"top_p": 1.0, "top_k": 0}
+"""Sampling settings of every training rollout: no nucleus or top-k filter. The trainer computes
+its logprobs over the whole vocabulary (at the rollout temperature), so the sampler must sample
+from that same distribution; a server fills an omitted ``top_p``/``top_k`` from the model's
+``generation_config.json`` (Qwen and most chat models ship ``top_p < 1``, ``top_k > 0``), and a
+filtered sampler would bias every ratio and every logprob the loss compares."""
+
+
+def full_distribution(extra_body: dict[str, Any]) -> dict[str, Any]:
+    """``extra_body`` with :data:`UNFILTERED` pinned; a filter the user asked for is refused."""
+    top_p, top_k = extra_body.get("top_p"), extra_body.get("top_k")
+    if (top_p is not None and float(top_p) != 1.0) or (top_k is not None and int(top_k) > 0):
+        raise TrainConfigError(
+            f"training rollouts sample the full distribution the trainer computes; extra_body sets "
+            f"top_p={top_p!r} top_k={top_k!r}: remove them from env_overrides.extra_body"
+        )
+    return {**extra_body, **UNFILTERED}
+
+
 def training_env(config: TrainConfig) -> AgentEnv:
     """The env rollouts come from, with the run's sampling settings applied."""
     overrides: dict[str, Any] = dict(config.env_overrides)
@@ -92,6 +110,7 @@ def training_env(config: TrainConfig) -> AgentEnv:
     env = load_env(config.env, overrides)
     if env.config.max_tokens is None:
         env.config = env.config.model_copy(update={"max_tokens": DEFAULT_MAX_TOKENS})
+    env.config = env.config.model_copy(update={"extra_body": full_distribution(env.config.extra_body)})
     if env.config.agent_temperature <= 0:
         raise TrainConfigError(
             "GRPO needs sampled rollouts: the rollout temperature is 0 (greedy); set --temperature > 0"
@@ -108,10 +127,14 @@ class BuiltinTrainer:
         *,
         on_step: StepHook | None = None,
         on_warm_start: WarmStartHook | None = None,
+        stop_after: Callable[[dict[str, Any]], bool] | None = None,
     ) -> None:
         self.config = config
         self.on_step = on_step
         self.on_warm_start = on_warm_start
+        self.stop_after = stop_after
+        """Asked with each step's metric line (after ``on_step``): True ends the run after that
+        step, its checkpoint the result (a time budget: ``rl demo``)."""
         self.run_dir = RunDir(config.output_dir)
         self.device = resolve_device(config.device)
         self._loaded_step = 0
@@ -121,6 +144,8 @@ class BuiltinTrainer:
         """The rollout server while :meth:`run` runs (a step hook may evaluate through it)."""
         self._oracle: Rollouts | None = None
         """Rollouts of the env's oracle (``guide="oracle"``): reference episodes for guided groups."""
+        self._step_of_version: dict[int, int] = {}
+        """Server weight version -> the training step whose weights it is (staleness per span)."""
 
     # ------------------------------------------------------------------ setup
 
@@ -136,7 +161,7 @@ class BuiltinTrainer:
         source = self.run_dir.root / state.checkpoint if state else base
         model: Any = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32)
         model = model.to(self.device)
-        model.train()
+        model.eval()  # dropout off in RL updates (rl/update.py); gradients still flow
         optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
         )
@@ -196,6 +221,7 @@ class BuiltinTrainer:
                 log_path=self.run_dir.root / "serve.log",
             ) as server:
                 self.server = server
+                self._step_of_version = {server.version: start - 1}
                 registry = default_registry()
                 rollouts = Rollouts(env, RolloutBackends(server.chat_model, factory, registry))
                 self._oracle = None
@@ -222,6 +248,8 @@ class BuiltinTrainer:
                             res = self.on_step(line)
                             if asyncio.iscoroutine(res):
                                 await res
+                        if self.stop_after is not None and step < cfg.steps and self.stop_after(line):
+                            break
                 finally:
                     producer.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -231,7 +259,7 @@ class BuiltinTrainer:
             await close_factory(factory)
         return TrainResult(
             steps_done=len(metrics),
-            last_step=cfg.steps,
+            last_step=int(metrics[-1]["step"]) if metrics else start - 1,
             final_checkpoint=last,
             resumed_from=state.step if state else None,
             metrics=metrics,
@@ -337,7 +365,16 @@ class BuiltinTrainer:
         temperature = self.temperature
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         stats = await asyncio.to_thread(
-            self._update, model, optimizer, ref, batch.samples, temperature, pad_id, step
+            grpo_update,
+            model,
+            optimizer,
+            batch.samples,
+            cfg,
+            step=step,
+            temperature=temperature,
+            pad_id=pad_id,
+            device=self.device,
+            ref=ref,
         )
         train_s = time.monotonic() - began
         resumable = step % cfg.checkpoint_every == 0 or step == cfg.steps
@@ -350,6 +387,7 @@ class BuiltinTrainer:
             {"weights_of_step": step},
         )
         version = await server.reload(path)
+        self._step_of_version[version] = step
         async with self._loaded:
             self._loaded_step = step
             self._loaded.notify_all()
@@ -371,6 +409,8 @@ class BuiltinTrainer:
             **rollout_metrics(batch),
             **stats,
             "staleness": (step - 1) - batch.weights_step,
+            **span_staleness(batch.samples, step, self._step_of_version),
+            "kl_ref": stats["kl_ref"] if ref is not None else None,  # not computed without a reference
             "sampled_with_version": batch.version,
             "server_version": version,
             "train_s": round(train_s, 3),
@@ -393,73 +433,6 @@ class BuiltinTrainer:
             line["staleness"],
         )
         return line, path
-
-    def _update(
-        self,
-        model: Any,
-        optimizer: Any,
-        ref: Any,
-        samples: list[Sample],
-        temperature: float,
-        pad_id: int,
-        step: int,
-    ) -> dict[str, Any]:
-        """The optimizer updates of one step (runs in a worker thread)."""
-        import torch
-
-        cfg = self.config
-        total = LossParts()
-        grad_norms: list[float] = []
-        began = time.monotonic()
-        seen_tokens = 0
-        if not samples:
-            return {**total.means(), "updates": 0, "grad_norm": 0.0, "train_tokens_per_s": 0.0}
-        model.train()
-        lr = step_lr(cfg, step)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        updates = 0
-        passes = []
-        for epoch in range(cfg.epochs):
-            order = list(samples)
-            random.Random(derive_seed(cfg.seed, f"shuffle#{step}#{epoch}")).shuffle(order)
-            passes.extend(chunks(order, cfg.minibatches))
-        for minibatch in passes:
-            denominator = float(sum(s.num_sampled for s in minibatch)) or 1.0
-            optimizer.zero_grad(set_to_none=True)
-            for micro in chunks(minibatch, -(-len(minibatch) // cfg.micro_batch)):
-                batch = collate(micro, pad_id, self.device)
-                seen_tokens += int(batch.attention_mask.sum())
-                lp, entropy = token_logprobs(model, batch, temperature=temperature, with_entropy=True)
-                ref_lp = None
-                if ref is not None:
-                    with torch.no_grad():
-                        ref_lp, _ = token_logprobs(ref, batch, temperature=temperature)
-                loss, parts = grpo_loss(
-                    lp,
-                    batch,
-                    clip_low=cfg.clip_low,
-                    clip_high=cfg.clip_high,
-                    denominator=denominator,
-                    ref_logprobs=ref_lp,
-                    kl_coef=cfg.kl_coef,
-                    entropy=entropy,
-                )
-                loss.backward()  # type: ignore[no-untyped-call]
-                total.add(parts)
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            grad_norms.append(float(norm))
-            optimizer.step()
-            updates += 1
-        optimizer.zero_grad(set_to_none=True)
-        seconds = time.monotonic() - began
-        return {
-            **total.means(),
-            "lr": lr,
-            "updates": updates,
-            "grad_norm": max(grad_norms) if grad_norms else 0.0,
-            "train_tokens_per_s": round(seen_tokens / seconds, 2) if seconds > 0 else 0.0,
-        }
 
 
 async def _next(queue: asyncio.Queue[StepRollouts], producer: asyncio.Task[None]) -> StepRollouts:

@@ -1,36 +1,40 @@
-"""The closed loop (issue 12, item 4): evaluate, train with GRPO, serve the result, evaluate again.
+"""The closed loop (``trajforge rl demo``): what GRPO itself adds, measured against more supervision.
 
-1. **Before**: the starting policy -- the recipe's weights (:func:`~trajforge.endpoint.recipe_weights`,
-   62-63%) unless told otherwise -- served by ``trajforge serve``, on ``eval_n`` held-out
-   ``tiny_tasks`` items (the items ``trajforge model eval`` uses), greedy, through the env
-   runner (:func:`~trajforge.envs.runner.run_eval`) -- the path of ``trajforge env eval
-   tiny_tasks --tokenizer auto --temperature 0``.
-2. **Train**: supervised updates on the env's oracle trajectories first (the warm start,
-   :data:`WARM_START`, :mod:`trajforge.rl.warm_start`; ``--no-warm-start`` skips it), evaluated
-   the same way so the report gives each stage its own gain; then the builtin GRPO trainer with
-   oracle-guided groups on *training* items (other seeds), stopped early when the time budget would not leave room for the final evaluation.
-3. **After**: a fresh ``trajforge serve`` on the last checkpoint, the same items, the same path.
-4. ``report.json`` (before/after per family with 95% intervals, the training curve) and
-   ``closed_loop.png`` (training reward per step, held-out success before/after and at the
-   optional intermediate evaluations).
+Phases, each a function below:
 
-Why the training mix is what it is: families the policy already solves greedily give little
-signal, and a family no sample ever solves gives none (every group's rewards are equal, so
-every advantage is 0). The defaults weight the two weak families (``write_file``,
-``find_value``) and keep arithmetic for the signal its occasional misses give. Measured from the
-recipe's weights: none of it moved write_file in 20 minutes (its copy appears in 1-2% of
-samples), nor did guided groups (``--guide oracle``); a supervised warm start first did, once
-each weak family had a phase of its own (find_value's copy on some item draws only).
-docs/benchmarks.md has the figures. Everything is overridable with ``--config``.
+1. :func:`measure` the starting policy -- the recipe's weights unless told otherwise -- on
+   ``eval_n`` held-out ``tiny_tasks`` items through ``trajforge serve``: **greedy** (one episode
+   per item) and **sampled** at the training temperature (``eval_k`` episodes per item; pass@1 is
+   their mean, pass@k whether any passed), with the same per-episode seeds at every stage, so two
+   stages are compared item by item (:func:`paired`: the mean per-item difference, 95% interval).
+2. :func:`warm_stage`: supervised updates on the env's oracle trajectories
+   (:mod:`trajforge.rl.warm_start`), measured the same way. The demo's warm start
+   (:data:`WARM_START`) is deliberately *short*: it stops while the families still sit mid-range
+   when sampled, so GRPO's groups are mixed (a group whose rewards are all equal has no signal);
+   a warm start run to convergence leaves GRPO nothing to do but noise.
+3. :func:`grpo_stage`: the builtin GRPO trainer from the warm start, on training items (other
+   seeds), stopped by the time budget (the budget is split so the control gets the same time).
+4. :func:`control_stage`: the **equal-compute supervised control** -- the same wall time GRPO
+   took, spent on more warm-start updates (fresh oracle demonstrations of GRPO's own family mix)
+   instead -- measured the same way. GRPO's share is its gain over the warm start; the control
+   says whether "more SFT" would have done as well.
+5. :func:`write_report`: ``report.json``, ``closed_loop.png`` (training reward per step, held-out
+   success by stage; warm start, GRPO and control apart) and the table the command prints last.
+
+Everything is overridable with ``--config`` (TrainConfig fields, ``warm_start`` included).
+docs/benchmarks.md has the measured results and how the starting point was chosen.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import time
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +42,12 @@ from trajforge.endpoint import recipe_weights
 from trajforge.envs.catalog import load_env
 from trajforge.envs.episode import RolloutBackends
 from trajforge.envs.runner import run_eval
-from trajforge.envs.summary import EvalSummary
-from trajforge.protocols import ChatModel
-from trajforge.rl.builtin import BuiltinTrainer
-from trajforge.rl.config import TrainConfig, TrainConfigError
+from trajforge.envs.summary import EvalSummary, mean_interval
+from trajforge.rl.builtin import UNFILTERED, BuiltinTrainer, resolve_device
+from trajforge.rl.config import TrainConfig, TrainConfigError, WarmStart
 from trajforge.rl.policy_server import PolicyServer
+from trajforge.rl.progress import StepProgress
+from trajforge.rl.samples import PASS_THRESHOLD
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.tools.builtin import default_registry
@@ -52,257 +57,587 @@ EVAL_MAX_TOKENS = 256
 
 DEMO_DEFAULTS: dict[str, Any] = {
     "env": "tiny_tasks",
-    "group_size": 12,
-    "groups_per_step": 6,
-    "lr": 1e-4,
-    "kl_coef": 0.1,
-    "scale_rewards": False,
+    "group_size": 8,
+    "groups_per_step": 8,
+    "lr": 3e-4,
+    "warmup_steps": 3,
+    "kl_coef": 0.0,
+    "scale_rewards": True,
     "max_staleness": 1,
     "temperature": 1.0,
     "max_tokens": 96,
     "max_turns": 3,
-    "concurrency": 72,
-    "max_batch": 72,
+    "concurrency": 64,
+    "max_batch": 64,
     "micro_batch": 16,
     "device": "cpu",
-    "guide": "oracle",
-    # the weak families weighted up; count_lines/count_words (solved at T=1 too: uniform groups,
-    # no signal) left out; arithmetic kept for the signal its occasional misses give
-    "env_overrides": {
-        "families": ["find_value", "find_value", "write_file", "arithmetic", "arithmetic", "find_value"]
-    },
+    "guide": "none",
+    # the families with room when sampled, measured from the recipe's weights at T=1: arithmetic
+    # ~31%, find_value ~4%; count_lines/count_words are solved (uniform groups: no signal) and
+    # write_file's copy is never sampled (0%: no signal either)
+    "env_overrides": {"families": ["arithmetic", "arithmetic", "find_value"]},
 }
 
 
 WARM_START: dict[str, Any] = {
     "batch": 10,
     "lr": 1e-3,
-    "decay": 0.1,
+    "decay": 0.2,
     "env_overrides": {
-        "families": [
-            "write_file",
-            "write_file",
-            "find_value",
-            "arithmetic",
-            "arithmetic",
-            "arithmetic",
-            "count_lines",
-            "count_words",
-        ]
+        "families": ["write_file", "find_value", "arithmetic", "arithmetic", "count_lines", "count_words"]
     },
-    "phases": [
-        {"updates": 250, "env_overrides": {"families": ["find_value"]}},
-        {"updates": 250, "env_overrides": {"families": ["write_file"]}},
-        {"updates": 200},
-    ],
+    "updates": 40,
 }
-"""``rl demo``'s warm start: supervised updates on the oracle's trajectories before GRPO, in
-three phases. Each weak family alone first -- find_value's key copy appeared within ~180-250
-updates of find_value alone on the default seed's items (on seed 1's, not within 500) and
-write_file's after 80-175 of write_file alone, where with every family mixed in write_file's took
-150-350+ depending on the items drawn (sometimes not at all) and find_value's never appeared; and
-find_value first, since as a phase after write_file it did not appear -- then every family, which
-wins back what each phase overwrote (a phase alone makes the policy forget the others). In the last
-phase write_file is weighted up and so is arithmetic (the family the phases cost most). Measured:
-63.0 -> 99.0% (default seed), 80.5% (seed 1) and 81.0% (seed 2) in 20 minutes; docs/benchmarks.md
-has the probe runs and the demo's results."""
+"""``rl demo``'s warm start: short on purpose (see the module doc); docs/benchmarks.md says how it
+was chosen."""
+
+TRAINED = "trained families"
+"""The shares' row over the held-out items of the families GRPO trains on (the headline's)."""
+
+CONTROL_CHUNK = 10
+"""Supervised updates between the control's clock checks (and its demonstrations per collection,
+times the warm start's batch)."""
 
 
 class DemoError(RuntimeError):
     """The demo could not run (the message says why)."""
 
 
-class _StopTraining(Exception):
-    pass
+# ----------------------------------------------------------------------------- measurement
 
 
-async def evaluate(
-    model_dir: Path, tokenizer_dir: Path, run_dir: Path, n: int, *, chat: ChatModel | None = None
-) -> EvalSummary:
-    """Greedy held-out evaluation of ``model_dir`` on ``tiny_tasks`` through ``trajforge serve``."""
-    env = load_env(
-        "tiny_tasks", {"agent_temperature": 0.0, "max_tokens": EVAL_MAX_TOKENS, "max_concurrent_rollouts": 32}
+@dataclass
+class StageEval:
+    """One stage's held-out results: greedy and sampled summaries, and per item the share of its
+    sampled episodes that passed (for paired comparisons), and its greedy result."""
+
+    name: str
+    greedy: EvalSummary
+    sampled: EvalSummary
+    sampled_by_item: dict[str, float]
+    greedy_by_item: dict[str, float]
+    family_of: dict[str, str]
+    seconds: float
+
+    def table(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "all": {
+                "items": self.greedy.items,
+                "greedy": self.greedy.pass_at_1.model_dump(),
+                "sampled_pass1": self.sampled.pass_at_1.model_dump(),
+                "sampled_pass_at_k": self.sampled.pass_at_k,
+            }
+        }
+        for fam in sorted(self.greedy.by_category):
+            out[fam] = {
+                "items": self.greedy.by_category[fam].items,
+                "greedy": self.greedy.by_category[fam].pass_at_1.model_dump(),
+                "sampled_pass1": self.sampled.by_category[fam].pass_at_1.model_dump()
+                if fam in self.sampled.by_category
+                else None,
+                "sampled_pass_at_k": _pass_at_k(self, fam),
+            }
+        return out
+
+
+def _pass_at_k(stage: StageEval, family: str) -> float:
+    """Share of the family's items with at least one passing sampled episode."""
+    items = [i for i, f in stage.family_of.items() if f == family]
+    return sum(stage.sampled_by_item[i] > 0 for i in items) / max(1, len(items))
+
+
+def _per_item(run_dir: Path) -> tuple[dict[str, float], dict[str, str]]:
+    passed: dict[str, list[float]] = defaultdict(list)
+    family: dict[str, str] = {}
+    for raw in (run_dir / "episodes.jsonl").read_text().splitlines():
+        ep = json.loads(raw)
+        passed[ep["item_id"]].append(1.0 if float(ep["reward"]) >= PASS_THRESHOLD else 0.0)
+        family[ep["item_id"]] = ep.get("category") or "-"
+    return {k: sum(v) / len(v) for k, v in passed.items()}, family
+
+
+async def measure(
+    name: str,
+    model_dir: Path,
+    tokenizer_dir: Path,
+    out: Path,
+    n: int,
+    k: int,
+    temperature: float,
+    sampled_limits: dict[str, int] | None = None,
+    families: list[str] | None = None,
+) -> StageEval:
+    """Greedy (1 per item) and sampled (``k`` per item at ``temperature``, unfiltered) held-out
+    evaluation of ``model_dir`` through one ``trajforge serve``; both at once. ``sampled_limits``
+    (``max_tokens``, ``max_agent_turns``): the sampled episodes' limits -- the training rollouts',
+    so sampled pass@1 is the success rate GRPO optimises, measured on held-out items. ``families``:
+    the held-out items of these families only (default: every family)."""
+    began = time.monotonic()
+    common: dict[str, Any] = {"max_tokens": EVAL_MAX_TOKENS, "max_concurrent_rollouts": 32}
+    if families:
+        common["families"] = families
+    greedy_env = load_env("tiny_tasks", {**common, "agent_temperature": 0.0})
+    sampled_env = load_env(
+        "tiny_tasks",
+        {
+            **common,
+            **(sampled_limits or {}),
+            "agent_temperature": temperature,
+            "extra_body": dict(UNFILTERED),
+        },
     )
-    factory = create_sandbox_factory(SandboxConfig(kind=env.config.sandbox, command_timeout_s=30))
+    factory = create_sandbox_factory(SandboxConfig(kind=greedy_env.config.sandbox, command_timeout_s=30))
     try:
-        if chat is not None:
-            backends = RolloutBackends(chat, factory, default_registry())
-            return (await run_eval(env, backends, run_dir, n=n, group_size=1)).summary
         async with PolicyServer(
             model_dir,
             tokenizer_dir,
-            max_batch=32,
+            max_batch=64,
             max_tokens=EVAL_MAX_TOKENS,
             name="trajforge-tiny",
-            log_path=run_dir.with_suffix(".serve.log"),
+            log_path=out / "serve.log",
         ) as server:
             backends = RolloutBackends(server.chat_model, factory, default_registry())
-            return (await run_eval(env, backends, run_dir, n=n, group_size=1)).summary
+            greedy, sampled = await asyncio.gather(
+                run_eval(greedy_env, backends, out / "greedy", n=n, group_size=1),
+                run_eval(sampled_env, backends, out / "sampled", n=n, group_size=k),
+            )
     finally:
         await close_factory(factory)
-
-
-def _family_table(s: EvalSummary) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "all": {"items": s.items, "pass": s.pass_at_1.model_dump(), "reward": s.mean_reward.model_dump()}
-    }
-    for cat, res in s.by_category.items():
-        out[cat] = {
-            "items": res.items,
-            "pass": res.pass_at_1.model_dump(),
-            "reward": res.mean_reward.model_dump(),
-        }
-    return out
-
-
-def run_demo(
-    output_dir: Path,
-    *,
-    eval_n: int = 200,
-    steps: int = 80,
-    overrides: dict[str, Any] | None = None,
-    time_budget_s: float = 1200.0,
-    eval_every: int = 0,
-    progress_n: int = 50,
-    echo: Callable[[str], None] = print,
-) -> dict[str, Any]:
-    output_dir.mkdir(parents=True, exist_ok=True)
-    return asyncio.run(
-        _run(output_dir, eval_n, steps, overrides or {}, time_budget_s, eval_every, progress_n, echo)
+    by_item, family = _per_item(out / "sampled")
+    greedy_by_item, _ = _per_item(out / "greedy")
+    return StageEval(
+        name, greedy.summary, sampled.summary, by_item, greedy_by_item, family, time.monotonic() - began
     )
 
 
-async def _run(
+def paired(
+    a: StageEval, b: StageEval, *, sampled: bool = True, families: Collection[str] | None = None
+) -> dict[str, float]:
+    """``b - a`` on the same items (same seeds): the mean per-item difference of sampled pass@1
+    (or greedy success) with a 95% normal interval over items (of ``families``, or all)."""
+    xa = a.sampled_by_item if sampled else a.greedy_by_item
+    xb = b.sampled_by_item if sampled else b.greedy_by_item
+    items = [i for i in xa if i in xb and (families is None or a.family_of.get(i) in families)]
+    diffs = [xb[i] - xa[i] for i in items]
+    n = len(diffs)
+    if n == 0:
+        return {"delta": 0.0, "low": 0.0, "high": 0.0, "items": 0}
+    mean = sum(diffs) / n
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1)) if n > 1 else 0.0
+    half = 1.96 * sd / math.sqrt(n)
+    return {
+        "delta": round(mean, 4),
+        "low": round(mean - half, 4),
+        "high": round(mean + half, 4),
+        "items": n,
+    }
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+@dataclass
+class DemoPlan:
+    output_dir: Path
+    config: TrainConfig
+    """GRPO's config (``model``: where the loop starts; ``warm_start``: the supervised stage)."""
+    eval_n: int
+    eval_k: int
+    budget_s: float
+    control: bool
+    echo: Callable[[str], None]
+    eval_families: list[str] | None = None
+    """Held-out items of these families only (None: every family)."""
+    began: float = field(default_factory=time.monotonic)
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.config.model
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.began
+
+    def say(self, text: str) -> None:
+        self.echo(f"[demo {self.elapsed():4.0f}s] {text}")
+
+    async def measure(self, name: str, model_dir: Path) -> StageEval:
+        self.say(
+            f"evaluating {name}: {self.eval_n} held-out items, greedy and {self.eval_k} samples each "
+            f"at T={self.config.temperature}"
+        )
+        stage = await measure(
+            name,
+            model_dir,
+            self.tokenizer,
+            self.output_dir / f"eval-{name.replace(' ', '-')}",
+            self.eval_n,
+            self.eval_k,
+            float(self.config.temperature or 1.0),
+            {
+                k: v
+                for k, v in (
+                    ("max_tokens", self.config.max_tokens),
+                    ("max_agent_turns", self.config.max_turns),
+                )
+                if v is not None
+            },
+            self.eval_families,
+        )
+        self.say(
+            f"{name}: sampled pass@1 {_pct(stage.sampled.pass_at_1.value)}, greedy "
+            f"{_pct(stage.greedy.pass_at_1.value)} ({stage.seconds:.0f}s)"
+        )
+        return stage
+
+
+def make_plan(
     output_dir: Path,
+    *,
     eval_n: int,
+    eval_k: int,
     steps: int,
     overrides: dict[str, Any],
-    budget: float,
-    eval_every: int,
-    progress_n: int,
+    budget_s: float,
+    control: bool,
     echo: Callable[[str], None],
-) -> dict[str, Any]:
-    began = time.monotonic()
+    eval_all_families: bool = False,
+) -> DemoPlan:
     data = {
         **DEMO_DEFAULTS,
         "warm_start": WARM_START,
         **overrides,
         "model": str(overrides.get("model") or recipe_weights()),
         "steps": steps,
+        "output_dir": str(output_dir / "grpo"),
     }
-    data["output_dir"] = str(output_dir / "train")
     try:
         config = TrainConfig.model_validate(data)
     except ValueError as exc:
         raise TrainConfigError(f"invalid demo training config: {exc}") from None
+    trained = config.env_overrides.get("families")
+    families = None if eval_all_families or not isinstance(trained, list) else sorted(set(trained))
+    return DemoPlan(output_dir, config, eval_n, eval_k, budget_s, control, echo, families)
 
-    echo(f"[demo] evaluating the starting policy on {eval_n} held-out tiny_tasks items (greedy)")
-    before = await evaluate(config.model, config.model, output_dir / "eval-before", eval_n)
-    before_s = time.monotonic() - began
-    echo(f"[demo] before: pass@1 {before.pass_at_1} ({before_s:.0f}s)")
 
-    progress: list[dict[str, Any]] = [{"step": 0, "pass": before.pass_at_1.value, "n": eval_n}]
-    after_estimate = before_s + 30.0  # the final evaluation costs about what the first one did
-    trainer: BuiltinTrainer | None = None
-    stopped_early: int | None = None
-    warm: dict[str, Any] = {}
+# ----------------------------------------------------------------------------- the stages
 
-    async def on_warm_start(path: Path, info: dict[str, Any]) -> None:
-        """Evaluate the warm-started model the same way, so the report separates the two stages."""
-        echo(
-            f"[demo] warm start: {info['updates']} supervised updates on {info['demonstrations']} oracle "
-            f"demonstrations, loss {info['loss_first_tenth']} -> {info['loss_last_tenth']} "
-            f"[{time.monotonic() - began:.0f}s]"
-        )
-        summary = await evaluate(path, config.model, output_dir / "eval-warm-start", eval_n)
-        warm.update(info=info, summary=summary)
-        progress.append({"step": 0, "stage": "warm start", "pass": summary.pass_at_1.value, "n": eval_n})
-        echo(f"[demo] after the warm start: pass@1 {summary.pass_at_1} [{time.monotonic() - began:.0f}s]")
 
-    async def on_step(line: dict[str, Any]) -> None:
-        nonlocal stopped_early
-        elapsed = time.monotonic() - began
-        cats = " ".join(f"{k}={v:.2f}" for k, v in line.get("reward_by_category", {}).items())
-        echo(
-            f"[demo] step {line['step']}: reward {line['reward_mean']:.3f} ({cats}) kl {line['kl_sampler']:.4f} "
-            f"clip {line['clip_fraction']:.3f} staleness {line['staleness']} "
-            f"guided {line.get('guided_samples', 0)} [{elapsed:.0f}s]"
-        )
-        if (
-            eval_every
-            and line["step"] % eval_every == 0
-            and trainer is not None
-            and trainer.server is not None
-        ):
-            s = await evaluate(
-                config.model,
-                config.model,
-                output_dir / f"eval-step-{line['step']}",
-                progress_n,
-                chat=trainer.server.chat_model,
-            )
-            progress.append({"step": line["step"], "pass": s.pass_at_1.value, "n": progress_n})
-            echo(f"[demo] step {line['step']}: held-out pass@1 on {progress_n} items {s.pass_at_1}")
-        step_cost = line.get("train_s", 0.0) + line.get("rollout_s", 0.0) / max(1, 1 + config.max_staleness)
-        if time.monotonic() - began + step_cost + after_estimate > budget and line["step"] < config.steps:
-            stopped_early = int(line["step"])
-            raise _StopTraining
+async def warm_stage(plan: DemoPlan) -> tuple[Path, dict[str, Any] | None]:
+    """The supervised warm start (or the starting model, when the config has none)."""
+    cfg = plan.config
+    if cfg.warm_start is None:
+        return cfg.model, None
+    from trajforge.rl.checkpoint import RunDir
+    from trajforge.rl.warm_start import warm_start
 
-    trainer = BuiltinTrainer(config, on_step=on_step, on_warm_start=on_warm_start)
+    plan.say(f"warm start: {cfg.warm_start.total_updates} supervised updates on oracle demonstrations")
+    factory = create_sandbox_factory(SandboxConfig(kind="bwrap", command_timeout_s=30))
     try:
-        result = await trainer.run()
-        final = result.final_checkpoint
-    except _StopTraining:
-        state = trainer.run_dir.read_state()
-        if state is None:
-            raise DemoError("training stopped before its first checkpoint") from None
-        final = trainer.run_dir.root / state.checkpoint
-        echo(f"[demo] time budget: training stopped after step {stopped_early}")
-    train_done = time.monotonic() - began
-    metrics = trainer.run_dir.read_metrics()
-
-    echo(f"[demo] evaluating {final} on the same {eval_n} held-out items")
-    after = await evaluate(final, config.model, output_dir / "eval-after", eval_n)
-    total = time.monotonic() - began
-    progress.append(
-        {"step": int(metrics[-1]["step"]) if metrics else 0, "pass": after.pass_at_1.value, "n": eval_n}
+        path, info = await warm_start(
+            cfg,
+            RunDir(plan.output_dir / "warm"),
+            device=resolve_device(cfg.device),
+            factory=factory,
+            registry=default_registry(),
+        )
+    finally:
+        await close_factory(factory)
+    plan.say(
+        f"warm start done: {info['demonstrations']} demonstrations, loss {info['loss_first_tenth']} -> "
+        f"{info['loss_last_tenth']} ({info['seconds']}s)"
     )
+    return path, info
+
+
+async def grpo_stage(plan: DemoPlan, start: Path, seconds: float) -> tuple[Path, list[dict[str, Any]], float]:
+    """GRPO from ``start`` until ``seconds`` of wall time would pass (model load and server start
+    included); returns the last checkpoint, the metric lines and the seconds it took."""
+    began = time.monotonic()
+    cfg = plan.config.model_copy(update={"model": start, "warm_start": None})
+    progress = StepProgress(cfg.steps, lambda line: plan.say(f"grpo {line}"), deadline=began + seconds)
+
+    def out_of_time(line: dict[str, Any]) -> bool:
+        step_s = float(line.get("step_s") or 0.0)
+        return time.monotonic() - began + step_s > seconds
+
+    plan.say(f"GRPO for up to {seconds:.0f}s ({cfg.steps} steps at most)")
+    trainer = BuiltinTrainer(cfg, on_step=progress, stop_after=out_of_time)
+    result = await trainer.run()
+    return result.final_checkpoint, result.metrics, time.monotonic() - began
+
+
+async def control_stage(plan: DemoPlan, start: Path, seconds: float) -> tuple[Path, dict[str, Any]]:
+    """More supervised updates from ``start`` for ``seconds`` of wall time (demonstration
+    collection included, as GRPO's rollouts are): fresh oracle demonstrations of GRPO's family
+    mix, the warm start's batch and lr, one AdamW across the chunks."""
+    from trajforge.rl.checkpoint import save_model_dir
+    from trajforge.rl.warm_start import collect_demonstrations, supervised_updates
+
+    began = time.monotonic()
+    cfg = plan.config
+    device = resolve_device(cfg.device)
+    base = cfg.warm_start or WarmStart.model_validate(WARM_START)
+    ws = WarmStart(
+        updates=CONTROL_CHUNK,
+        batch=base.batch,
+        lr=base.lr,
+        decay=0.0,
+        focal=base.focal,
+        env_overrides=dict(cfg.env_overrides),
+    )
+    ccfg = cfg.model_copy(update={"warm_start": ws})
+    plan.say(f"control: supervised updates from the warm start for {seconds:.0f}s (GRPO's time)")
+
+    def load() -> tuple[Any, Any, Any]:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(cfg.model))
+        model: Any = AutoModelForCausalLM.from_pretrained(str(start), dtype=torch.float32)
+        model = model.to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=ws.lr, weight_decay=0.0)
+        return model, tokenizer, optimizer
+
+    from trajforge.llm.chat_template import ChatTemplate
+
+    model, tokenizer, optimizer = await asyncio.to_thread(load)
+    template = await asyncio.to_thread(ChatTemplate.from_path, str(cfg.model))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    factory = create_sandbox_factory(SandboxConfig(kind="bwrap", command_timeout_s=30))
+    losses: list[float] = []
+    demos = chunk = 0
+    try:
+        while True:
+            chunk += 1
+            got = await collect_demonstrations(
+                ccfg,
+                CONTROL_CHUNK * ws.batch,
+                factory,
+                default_registry(),
+                template,
+                stream=f"control/{chunk}",
+            )
+            demos += len(got.samples)
+            if got.samples:
+                losses += await asyncio.to_thread(
+                    supervised_updates,
+                    model,
+                    [got.samples],
+                    ws,
+                    micro_batch=cfg.micro_batch,
+                    pad_id=pad_id,
+                    device=device,
+                    optimizer=optimizer,
+                )
+            spent = time.monotonic() - began
+            per_chunk = spent / chunk
+            plan.say(f"control: {len(losses)} updates, loss {losses[-1] if losses else 0:.4f} ({spent:.0f}s)")
+            if spent + per_chunk > seconds:
+                break
+    finally:
+        await close_factory(factory)
+    info = {
+        "updates": len(losses),
+        "demonstrations": demos,
+        "batch": ws.batch,
+        "lr": ws.lr,
+        "families": ws.env_overrides.get("families"),
+        "loss_first": round(losses[0], 4) if losses else None,
+        "loss_last": round(losses[-1], 4) if losses else None,
+        "seconds": round(time.monotonic() - began, 1),
+    }
+    path = await asyncio.to_thread(
+        save_model_dir, plan.output_dir / "control", model, tokenizer, None, "control.json", info
+    )
+    return path, info
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+def run_demo(
+    output_dir: Path,
+    *,
+    eval_n: int = 40,
+    eval_k: int = 4,
+    steps: int = 200,
+    overrides: dict[str, Any] | None = None,
+    time_budget_s: float = 1200.0,
+    control: bool = True,
+    eval_all_families: bool = False,
+    echo: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    plan = make_plan(
+        output_dir,
+        eval_n=eval_n,
+        eval_k=eval_k,
+        steps=steps,
+        overrides=overrides or {},
+        budget_s=time_budget_s,
+        control=control,
+        echo=echo,
+        eval_all_families=eval_all_families,
+    )
+    return asyncio.run(closed_loop(plan))
+
+
+async def closed_loop(plan: DemoPlan) -> dict[str, Any]:
+    before = await plan.measure("before", plan.config.model)
+    warm_dir, warm_info = await warm_stage(plan)
+    warm = await plan.measure("warm start", warm_dir) if warm_info is not None else before
+    # the rest of the budget: GRPO, its evaluation, then as much again for the control
+    eval_s = warm.seconds
+    stages = 2 if plan.control else 1
+    grpo_s = (plan.budget_s - plan.elapsed() - stages * eval_s) / stages
+    if grpo_s < 30:
+        raise DemoError(
+            f"{plan.elapsed():.0f}s of the {plan.budget_s:.0f}s budget are spent before GRPO; "
+            "raise --time-budget-min or lower --eval-n"
+        )
+    grpo_dir, metrics, grpo_took = await grpo_stage(plan, warm_dir, grpo_s)
+    after = await plan.measure("GRPO", grpo_dir)
+    control = control_info = None
+    if plan.control:
+        control_dir, control_info = await control_stage(plan, warm_dir, grpo_took)
+        control = await plan.measure("control", control_dir)
+    report = build_report(plan, before, warm, after, control, warm_info, control_info, metrics, grpo_took)
+    write_report(plan, report)
+    return report
+
+
+def _stage_row(stage: StageEval, trained: Collection[str] | None) -> dict[str, Any]:
+    table = stage.table()
+    if trained:
+        items = [i for i, f in stage.family_of.items() if f in trained]
+        sampled = [stage.sampled_by_item[i] for i in items]
+        greedy = [stage.greedy_by_item[i] for i in items if i in stage.greedy_by_item]
+        table[TRAINED] = {
+            "items": len(items),
+            "greedy": mean_interval(greedy).model_dump(),
+            "sampled_pass1": mean_interval(sampled).model_dump(),
+            "sampled_pass_at_k": sum(x > 0 for x in sampled) / max(1, len(sampled)),
+        }
+    return {"name": stage.name, "seconds": round(stage.seconds, 1), "families": table}
+
+
+def build_report(
+    plan: DemoPlan,
+    before: StageEval,
+    warm: StageEval,
+    after: StageEval,
+    control: StageEval | None,
+    warm_info: dict[str, Any] | None,
+    control_info: dict[str, Any] | None,
+    metrics: list[dict[str, Any]],
+    grpo_s: float,
+) -> dict[str, Any]:
+    measured = [before, *([warm] if warm is not before else []), after, *([control] if control else [])]
+    trained_list = plan.config.env_overrides.get("families")
+    trained = sorted(set(trained_list)) if isinstance(trained_list, list) else None
+    groups: dict[str, Collection[str] | None] = {"all": None}
+    if trained:
+        groups[TRAINED] = trained
+    groups.update({fam: [fam] for fam in sorted(after.greedy.by_category)})
+    shares: dict[str, Any] = {}
+    for key, fams in groups.items():
+        shares[key] = {
+            "grpo_sampled": paired(warm, after, families=fams),
+            "grpo_greedy": paired(warm, after, sampled=False, families=fams),
+            "warm_start_sampled": paired(before, warm, families=fams),
+        }
+        if control is not None:
+            shares[key]["control_sampled"] = paired(warm, control, families=fams)
+            shares[key]["control_greedy"] = paired(warm, control, sampled=False, families=fams)
+            shares[key]["grpo_minus_control_sampled"] = paired(control, after, families=fams)
+    head = TRAINED if trained else "all"
     headline = {
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-        "before_pass": before.pass_at_1.value,
-        "after_pass": after.pass_at_1.value,
-        "delta_points": round(100 * (after.pass_at_1.value - before.pass_at_1.value), 1),
-        "steps": len(metrics),
-        "seconds_total": round(total, 1),
-        "seconds_training": round(train_done - before_s, 1),
-        "final_checkpoint": str(final),
+        "seconds_total": round(plan.elapsed(), 1),
+        "seconds_grpo": round(grpo_s, 1),
+        "grpo_steps": len(metrics),
+        "trained_families": trained,
+        "share_over": head,
+        "sampled_pass1": {s.name: s.sampled.pass_at_1.value for s in measured},
+        "greedy": {s.name: s.greedy.pass_at_1.value for s in measured},
+        "grpo_share_sampled_points": round(100 * shares[head]["grpo_sampled"]["delta"], 1),
+        "grpo_share_greedy_points": round(100 * shares[head]["grpo_greedy"]["delta"], 1),
     }
-    if warm:
-        mid = warm["summary"].pass_at_1.value
-        headline["warm_start_pass"] = mid
-        headline["delta_warm_start_points"] = round(100 * (mid - before.pass_at_1.value), 1)
-        headline["delta_grpo_points"] = round(100 * (after.pass_at_1.value - mid), 1)
-        headline["seconds_warm_start"] = warm["info"]["seconds"]
-    report = {
+    if control is not None:
+        for name, key in (
+            ("control_share_sampled_points", "control_sampled"),
+            ("control_share_greedy_points", "control_greedy"),
+            ("grpo_minus_control_sampled_points", "grpo_minus_control_sampled"),
+        ):
+            headline[name] = round(100 * shares[head][key]["delta"], 1)
+    return {
         "headline": headline,
-        "before": _family_table(before),
-        "after_warm_start": _family_table(warm["summary"]) if warm else None,
-        "warm_start": warm.get("info"),
-        "after": _family_table(after),
-        "progress": progress,
-        "train_config": config.model_dump(mode="json"),
+        "stages": [_stage_row(s, trained) for s in measured],
+        "shares": shares,
+        "eval": {
+            "families": plan.eval_families or "all",
+            "items": plan.eval_n,
+            "samples_per_item": plan.eval_k,
+            "temperature": plan.config.temperature,
+        },
+        "warm_start": warm_info,
+        "control": control_info,
         "metrics": metrics,
-        "stopped_early_after_step": stopped_early,
+        "train_config": plan.config.model_dump(mode="json"),
     }
-    (output_dir / "report.json").write_text(json.dumps(report, indent=2))
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The demo's closing table: per family, sampled pass@1 / pass@k / greedy at each stage, and
+    GRPO's share (paired, over the warm start) next to the control's."""
+    stages = report["stages"]
+    k = report["eval"]["samples_per_item"]
+    head = (
+        ["family"] + [f"{s['name']} (p@1 / p@{k} / greedy)" for s in stages] + ["GRPO share", "control share"]
+    )
+    rows = [" | ".join(head), " | ".join("---" for _ in head)]
+    for fam in stages[0]["families"]:
+        cells = [fam]
+        for s in stages:
+            c = s["families"].get(fam)
+            if c is None:
+                cells.append("-")
+                continue
+            p1 = c["sampled_pass1"]["value"] if c["sampled_pass1"] else 0.0
+            pk = c["sampled_pass_at_k"]
+            if isinstance(pk, dict):  # "all": EvalSummary.pass_at_k, keyed by k (a string once in JSON)
+                pk = pk.get(str(k), pk.get(k, 0.0))
+            pk_value = float(pk or 0.0)
+            cells.append(f"{_pct(p1)} / {_pct(pk_value)} / {_pct(c['greedy']['value'])}")
+        sh = report["shares"].get(fam, {})
+        g = sh.get("grpo_sampled")
+        cells.append(f"{100 * g['delta']:+.1f} [{100 * g['low']:+.1f}, {100 * g['high']:+.1f}]" if g else "-")
+        c2 = sh.get("control_sampled")
+        cells.append(
+            f"{100 * c2['delta']:+.1f} [{100 * c2['low']:+.1f}, {100 * c2['high']:+.1f}]" if c2 else "-"
+        )
+        rows.append(" | ".join(cells))
+    return "\n".join(rows)
+
+
+def write_report(plan: DemoPlan, report: dict[str, Any]) -> None:
+    out = plan.output_dir
+    (out / "report.json").write_text(json.dumps(report, indent=2))
     try:
         from trajforge.rl.plot import plot_closed_loop
 
-        plot_closed_loop(report, output_dir / "closed_loop.png")
-        echo(f"[demo] figure: {output_dir / 'closed_loop.png'}")
+        plot_closed_loop(report, out / "closed_loop.png")
+        plan.say(f"figure: {out / 'closed_loop.png'}")
     except ImportError:
-        echo("[demo] matplotlib is not installed (pip install 'trajforge[rl]'): no figure")
-    echo(
-        f"[demo] before {before.pass_at_1} -> after {after.pass_at_1} in {total:.0f}s; report {output_dir / 'report.json'}"
-    )
-    return report
+        plan.say("matplotlib is not installed (pip install 'trajforge[rl]'): no figure")
+    plan.say(f"report: {out / 'report.json'}")
+
+
+TABLE_TITLE = (
+    "held-out tiny_tasks by stage: sampled pass@1 at the training temperature / pass@k / greedy; "
+    "shares are paired differences over the warm start, in points (95% interval over items)"
+)

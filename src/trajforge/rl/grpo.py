@@ -16,6 +16,10 @@ Why each piece:
   episode weighs by its tokens and micro-batches add up to exactly the batch's gradient.
 - **Optional KL to a reference** (k3 estimator, ``exp(ref - lp) - (ref - lp) - 1``: unbiased,
   never negative) keeps the policy near the model it started from when ``kl_coef > 0``.
+- **Per-token advantages when the env gives them** (``Sample.token_advantages``, e.g. ``opd``'s
+  teacher-minus-student logprobs): they replace the episode's one group advantage on its sampled
+  tokens, as Atropos' ``advantages`` field does -- the env scored each token, so the trainer
+  does not smear one number over all of them.
 """
 
 from __future__ import annotations
@@ -51,13 +55,24 @@ class Sample:
     old_logprobs: list[float]
     advantage: float
     version: int = 0
-    """Server weight version that sampled it (staleness = trained step - version)."""
+    """Server weight version that sampled it (the oldest of its spans' when they are known)."""
+    token_advantages: list[float] | None = None
+    """One advantage per position (0 where not sampled) in place of ``advantage``, when the env
+    scores tokens (``opd``)."""
+    span_versions: list[tuple[int, int, int]] = field(default_factory=list)
+    """``(start, end, version)`` of each sampled turn, when the server said which weights sampled
+    it: a multi-turn episode can straddle a weight reload, so staleness is per span."""
 
     def __post_init__(self) -> None:
         if not len(self.tokens) == len(self.sampled) == len(self.old_logprobs):
             raise ValueError(
                 f"tokens ({len(self.tokens)}), sampled ({len(self.sampled)}) and old_logprobs "
                 f"({len(self.old_logprobs)}) must have one entry per position"
+            )
+        if self.token_advantages is not None and len(self.token_advantages) != len(self.tokens):
+            raise ValueError(
+                f"token_advantages ({len(self.token_advantages)}) must have one entry per position "
+                f"({len(self.tokens)})"
             )
 
     @property
@@ -73,7 +88,7 @@ class Batch:
     attention_mask: torch.Tensor  # [B, T]
     loss_mask: torch.Tensor  # [B, T-1] float: 1 where tokens[t+1] was sampled
     old_logprobs: torch.Tensor  # [B, T-1]
-    advantages: torch.Tensor  # [B, 1]
+    advantages: torch.Tensor  # [B, 1], or [B, T-1] when a sample has per-token advantages
 
 
 def collate(samples: Sequence[Sample], pad_id: int, device: torch.device | str = "cpu") -> Batch:
@@ -88,7 +103,14 @@ def collate(samples: Sequence[Sample], pad_id: int, device: torch.device | str =
         attn[i, :n] = 1
         mask[i, :n] = torch.tensor(s.sampled, dtype=torch.float32)
         old[i, :n] = torch.tensor([lp if m else 0.0 for lp, m in zip(s.old_logprobs, s.sampled, strict=True)])
-    adv = torch.tensor([[s.advantage] for s in samples], dtype=torch.float32)
+    if any(s.token_advantages is not None for s in samples):
+        per_token = torch.zeros((len(samples), width), dtype=torch.float32)
+        for i, s in enumerate(samples):
+            values = s.token_advantages if s.token_advantages is not None else [s.advantage] * len(s.tokens)
+            per_token[i, : len(s.tokens)] = torch.tensor(values, dtype=torch.float32)
+        adv = per_token[:, 1:]
+    else:
+        adv = torch.tensor([[s.advantage] for s in samples], dtype=torch.float32)
     return Batch(
         input_ids=ids.to(device),
         attention_mask=attn.to(device),

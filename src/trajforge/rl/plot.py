@@ -1,4 +1,6 @@
-"""The closed-loop figure: training reward per step (all, and per family) and held-out success.
+"""The closed-loop figure (``rl demo``): GRPO's training reward per step with the held-out
+sampled success of each stage on the same axis, and per family the held-out success of every
+stage side by side -- the warm start, GRPO and the equal-compute supervised control drawn apart.
 
 matplotlib (the ``rl`` extra) is imported here only; the demo runs without it and says so.
 """
@@ -8,16 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+COLORS = {"before": "tab:gray", "warm start": "tab:orange", "GRPO": "tab:blue", "control": "tab:green"}
 
-def progress_x(report: dict[str, Any]) -> list[float]:
-    """Where each held-out evaluation of ``report["progress"]`` sits on the step axis. The warm
-    start (supervised, before GRPO's step 1) gets a stretch of its own left of step 0, so its jump
-    is not drawn as a vertical line on top of GRPO's first point: the evaluation before it at
-    minus a quarter of the GRPO steps, the one after it at 0."""
-    prog = report["progress"]
-    if not report.get("after_warm_start"):
-        return [float(p["step"]) for p in prog]
-    return [-max(1.0, 0.25 * prog[-1]["step"])] + [float(p["step"]) for p in prog[1:]]
+
+def stage_x(report: dict[str, Any]) -> dict[str, float]:
+    """Where each stage's held-out result sits on the step axis: the warm start at 0 and the
+    evaluation before it left of 0 (a stretch of its own, so its jump is not drawn on top of GRPO's
+    first point); GRPO at its last step, and the control there too (it had the same wall time)."""
+    last = float(report["metrics"][-1]["step"]) if report.get("metrics") else 1.0
+    xs = {"before": -max(1.0, 0.25 * last), "warm start": 0.0, "GRPO": last, "control": last}
+    return {s["name"]: xs.get(s["name"], last) for s in report["stages"]}
 
 
 def plot_closed_loop(report: dict[str, Any], path: Path) -> Path:
@@ -26,63 +28,82 @@ def plot_closed_loop(report: dict[str, Any], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    metrics = report["metrics"]
-    steps = [m["step"] for m in metrics]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    ax1.plot(steps, [m["reward_mean"] for m in metrics], color="black", lw=2, label="all (training mix)")
-    families = sorted({k for m in metrics for k in m.get("reward_by_category", {})})
-    for fam in families:
-        ys = [m.get("reward_by_category", {}).get(fam) for m in metrics]
-        ax1.plot(steps, ys, lw=1, alpha=0.8, label=fam)
-    ax1.set_xlabel("GRPO step")
-    ax1.set_ylabel("mean reward of the step's rollouts (T=1)")
-    ax1.set_ylim(-0.02, 1.02)
-    ax1.set_title("training reward")
-    ax1.legend(fontsize=8)
-
-    prog = report["progress"]
-    before, after = report["before"], report["after"]
-    warm = report.get("after_warm_start") or {}
-    xs = progress_x(report)
-    x_before, last = xs[0], xs[-1]
-    x_warm = xs[1] if warm else None  # the evaluation after the warm start (step 0)
-    ax2.plot(xs, [p["pass"] for p in prog], "o-", color="tab:blue", label="held-out pass@1 (greedy)")
-    if x_warm is not None:
-        updates = (report.get("warm_start") or {}).get("updates")
-        ax2.axvspan(x_before, x_warm, color="tab:orange", alpha=0.08)
-        ax2.text((x_before + x_warm) / 2, 0.02, f"warm start\n({updates} updates)", ha="center", fontsize=8)
-        ax2.plot(
-            [x_warm],
-            [warm["all"]["pass"]["value"]],
-            "s",
-            color="tab:orange",
-            ms=8,
-            label="after the warm start",
-        )
-    for fam in sorted(k for k in before if k != "all"):
-        fx, fy = [x_before, last], [before[fam]["pass"]["value"], after[fam]["pass"]["value"]]
-        if x_warm is not None and fam in warm:
-            fx.insert(1, x_warm)
-            fy.insert(1, warm[fam]["pass"]["value"])
-        ax2.plot(fx, fy, "--", lw=1, alpha=0.7, label=fam)
-    points = [(x_before, before["all"]["pass"]), (last, after["all"]["pass"])]
-    if x_warm is not None:
-        points.insert(1, (x_warm, warm["all"]["pass"]))
-    for x, res in points:
-        ax2.errorbar(
-            [x],
-            [res["value"]],
-            yerr=[[res["value"] - res["low"]], [res["high"] - res["value"]]],
-            color="tab:blue",
-            capsize=4,
-        )
-    ax2.set_xlabel("GRPO step" + (" (left of 0: before, the warm start)" if warm else ""))
-    ax2.set_ylabel("held-out success")
-    ax2.set_ylim(-0.02, 1.02)
-    ax2.set_title(f"held-out tiny_tasks ({before['all']['items']} items, 95% CI)")
-    ax2.legend(fontsize=8)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
+    _curve(ax1, report)
+    _families(ax2, report)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _curve(ax: Any, report: dict[str, Any]) -> None:
+    metrics = report.get("metrics") or []
+    steps = [m["step"] for m in metrics]
+    ax.plot(
+        steps, [m["reward_mean"] for m in metrics], color="black", lw=1.5, label="GRPO training reward (T=1)"
+    )
+    for fam in sorted({k for m in metrics for k in m.get("reward_by_category", {})}):
+        ys = [m.get("reward_by_category", {}).get(fam) for m in metrics]
+        ax.plot(steps, ys, lw=0.8, alpha=0.6, label=f"  {fam}")
+    xs = stage_x(report)
+    for stage in report["stages"]:
+        cell = stage["families"]["all"]["sampled_pass1"]
+        x = xs[stage["name"]] + (0.015 * max(1.0, xs.get("GRPO", 1.0)) if stage["name"] == "control" else 0.0)
+        ax.errorbar(
+            [x],
+            [cell["value"]],
+            yerr=[[cell["value"] - cell["low"]], [cell["high"] - cell["value"]]],
+            fmt="s" if stage["name"] != "control" else "D",
+            color=COLORS.get(stage["name"], "tab:purple"),
+            ms=8,
+            capsize=4,
+            label=f"held-out sampled pass@1: {stage['name']}",
+        )
+    if "warm start" in xs and "before" in xs:
+        ax.axvspan(xs["before"], xs["warm start"], color="tab:orange", alpha=0.08)
+    ax.set_xlabel("GRPO step (left of 0: the warm start)")
+    ax.set_ylabel("success")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title("training reward and held-out sampled success")
+    ax.legend(fontsize=7, loc="lower right")
+
+
+def _families(ax: Any, report: dict[str, Any]) -> None:
+    stages = report["stages"]
+    families = list(stages[0]["families"])
+    width = 0.8 / max(1, len(stages))
+    for j, stage in enumerate(stages):
+        xs, ys, lo, hi, greedy = [], [], [], [], []
+        for i, fam in enumerate(families):
+            cell = stage["families"].get(fam)
+            if not cell or not cell["sampled_pass1"]:
+                continue
+            p = cell["sampled_pass1"]
+            xs.append(i - 0.4 + width * (j + 0.5))
+            ys.append(p["value"])
+            lo.append(p["value"] - p["low"])
+            hi.append(p["high"] - p["value"])
+            greedy.append(cell["greedy"]["value"])
+        color = COLORS.get(stage["name"], "tab:purple")
+        ax.bar(
+            xs,
+            ys,
+            width,
+            yerr=[lo, hi],
+            color=color,
+            alpha=0.75,
+            capsize=2,
+            label=f"{stage['name']}: sampled",
+        )
+        ax.scatter(xs, greedy, marker="_", s=120, color="black", zorder=3)
+    ax.scatter([], [], marker="_", s=120, color="black", label="greedy")
+    ax.set_xticks(range(len(families)))
+    ax.set_xticklabels(families, fontsize=8, rotation=15)
+    ax.set_ylim(0, 1.05)
+    ev = report.get("eval", {})
+    ax.set_title(
+        f"held-out tiny_tasks by family ({ev.get('items')} items x {ev.get('samples_per_item')} samples, 95% CI)"
+    )
+    ax.legend(fontsize=7, loc="lower left")

@@ -1,9 +1,11 @@
 """Judged episodes -> GRPO samples, and what a step's rollouts say (rewards, pass rate, families).
 
 A group is the rollouts of one item; its advantages are normalised within it. A group whose
-rewards are all equal carries no signal (every advantage is 0) and is dropped when asked. An
-episode without an exact token trace (the rollout failed before the model sampled, or the
-backend broke token-exactness) keeps its place in its group's baseline but trains no token.
+rewards are all equal carries no signal (every advantage is 0) and is dropped when asked --
+unless its episodes carry per-token advantages (an env that scores tokens, ``opd``): those are
+the advantages then, in place of the group's (:mod:`trajforge.rl.grpo`). An episode without an
+exact token trace (the rollout failed before the model sampled, or the backend broke
+token-exactness) keeps its place in its group's baseline but trains no token.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajforge.envs.types import Episode
+from trajforge.envs.types import Episode, TokenRecord
 from trajforge.llm.token_trace import MASKED
 from trajforge.rl.grpo import Sample, group_advantages
 
@@ -50,9 +52,10 @@ def build_samples(rollouts: StepRollouts, *, scale: bool = True, skip_uniform: b
     guided_ids = {id(ep) for ep in rollouts.guided}
     for group in rollouts.groups:
         rewards = [ep.score for ep in group]
+        scored_tokens = any(ep.trace is not None and ep.trace.token_advantages is not None for ep in group)
         if max(rewards) - min(rewards) < 1e-9:
             uniform += 1
-            if skip_uniform:
+            if skip_uniform and not scored_tokens:
                 continue
         for ep, adv in zip(group, group_advantages(rewards, scale=scale), strict=True):
             trace = ep.trace
@@ -63,19 +66,69 @@ def build_samples(rollouts: StepRollouts, *, scale: bool = True, skip_uniform: b
             if not any(sampled):
                 untraced += 1
                 continue
+            spans = [(int(a), int(b), int(v)) for a, b, v in trace.span_versions or ()]
             samples.append(
                 Sample(
                     tokens=list(trace.tokens),
                     sampled=sampled,
                     old_logprobs=list(trace.logprobs),
                     advantage=adv,
-                    version=rollouts.version,
+                    version=min((v for _, _, v in spans), default=rollouts.version),
+                    token_advantages=aligned_token_advantages(trace),
+                    span_versions=spans,
                 )
             )
             guided += id(ep) in guided_ids
     rollouts.samples, rollouts.uniform_groups, rollouts.untraced = samples, uniform, untraced
     rollouts.guided_samples = guided
     return rollouts
+
+
+def aligned_token_advantages(trace: TokenRecord) -> list[float] | None:
+    """The trace's per-token advantages, one per position (0 where the policy did not sample):
+    given per position, or per sampled token and scattered onto the sampled positions."""
+    adv = trace.token_advantages
+    if adv is None:
+        return None
+    if len(adv) == len(trace.tokens):
+        return [float(a) for a in adv]
+    positions = [i for i, m in enumerate(trace.masks) if m != MASKED]
+    if len(adv) != len(positions):
+        raise ValueError(
+            f"{len(adv)} token advantages for {len(positions)} sampled tokens ({len(trace.tokens)} in all): "
+            "an env that scores tokens must give one per position or one per sampled token"
+        )
+    out = [0.0] * len(trace.tokens)
+    for i, a in zip(positions, adv, strict=True):
+        out[i] = float(a)
+    return out
+
+
+def span_staleness(
+    samples: Sequence[Sample], trained_step: int, step_of_version: dict[int, int]
+) -> dict[str, Any]:
+    """How old the weights that sampled each span were when ``trained_step`` trained on it:
+    ``(trained_step - 1) - step_of_version[v]`` per sampled turn, token-weighted mean and max, and
+    how many episodes straddle a weight reload (their turns sampled by more than one version).
+    Samples without span versions count as sampled by ``Sample.version``."""
+    tokens = weighted = 0
+    worst = 0
+    straddling = 0
+    for s in samples:
+        spans = s.span_versions or [(0, len(s.tokens), s.version)]
+        straddling += len({v for _, _, v in spans}) > 1
+        for start, end, version in spans:
+            age = (trained_step - 1) - step_of_version.get(version, trained_step - 1)
+            n = sum(s.sampled[start:end])
+            tokens += n
+            weighted += n * age
+            worst = max(worst, age)
+    return {
+        "staleness_max": worst,
+        "staleness_mean": round(weighted / tokens, 4) if tokens else 0.0,
+        "straddling_episodes": straddling,
+        "token_advantage_episodes": sum(s.token_advantages is not None for s in samples),
+    }
 
 
 def rollout_metrics(rollouts: StepRollouts) -> dict[str, Any]:

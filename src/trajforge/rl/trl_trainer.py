@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from trajforge.rl.builtin import TrainResult, resolve_device, training_env
+from trajforge.rl.builtin import StepHook, TrainResult, resolve_device, training_env
 from trajforge.rl.checkpoint import RunDir, RunState
 from trajforge.rl.config import TrainConfig, TrainConfigError
+from trajforge.rl.progress import quiet_third_party
 from trajforge.rl.samples import PASS_THRESHOLD
 
 TRL_DIR = "trl"
@@ -50,8 +51,11 @@ def _latest_trl_checkpoint(root: Path) -> Path | None:
     return max(found, key=lambda p: int(p.name.split("-")[1]), default=None)
 
 
-def train_trl(config: TrainConfig) -> TrainResult:
+def train_trl(config: TrainConfig, *, on_step: StepHook | None = None) -> TrainResult:
+    """Blocking. ``on_step`` gets each step's metric line as TRL logs it (the CLI's live line);
+    TRL's own progress bar and printed log dicts are off."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl import GRPOConfig, GRPOTrainer  # type: ignore[attr-defined]
 
     from trajforge.envs.trl import EnvGRPO
@@ -59,14 +63,19 @@ def train_trl(config: TrainConfig) -> TrainResult:
 
     cfg = config
     run_dir = RunDir(cfg.output_dir)
-    state = run_dir.open(cfg)
+    run_state = run_dir.open(cfg)
     resume = _latest_trl_checkpoint(cfg.output_dir)
-    if state is not None and state.step >= cfg.steps:
+    if run_state is not None and run_state.step >= cfg.steps:
         raise TrainConfigError(
-            f"{cfg.output_dir} already finished step {state.step} of {cfg.steps}; raise --steps or pick another --output-dir"
+            f"{cfg.output_dir} already finished step {run_state.step} of {cfg.steps}; raise --steps or pick another --output-dir"
         )
     device = resolve_device(cfg.device)
     env = training_env(cfg)
+    if getattr(env, "scores_tokens", False):
+        raise TrainConfigError(
+            f"env {env.name!r} gives per-token advantages, which TRL's GRPOTrainer has no input for "
+            "(it would train on the scalar reward alone); use --trainer builtin, which trains on them"
+        )
     tokenizer = AutoTokenizer.from_pretrained(str(cfg.model))
     model = AutoModelForCausalLM.from_pretrained(str(cfg.model))
     metrics: list[dict[str, Any]] = []
@@ -79,12 +88,12 @@ def train_trl(config: TrainConfig) -> TrainResult:
             self.tokens = 0
 
         def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            # `state` is TRL's TrainerState (global_step); the run's own is `run_state`
             logs: dict[str, Any] | None = kwargs.get("logs")
-            st = state
             if not logs or "reward" not in logs:
                 return
             now = time.monotonic()
-            line: dict[str, Any] = {"step": int(st.global_step), "staleness": 0, "device": device}
+            line: dict[str, Any] = {"step": int(state.global_step), "staleness": 0, "device": device}
             for key, name in _NAMES.items():
                 if key in logs:
                     line[name] = logs[key]
@@ -99,16 +108,17 @@ def train_trl(config: TrainConfig) -> TrainResult:
             line["tokens_per_s"] = round(sampled / max(now - self.last, 1e-9), 2)
             self.last = now
             if resume is not None:
-                line["resumed_from"] = state.step if state else None
+                line["resumed_from"] = run_state.step if run_state else None
             line["time"] = time.time()
             run_dir.append_metrics(line)
             metrics.append(line)
+            if on_step is not None:
+                on_step(line)
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            st = state
-            ckpt = cfg.output_dir / TRL_DIR / f"checkpoint-{st.global_step}"
+            ckpt = cfg.output_dir / TRL_DIR / f"checkpoint-{state.global_step}"
             if (ckpt / "config.json").is_file():
-                run_dir.write_state(RunState(step=int(st.global_step), checkpoint=run_dir.relative(ckpt)))
+                run_dir.write_state(RunState(step=int(state.global_step), checkpoint=run_dir.relative(ckpt)))
 
     sandbox = SandboxConfig(kind=env.config.sandbox, command_timeout_s=env.config.command_timeout_s)
     with EnvGRPO(env, sandbox=sandbox, max_batch=cfg.max_batch) as adapter:
@@ -138,6 +148,7 @@ def train_trl(config: TrainConfig) -> TrainResult:
             activation_checkpointing=False,
             seed=cfg.seed,
             dataloader_num_workers=0,
+            disable_tqdm=True,
         )
         trainer = GRPOTrainer(
             model=model,
@@ -148,13 +159,16 @@ def train_trl(config: TrainConfig) -> TrainResult:
             rollout_func=adapter.rollout_func,
             callbacks=[_Record()],
         )
-        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        for noisy in (PrinterCallback, ProgressCallback):  # log dicts / bars: the CLI prints its own line
+            trainer.remove_callback(noisy)
+        with quiet_third_party():
+            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     final = run_dir.save(cfg.steps, trainer.model, tokenizer, None, {"trainer": "trl"})
     run_dir.write_state(RunState(step=cfg.steps, checkpoint=run_dir.relative(final), final=True))
     return TrainResult(
         steps_done=len(metrics),
         last_step=cfg.steps,
         final_checkpoint=final,
-        resumed_from=state.step if state else None,
+        resumed_from=run_state.step if run_state else None,
         metrics=metrics,
     )

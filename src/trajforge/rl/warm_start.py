@@ -84,16 +84,18 @@ async def collect_demonstrations(
     template: ChatTemplate,
     *,
     phase: int = 0,
+    stream: str | None = None,
 ) -> Demonstrations:
     """``n`` oracle episodes on fresh training items of the warm start's mix (of its ``phase``-th
-    phase), run concurrently. Each phase draws from its own item stream."""
+    phase), run concurrently. Each phase draws from its own item stream (``stream`` names another,
+    e.g. the demo's supervised control)."""
     ws = _settings(config)
+    name = stream or ("warm-start" if phase == 0 else f"warm-start/{phase}")
     overrides: dict[str, Any] = {
         **config.env_overrides,
         **ws.env_overrides,
         **ws.schedule()[phase].env_overrides,
-        "seed": derive_seed(config.seed, "warm-start" if phase == 0 else f"warm-start/{phase}")
-        & ((1 << 63) - 1),
+        "seed": derive_seed(config.seed, name) & ((1 << 63) - 1),
         "max_concurrent_rollouts": config.concurrency,
     }
     env = load_env(config.env, overrides)
@@ -135,6 +137,7 @@ def supervised_updates(
     pad_id: int,
     device: str,
     on_update: Callable[[int, float], None] | None = None,
+    optimizer: Any = None,
 ) -> list[float]:
     """AdamW updates of ``ws.batch`` samples each: for each phase of ``ws.schedule()`` its
     ``updates``, cycling through that phase's samples (``phases[i]``) in order; one optimizer,
@@ -146,12 +149,13 @@ def supervised_updates(
     probability of the demonstrated token, no gradient through the weight): the few tokens the
     policy gets wrong -- a value to copy -- get the update instead of the many it already writes
     right. AdamW's step does not depend on the loss's scale, so this redistributes the update
-    rather than shrinking it."""
+    rather than shrinking it. ``optimizer``: continue one (its moments) instead of a new AdamW."""
     import torch
 
-    optimizer = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad], lr=ws.lr, weight_decay=0.0
-    )
+    if optimizer is None:
+        optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad], lr=ws.lr, weight_decay=0.0
+        )
     schedule = ws.schedule()
     if len(phases) != len(schedule) or not all(phases):
         raise ValueError(f"{len(schedule)} phase(s) need samples each; got {[len(p) for p in phases]}")

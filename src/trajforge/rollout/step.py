@@ -25,7 +25,7 @@ from trajforge.agent import AgentConfig, AgentResult, Termination, run_session
 from trajforge.agent.session import Closer
 from trajforge.distributions import Distribution, sample_toolsets
 from trajforge.llm.chat_template import ChatTemplate
-from trajforge.llm.token_trace import TraceError
+from trajforge.llm.token_trace import TraceError, TurnSpan
 from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
 from trajforge.record import TokenRecord
 from trajforge.rollout.status import Outcome, classify
@@ -191,8 +191,19 @@ def _trace(
         return None, str(exc)
     advantages = verdict.token_advantages if verdict is not None else None
     return TokenRecord(
-        tokens=et.tokens, masks=et.masks, logprobs=et.logprobs, token_advantages=advantages
+        tokens=et.tokens,
+        masks=et.masks,
+        logprobs=et.logprobs,
+        token_advantages=advantages,
+        span_versions=_span_versions(et.spans),
     ), None
+
+
+def _span_versions(spans: list[TurnSpan]) -> list[tuple[int, int, int]] | None:
+    """Each sampled turn's ``(start, end, version)``, or None unless the server named every one."""
+    if not spans or any(s.model_version is None for s in spans):
+        return None
+    return [(s.start, s.end, int(s.model_version or 0)) for s in spans]
 
 
 def failure(exc: Exception, *, hard_deadline: bool) -> tuple[Outcome, bool]:

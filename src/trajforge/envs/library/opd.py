@@ -61,6 +61,9 @@ class OnPolicyDistillationEnv(BaseEnv[OpdConfig]):
         "on-policy distillation: student rollouts scored per token by a teacher's logprobs (token advantages)"
     )
     config_class: ClassVar[type[EnvConfig]] = OpdConfig
+    scores_tokens: ClassVar[bool] = True
+    """Its episodes carry per-token advantages: ``rl train``'s builtin trainer trains on them; the
+    TRL path refuses the env (GRPOTrainer has no per-token advantage input)."""
 
     def __init__(self, config: EnvConfig | None = None) -> None:
         super().__init__(config)
