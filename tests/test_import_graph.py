@@ -133,3 +133,63 @@ def test_no_circles_between_modules():
         if module not in state:
             visit(module, [module])
     assert cycles == [], "\n".join(cycles)
+
+
+def _top_level_names(path: Path) -> set[str] | None:
+    """The names a module defines at its top level (None: it star-imports, so anything may be)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                if a.name == "*":
+                    return None
+                names.add(a.asname or a.name.split(".")[0])
+        elif isinstance(node, (ast.If, ast.Try)):  # TYPE_CHECKING blocks, optional imports
+            for sub in ast.walk(node):
+                if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                    names.update(a.asname or a.name.split(".")[0] for a in sub.names)
+                elif isinstance(sub, (ast.FunctionDef, ast.ClassDef)):
+                    names.add(sub.name)
+                elif isinstance(sub, ast.Assign):
+                    names.update(t.id for t in sub.targets if isinstance(t, ast.Name))
+    return names
+
+
+def test_every_import_of_ours_names_something_that_exists():
+    """``from trajforge.x import y`` (function-local ones included) names a module and a name that
+    exist. mypy does not say so for the packages it does not check (``cli``, ``testing``, ...),
+    and a lazy import fails only when its command runs: a module moved on one branch and imported
+    by its old name on another is caught here, statically, for src, tests and benchmarks."""
+    files = {}
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(SRC.parent).with_suffix("")
+        files[".".join(p for p in rel.parts if p != "__init__")] = path
+    root = SRC.parent.parent
+    wrong: list[str] = []
+    for where in ("src", "tests", "benchmarks"):
+        for path in sorted((root / where).rglob("*.py")):
+            if "_tasks" in path.parts[-4:-1] or "fixtures" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module):
+                    continue
+                if node.module.split(".")[0] != "trajforge":
+                    continue
+                if node.module not in files:
+                    wrong.append(f"{path.relative_to(root)}:{node.lineno}: no module {node.module}")
+                    continue
+                defined = _top_level_names(files[node.module])
+                for a in node.names:
+                    if (
+                        defined is not None
+                        and a.name not in defined
+                        and f"{node.module}.{a.name}" not in files
+                    ):
+                        wrong.append(f"{path.relative_to(root)}:{node.lineno}: {node.module} has no {a.name}")
+    assert wrong == [], "\n".join(wrong)

@@ -388,7 +388,7 @@ async def _straddling_episode(tmp_path: Path) -> Any:
     from trajforge.rl.policy_server import PolicyServer
     from trajforge.sandbox import close_factory, create_sandbox_factory
     from trajforge.sandbox.types import SandboxConfig
-    from trajforge.tools.registry import default_registry
+    from trajforge.tools.builtin import default_registry
 
     weights = embedded_weights()
     env = load_env("tiny_tasks", {"families": ["write_file"], "agent_temperature": 0.0, "sandbox": "bwrap"})

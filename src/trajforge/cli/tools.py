@@ -44,8 +44,8 @@ def load_tools_option(path: Path | None) -> ToolsConfig:
 def with_rl_tools(registry: ToolRegistry, runs_dir: Path) -> ToolRegistry:
     """``registry`` with the real ``rl_*`` tools over a run manager in ``runs_dir`` in place of the
     declared placeholders (the rl tools sit above ``tools/``: assembled here, never imported there)."""
-    from trajforge.rl.manager import Manager
-    from trajforge.rl.tools import RLToolSettings, rl_tools
+    from trajforge.rl.runs.manager import Manager
+    from trajforge.rl.runs.tools import RLToolSettings, rl_tools
 
     settings = RLToolSettings(agent_envs_dir=runs_dir / "agent_envs", inference_dir=runs_dir / "_inference")
     for tool in rl_tools(Manager(runs_dir), settings):
