@@ -97,9 +97,10 @@ demo: demo-setup
 	$(VENV)/bin/trajforge batch examples/tasks.jsonl --run-name demo-$$(date +%Y%m%d-%H%M%S) --output-dir data \
 		--toolsets terminal,file --env tiny_tasks --progress plain
 
-# The closed loop (issue 12): held-out eval of the recipe's tiny policy, a supervised warm start on
-# the env's oracle trajectories and guided GRPO on CPU (20 minutes), the new checkpoint served by
-# `trajforge serve` and evaluated again; report.json + closed_loop.png in the run directory.
+# The closed loop (issues 12, 25): the recipe's tiny policy measured held-out (greedy and sampled at
+# the training temperature, paired), a short supervised warm start on the env's oracle trajectories,
+# GRPO, and an equal-compute supervised control, each measured alike (20 minutes on CPU); report.json,
+# the figure and the table (printed last) in the run directory.
 rl-demo: setup
 	$(VENV)/bin/trajforge rl demo --output-dir data --run-name rl-demo-$$(date +%Y%m%d-%H%M%S)
 
