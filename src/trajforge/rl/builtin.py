@@ -336,6 +336,31 @@ class BuiltinTrainer:
             return group, None
         return await guide_group(group, self._oracle, item, seed=seeds[-1])
 
+    async def _update(
+        self,
+        model: Any,
+        optimizer: Any,
+        ref: Any,
+        samples: list[Any],
+        temperature: float,
+        pad_id: int,
+        step: int,
+    ) -> dict[str, Any]:
+        """One step's GRPO updates (``grpo_update``) in a worker thread: the builtin and the
+        records trainer share it."""
+        return await asyncio.to_thread(
+            grpo_update,
+            model,
+            optimizer,
+            samples,
+            self.config,
+            step=step,
+            temperature=temperature,
+            pad_id=pad_id,
+            device=self.device,
+            ref=ref,
+        )
+
     async def _train_step(
         self,
         step: int,
@@ -364,18 +389,7 @@ class BuiltinTrainer:
         build_samples(batch, scale=cfg.scale_rewards, skip_uniform=cfg.skip_uniform_groups)
         temperature = self.temperature
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        stats = await asyncio.to_thread(
-            grpo_update,
-            model,
-            optimizer,
-            batch.samples,
-            cfg,
-            step=step,
-            temperature=temperature,
-            pad_id=pad_id,
-            device=self.device,
-            ref=ref,
-        )
+        stats = await self._update(model, optimizer, ref, batch.samples, temperature, pad_id, step)
         train_s = time.monotonic() - began
         resumable = step % cfg.checkpoint_every == 0 or step == cfg.steps
         path = await asyncio.to_thread(

@@ -22,7 +22,6 @@ from trajforge.rl.builtin import BuiltinTrainer, TrainResult
 from trajforge.rl.checkpoint import RunState
 from trajforge.rl.config import TrainConfig, TrainConfigError
 from trajforge.rl.samples import StepRollouts, build_samples, rollout_metrics
-from trajforge.rl.update import grpo_update
 
 RECORD_FILES = ("trajectories.jsonl", "filtered.jsonl", "failed.jsonl", "episodes.jsonl")
 """Where a run keeps its records: a batch run's three output files, an env run's one."""
@@ -82,18 +81,7 @@ class RecordsTrainer(BuiltinTrainer):
                 scale=cfg.scale_rewards,
                 skip_uniform=cfg.skip_uniform_groups,
             )
-            stats = await asyncio.to_thread(
-                grpo_update,
-                model,
-                optimizer,
-                batch.samples,
-                cfg,
-                step=step,
-                temperature=temperature,
-                pad_id=pad_id,
-                device=self.device,
-                ref=ref,
-            )
+            stats = await self._update(model, optimizer, ref, batch.samples, temperature, pad_id, step)
             last = await asyncio.to_thread(
                 self.run_dir.save, step, model, tokenizer, optimizer, {"weights_of_step": step}
             )

@@ -187,10 +187,12 @@ def bwrap_argv(config: EnvHostConfig, uid: int | None) -> list[str]:
             argv += ["--ro-bind", link, link]
     for path in _ETC_FILES:
         argv += ["--ro-bind-try", path, path]
+    # /tmp first: a Python install that lives under /tmp (a clone there with its .venv) is then
+    # bound on top of the tmpfs instead of being hidden by it
+    argv += ["--perms", "0777", "--size", size, "--tmpfs", "/tmp"]
     for root in _readable_roots():
         argv += [*_dirs_for(root), "--ro-bind", root, root]
     argv += ["--proc", "/proc", "--dev", "/dev"]
-    argv += ["--perms", "0777", "--size", size, "--tmpfs", "/tmp"]
     argv += ["--perms", "0755", "--dir", "/run", "--perms", "0777", "--size", size, "--tmpfs", INSIDE_RUN]
     argv += ["--chdir", INSIDE_RUN]
     if uid is not None:
