@@ -19,7 +19,7 @@ from trajforge.envs.base import EnvDataError
 from trajforge.envs.config import EnvConfigError
 from trajforge.envs.library import swe_grading
 from trajforge.envs.library.swe import SweEnv
-from trajforge.envs.library.swe_instances import instance_test_command, load_instances
+from trajforge.envs.library.swe_instances import instance_test_command, load_instances, patch_files
 from trajforge.sandbox import SandboxConfig, close_factory, create_sandbox_factory
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
 from trajforge.tools.builtin import default_registry
@@ -278,3 +278,14 @@ def test_env_eval_runs_instances_from_a_config_file(swebench_setup, tmp_path):
         assert out.exit_code == 0, out.output
         summary = json.loads(out.output[out.output.index("{") :])
         assert summary["mean_reward"]["value"] == expected, summary
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "/etc/passwd", "src/../../x", ".git/config"])
+def test_a_patch_naming_a_path_outside_the_repository_is_refused(name):
+    """A dataset row's patch names the files the host reads back after ``git apply``: a name that
+    leaves the scratch tree (or edits the repository's git config) is bad data, refused first."""
+    good = "diff --git a/src/ok.py b/src/ok.py\n--- a/src/ok.py\n+++ b/src/ok.py\n@@ -1 +1 @@\n-a\n+b\n"
+    assert patch_files(good) == ["src/ok.py"]
+    bad = good + f"diff --git a/{name} b/{name}\n--- a/{name}\n+++ b/{name}\n@@ -1 +1 @@\n-a\n+b\n"
+    with pytest.raises(EnvDataError, match="only paths inside the repository"):
+        patch_files(bad)

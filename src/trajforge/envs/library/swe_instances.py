@@ -36,7 +36,7 @@ import tarfile
 import tempfile
 from collections.abc import Iterable
 from functools import lru_cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from trajforge.envs.base import EnvDataError
@@ -101,10 +101,15 @@ def load_instances(path: Path) -> list[dict[str, Any]]:
 
 
 def patch_files(patch: str) -> list[str]:
-    """The repository paths a unified git diff touches (old and new names)."""
+    """The repository paths a unified git diff touches (old and new names). A patch comes from
+    the dataset: a name that is absolute or climbs out (``..``) is refused here, before any path
+    built from it is written or read on the host (``git apply`` would refuse it too, later)."""
     names: list[str] = []
     for a, b in _DIFF_FILE.findall(patch):
         for name in (a, b):
+            parts = PurePosixPath(name).parts
+            if name.startswith("/") or ".." in parts or ".git" in parts:
+                raise EnvDataError(f"a patch names {name!r}: only paths inside the repository may be patched")
             if name not in names:
                 names.append(name)
     return names

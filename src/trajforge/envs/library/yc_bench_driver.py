@@ -302,18 +302,25 @@ def cli(argv: list[str]) -> int:
     return code
 
 
-def replay(game_path: Path, log_path: Path, work: Path, max_commands: int) -> dict[str, Any]:
-    """The verifier's recomputation: the item's world from scratch, the log's commands in order.
-    A line that is not a command the agent may run counts as refused and changes nothing (its
-    index is used all the same: the agent's own run counted it)."""
-    game = _load_game(game_path)
-    _deterministic_ids()
+def _fresh_world(game: dict[str, Any], work: Path) -> Path:
+    """A new database in ``work`` holding the item's world at its start (the replay's and the
+    oracle's); any earlier one there is removed first."""
     work.mkdir(parents=True, exist_ok=True)
     db = work / DB_FILE
     if db.exists():
         db.unlink()
     _use(game, db)
     ensure_world(game)
+    return db
+
+
+def replay(game_path: Path, log_path: Path, work: Path, max_commands: int) -> dict[str, Any]:
+    """The verifier's recomputation: the item's world from scratch, the log's commands in order.
+    A line that is not a command the agent may run counts as refused and changes nothing (its
+    index is used all the same: the agent's own run counted it)."""
+    game = _load_game(game_path)
+    _deterministic_ids()
+    _fresh_world(game, work)
     refused = failed = ran = 0
     with log_path.open("rb") as f:
         for index, raw in enumerate(f):
@@ -385,12 +392,7 @@ def plan(game: dict[str, Any], work: Path, max_rounds: int = 250) -> list[list[s
     _deterministic_ids()
     from yc_bench.config import load_config
 
-    work.mkdir(parents=True, exist_ok=True)
-    db = work / DB_FILE
-    if db.exists():
-        db.unlink()
-    _use(game, db)
-    ensure_world(game)
+    _fresh_world(game, work)
     world = load_config(str(game["preset"])).world
     day_hours = world.workday_end_hour - world.workday_start_hour
     p = _Play(game)
