@@ -316,6 +316,7 @@ def test_rl_train_trains_a_step_on_batch_records(tiny_chatml_model: Path, tmp_pa
     ]
     result = CliRunner().invoke(app, ["rl", "train", *args])
     assert result.exit_code == 0, (result.output, result.exception)
+    assert "step 1/1" in result.output  # the live line, as every rl train shows it
     metrics = [orjson.loads(x) for x in (out / "metrics.jsonl").read_bytes().splitlines()]
     assert len(metrics) == 1 and metrics[0]["episodes"] == 8 and metrics[0]["trained_episodes"] > 0
     before = load_file(str(tiny_chatml_model / "model.safetensors"))

@@ -165,7 +165,7 @@ def _train(cfg: object, echo: Callable[[str], None]) -> Any:
         if cfg.records is not None:
             from trajforge.rl.offline import train_on_records
 
-            return train_on_records(cfg)
+            return train_on_records(cfg, on_step=progress)
         if cfg.trainer == "trl":
             from trajforge.rl.trl_trainer import train_trl
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trajforge.record import Record, RecordError, read
-from trajforge.rl.builtin import BuiltinTrainer, TrainResult
+from trajforge.rl.builtin import BuiltinTrainer, StepHook, TrainResult
 from trajforge.rl.checkpoint import RunState
 from trajforge.rl.config import TrainConfig, TrainConfigError
 from trajforge.rl.samples import StepRollouts, build_samples, rollout_metrics
@@ -101,6 +101,10 @@ class RecordsTrainer(BuiltinTrainer):
             }
             await asyncio.to_thread(self.run_dir.append_metrics, line)
             metrics.append(line)
+            if self.on_step is not None:  # the CLI's live line, as for the builtin trainer
+                res = self.on_step(line)
+                if asyncio.iscoroutine(res):
+                    await res
         return TrainResult(
             steps_done=len(metrics),
             last_step=cfg.steps,
@@ -110,6 +114,6 @@ class RecordsTrainer(BuiltinTrainer):
         )
 
 
-def train_on_records(config: TrainConfig) -> TrainResult:
+def train_on_records(config: TrainConfig, *, on_step: StepHook | None = None) -> TrainResult:
     """Blocking entry point (the CLI's, with ``--records``)."""
-    return asyncio.run(RecordsTrainer(config).run())
+    return asyncio.run(RecordsTrainer(config, on_step=on_step).run())
