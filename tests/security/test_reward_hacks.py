@@ -295,7 +295,7 @@ async def test_yc_bench_editing_the_database_wins_nothing() -> None:
         ep = await Rollouts(env, RolloutBackends(model, factory, default_registry())).episode(item)
     finally:
         await close_factory(factory)
-    assert ep.reward_error is None and ep.status == "completed", (ep.reward_error, ep.error)
+    assert ep.reward_error is None and ep.status == "completed", (ep.reward_error, ep.reason)
     seen = json.loads([m["content"] for m in ep.messages if m["role"] == "tool"][2])["output"]
     assert '"funds_cents": 10000000000000' in seen, seen[:400]  # the agent's own view: forged
     log = "".join(json.dumps({"argv": argv}) + "\n" for argv in [*honest, *after])

@@ -96,7 +96,6 @@ def _mounts(fds: dict[str, int], agent: str, ro_binds: Sequence[str] = ()) -> li
         "--hostname",
         "sandbox",
         *_system_binds(),
-        *extra,
         "--proc",
         "/proc",
         "--dev",
@@ -109,6 +108,10 @@ def _mounts(fds: dict[str, int], agent: str, ro_binds: Sequence[str] = ()) -> li
         "--bind-fd",
         str(fds["work"]),
         INSIDE_WORKDIR,
+        # after the scratch and work dirs: a path bound under /tmp (a venv in a clone there) is
+        # then mounted on top of the scratch dir instead of hidden by it (such a sandbox is not
+        # reused: its reset cannot empty a /tmp holding a mount point, so it is rebuilt)
+        *extra,
         "--tmpfs",
         "/run",
         "--perms",
