@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -15,8 +17,21 @@ TRAJFORGE = str(Path(sys.executable).with_name("trajforge"))
 
 
 def _run(args: list[str], cwd: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the CLI; one that outlives the timeout is asked for its stacks (SIGUSR1) before it is
+    killed, so a hang fails the test with where it hung."""
     env = {**os.environ, **(env_extra or {})}
-    return subprocess.run([TRAJFORGE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.Popen(
+        [TRAJFORGE, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(3)
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"trajforge {args} hung; its stacks:\n{err}") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def test_run_prints_answer_and_saves_trajectory(tmp_path: Path):
@@ -82,6 +97,30 @@ def test_run_reports_bad_key_and_unknown_toolset(tmp_path: Path):
         assert proc.returncode == 2 and "unknown toolset 'teleport'" in proc.stderr
         proc = _run(["run", "hi", "--model", "m"], tmp_path)
         assert proc.returncode == 2 and "--base-url" in proc.stderr
+
+
+def test_sigusr1_prints_the_stacks_of_a_waiting_run_and_it_carries_on(tmp_path: Path):
+    """A run that seems stuck (here: an endpoint slow to answer) says where it waits on SIGUSR1:
+    every thread's stack and every pending asyncio task's, and then it goes on to finish."""
+    with ScriptedServer([Reply(content="late answer")], latency_s=4.0).in_thread() as srv:
+        proc = subprocess.Popen(
+            [TRAJFORGE, "run", "hi", "--model", "m", "--base-url", srv.base_url, "--toolsets", "file"],
+            cwd=tmp_path,
+            env={**os.environ, "OPENAI_API_KEY": "k"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while srv.counters["requests"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert srv.counters["requests"] == 1, "the run never reached the endpoint"
+        proc.send_signal(signal.SIGUSR1)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert out.strip() == "late answer"
+    assert "SIGUSR1, the stacks of every thread" in err and "end of dump" in err
+    assert "asyncio task(s) pending" in err and "run_session" in err, err
 
 
 async def test_run_offers_toolsets_configured_in_tools_config(tmp_path: Path):

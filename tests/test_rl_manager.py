@@ -434,6 +434,9 @@ def test_a_start_that_dies_before_the_run_is_ready_leaves_nothing_running(
         [
             sys.executable,
             "-c",
+            # Ctrl-C as a terminal delivers it: a test run started in the background by a
+            # non-interactive shell ignores SIGINT, a child inherits that, and the case would hang.
+            "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
             "import asyncio; from trajforge.rl.runs.manager import Manager; from trajforge.rl.runs.schema import RunSpec; "
             f"asyncio.run(Manager({str(runs)!r}).start(RunSpec.model_validate_json(open({str(tmp_path / 'spec.json')!r}).read())))",
         ]

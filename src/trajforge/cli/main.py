@@ -153,6 +153,9 @@ def _root(
     ),
 ) -> None:
     """Agent trajectory factory and RL environments for tool-using LLMs."""
+    from trajforge.cli import dump
+
+    dump.install()  # `kill -USR1 <pid>` prints where a command is (cli/dump.py)
 
 
 def main() -> None:  # pragma: no cover - console script shim
