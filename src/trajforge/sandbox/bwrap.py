@@ -32,6 +32,7 @@ from trajforge.sandbox.factory import ProcessSandboxFactory
 from trajforge.sandbox.launch import Launch, command_env, limit_env
 from trajforge.sandbox.layout import Layout, chown_tree, compile_agent, make_layout
 from trajforge.sandbox.templates import filter_fd, key_filter
+from trajforge.spawn import spawn
 
 INSIDE_WORKDIR = "/workspace"
 INSIDE_SCRATCH = "/tmp"
@@ -230,7 +231,7 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
                 python = first_existing(_PYTHONS) or ""
                 python_at = len(argv) - 1 - argv[::-1].index(python)
                 argv[python_at:] = ["/bin/sh", "-c", "echo ok > /workspace/probe"]  # the agent's place
-                proc = await asyncio.create_subprocess_exec(
+                proc = await spawn(
                     *argv,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.STDOUT,

@@ -43,6 +43,7 @@ from trajforge.sandbox.launch import Launch, command_env, limit_env
 from trajforge.sandbox.layout import Layout
 from trajforge.sandbox.sweep import process_start
 from trajforge.sandbox.types import SandboxConfig
+from trajforge.spawn import spawn
 
 INSIDE_WORKDIR = "/workspace"
 INSIDE_SCRATCH = "/tmp"
@@ -91,7 +92,7 @@ def client_env() -> dict[str, str]:
 
 
 async def _docker(*args: str, limit_s: float = 120) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         "docker",
         *args,
         stdout=asyncio.subprocess.PIPE,

@@ -21,6 +21,7 @@ import orjson
 
 from trajforge.sandbox.errors import SandboxBrokenError
 from trajforge.sandbox.types import ExecResult
+from trajforge.spawn import spawn
 
 # Time allowed beyond a command's own timeout for the agent to kill it and answer.
 _ANSWER_GRACE_S = 15.0
@@ -71,7 +72,7 @@ class ExecAgent:
         # The agent's own stderr (crash tracebacks) goes to a host-side log the sandbox cannot see.
         log = open(self._log_path, "ab") if self._log_path else None  # noqa: SIM115, ASYNC230
         try:
-            self._proc = await asyncio.create_subprocess_exec(
+            self._proc = await spawn(
                 *self._argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -84,10 +85,14 @@ class ExecAgent:
             if log is not None:
                 log.close()
         try:
-            hello = await asyncio.wait_for(self._read_line(), _START_TIMEOUT_S)
+            async with asyncio.timeout(_START_TIMEOUT_S):  # not wait_for: it can swallow a cancel
+                hello = await self._read_line()
         except (TimeoutError, AgentError) as exc:
             await self.kill()
             raise AgentError(f"the sandbox exec agent did not start: {exc}{self._log_tail()}") from exc
+        except BaseException:  # cancelled while it greets: a half-started sandbox is not left running
+            await self.kill()
+            raise
         if not hello.get("ready"):
             await self.kill()
             raise AgentError(f"unexpected greeting from the sandbox exec agent: {hello!r}")

@@ -31,6 +31,7 @@ from typing import IO, Any
 import aiohttp
 
 from trajforge.serve.config import READY_PREFIX, check_model_dir
+from trajforge.spawn import spawn
 
 _CLI = "from trajforge.cli.main import main; main()"
 
@@ -114,7 +115,7 @@ class LocalServer:
         self._log = self.log_path.open("wb")
         self._token_dir = Path(tempfile.mkdtemp(prefix="trajforge-serve-token-"))  # 0700, ours
         token_file = self._token_dir / "token"
-        self._proc = await asyncio.create_subprocess_exec(
+        self._proc = await spawn(
             *self.command(),
             "--token-file",
             str(token_file),

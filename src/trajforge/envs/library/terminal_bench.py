@@ -72,6 +72,7 @@ from trajforge.envs.library.harbor_task import HarborTaskConfig, literal_env, st
 from trajforge.envs.library.trusted_run import run_trusted
 from trajforge.envs.types import Item, RewardBreakdown
 from trajforge.sandbox.confined import DataPathError, HostPath
+from trajforge.spawn import spawn
 
 if TYPE_CHECKING:
     from trajforge.agent.result import AgentResult
@@ -270,7 +271,7 @@ class TerminalBenchEnv(BaseEnv[TerminalBenchConfig]):
         for rel, data in _text_files(context).items():
             digest.update(rel.encode() + b"\0" + data + b"\0")
         tag = f"trajforge-tb-{task.name.lower()}:{digest.hexdigest()[:12]}"
-        proc = await asyncio.create_subprocess_exec(
+        proc = await spawn(
             "docker", "build", "-t", tag, str(context),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip

@@ -1,0 +1,46 @@
+"""Start a child process from asyncio such that cancelling the start cannot hang.
+
+``asyncio.create_subprocess_exec`` cancelled while it connects the child's pipes waits forever in
+the CPython 3.11 we run on (python/cpython#103847, #125502): the transport's exit waiters are
+only woken once every pipe is connected, and the cancelled connect never finishes. trajforge
+cancels process starts routinely -- a session whose first model call fails (a 401) cancels its
+sandbox's start, a run stopped at its deadline cancels whatever is starting -- so on Python 3.11
+a ``trajforge run`` with a wrong key could hang for good (CI saw it). :func:`spawn` lets the start
+finish out of the cancellation's reach, then kills the child it no longer wants and re-raises: the
+caller is cancelled as asked, within the time a start takes, and no process is left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+_REAP_S = 10.0
+"""How long a killed, unwanted child is waited for before it is left to the OS."""
+
+
+async def spawn(*argv: str, **kwargs: Any) -> asyncio.subprocess.Process:
+    """``asyncio.create_subprocess_exec(*argv, **kwargs)``, safe to cancel at any point."""
+    start = asyncio.ensure_future(asyncio.create_subprocess_exec(*argv, **kwargs))
+    try:
+        return await asyncio.shield(start)
+    except asyncio.CancelledError:
+        await _discard(start)
+        raise
+
+
+async def _discard(start: asyncio.Future[asyncio.subprocess.Process]) -> None:
+    """Let a start the caller gave up on finish (repeated cancellations included), then kill and
+    reap its child."""
+    while not start.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(start)
+    if start.cancelled() or start.exception() is not None:
+        return  # nothing was started
+    proc = start.result()
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+        await asyncio.wait_for(proc.wait(), _REAP_S)

@@ -1,0 +1,73 @@
+"""A sandbox start cancelled at any point leaves no process behind.
+
+A session cancels its sandbox's start when the rollout ends before the sandbox is needed (the
+model's first call fails with a 401, a sample times out, a run is stopped). Whatever point the
+start had reached -- the layout made, bubblewrap spawned, the exec agent not yet greeting -- the
+cancellation must kill what was spawned: a sandbox left running is a process per failed sample
+that nothing accounts for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def _children() -> set[int]:
+    """Our direct children that are still running (zombies excluded)."""
+    me = str(os.getpid())
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[1] == me and fields[0] != "Z":
+            found.add(int(entry.name))
+    return found
+
+
+async def _settled_children(before: set[int], wait_s: float = 5.0) -> set[int]:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while (left := _children() - before) and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    return left
+
+
+async def test_a_cancelled_start_leaves_no_sandbox_process(factory: Any, tmp_path: Path) -> None:
+    warm = await factory.create("warm")  # the factory's one-time probe, out of the measured starts
+    await warm.close()
+    before = _children()
+    cancelled_while_starting = 0
+    for delay_ms in range(0, 120, 4):
+        task = asyncio.ensure_future(factory.create(f"c{delay_ms}"))
+        await asyncio.sleep(delay_ms / 1000)
+        if task.done():
+            await (task.result()).close()
+            continue
+        spawned = bool(_children() - before)
+        task.cancel()
+        try:
+            sandbox = await task
+        except asyncio.CancelledError:
+            cancelled_while_starting += spawned
+        else:  # the start had just finished when the cancel came: a sandbox to close, as a session does
+            await sandbox.close()
+        left = await _settled_children(before)
+        assert not left, f"cancelled after {delay_ms} ms, still running: {sorted(left)}"
+    # the loop did cancel starts that had already spawned bubblewrap (else it proved nothing)
+    assert cancelled_while_starting >= 1
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    assert not [m for m in mounts if m.startswith(str(tmp_path))], "a cancelled start left a mount"
+    assert not [p.name for p in (tmp_path / "sb").iterdir() if p.is_dir() and p.name[0] == "c"]
