@@ -306,6 +306,28 @@ async def test_batch_env_and_env_eval_write_the_same_records(
 # ------------------------------------------------------ rl train on records written by batch
 
 
+def test_batch_rows_and_env_items_are_keyed_by_one_rule(tmp_path: Path) -> None:
+    """``batch`` keys its dataset rows and ``env eval`` its items with ``record.keys``: the same
+    rows give the same keys, key order does not matter, a prompt given twice is two prompts, and
+    an item JSON cannot hold (bytes) is keyed too."""
+    from trajforge.batch.dataset import load_dataset
+    from trajforge.record.keys import key_of, prompt_keys, rollout_key
+
+    rows: list[dict[str, Any]] = [
+        {"prompt": "What is 2 + 2?", "answer": 4},
+        {"answer": 4, "prompt": "What is 2 + 2?"},  # the same row, keys in another order
+        {"prompt": "What is 3 + 3?", "answer": 6},
+    ]
+    dataset = tmp_path / "d.jsonl"
+    dataset.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    keys = prompt_keys(rows)
+    assert [s.key for s in load_dataset(dataset).samples] == keys
+    assert keys[0].endswith("-0") and keys[1] == keys[0][:-1] + "1" and keys[2].endswith("-0")
+    assert key_of(rows[1]) == keys[0] and rollout_key(keys[0], 1, 2) == keys[0] + "#1"
+    assert rollout_key(keys[0], 0, 1) == keys[0]
+    assert key_of({"prompt": "p", "blob": b"\x00"}) != key_of({"prompt": "p", "blob": b"\x01"})
+
+
 @needs_bwrap
 @pytest.mark.timeout(900)
 def test_rl_train_trains_a_step_on_batch_records(tiny_chatml_model: Path, tmp_path: Path) -> None:
