@@ -28,6 +28,7 @@ from trajforge.envs import load_env
 from trajforge.envs.episode import RolloutBackends
 from trajforge.envs.runner import read_episodes, run_eval
 from trajforge.record import SCHEMA_VERSION, Record, RecordError, load, read
+from trajforge.record.keys import prompt_keys, rollout_key
 from trajforge.report.build import build_report
 from trajforge.tasks import terminal_output
 from trajforge.testing.policies import count_assistant_turns
@@ -202,6 +203,19 @@ def test_version_1_env_run_rescores_and_resumes(tmp_path: Path) -> None:
     episodes = read_episodes(env_dir / "episodes.jsonl")
     assert sorted(e.key for e in episodes) == sorted({e.key for e in episodes}) and len(episodes) == 4
     assert all(e.reward == 1.0 for e in episodes)
+    # the 3 kept episodes keep their ITEM_ID#ROLLOUT keys (and were not run again); the one run
+    # now is keyed by record.keys, as its item's place in the list
+    assert [e.key for e in episodes[:3]] == [f"{x['item_id']}#{x['rollout']}" for x in raw[:3]]
+    lost = orjson.loads(lines[-1])
+    env = load_env("terminal_test")
+    items = env.eval_items(2)
+    place = next(i for i, item in enumerate(items) if env.item_id(item) == lost["item_id"])
+    assert episodes[3].key == rollout_key(prompt_keys(items)[place], lost["rollout"], 2)
+    assert (episodes[3].item_id, episodes[3].rollout, episodes[3].prompt_index) == (
+        lost["item_id"],
+        lost["rollout"],
+        place,
+    )
 
 
 @needs_bwrap
@@ -253,10 +267,9 @@ async def test_batch_env_and_env_eval_write_the_same_records(
     ``prompt_index`` is the item's place in the list and ``sampling`` what every call sent."""
     from trajforge.distributions import derive_seed
     from trajforge.llm.openai_client import OpenAIChatModel, OpenAIModelConfig
-    from trajforge.record.keys import prompt_keys, rollout_key
 
-    env = load_env("tiny_tasks", {"families": ["arithmetic"], "seed": 7, "agent_temperature": 0.5})
-    env.config = env.config.model_copy(update={"max_tokens": 300})
+    settings = {"families": ["arithmetic"], "seed": 7, "agent_temperature": 0.5, "max_tokens": 300}
+    env = load_env("tiny_tasks", settings)
     items = env.eval_items(3)
     srv = await scripted_server(_solver())
     cfg = scripted_batch_config(
@@ -311,7 +324,7 @@ def test_batch_rows_and_env_items_are_keyed_by_one_rule(tmp_path: Path) -> None:
     rows give the same keys, key order does not matter, a prompt given twice is two prompts, and
     an item JSON cannot hold (bytes) is keyed too."""
     from trajforge.batch.dataset import load_dataset
-    from trajforge.record.keys import key_of, prompt_keys, rollout_key
+    from trajforge.record.keys import key_of
 
     rows: list[dict[str, Any]] = [
         {"prompt": "What is 2 + 2?", "answer": 4},
