@@ -116,7 +116,7 @@ def _adapter_cmd(mode: str, env: str, *flags: str) -> list[str]:
 
 
 def _episodes(path: Path) -> dict[str, dict[str, Any]]:
-    return {f"{e['item_id']}#{e['rollout']}": e for e in map(json.loads, path.read_text().splitlines())}
+    return {e["key"]: e for e in map(json.loads, path.read_text().splitlines())}
 
 
 def _teacher_forced_logprobs(model_dir: Path, tokens: list[int]) -> list[float]:

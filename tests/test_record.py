@@ -4,7 +4,8 @@
   ``tests/fixtures/runs_v1/``, written by the code before the record existed): such runs still
   export, report, rescore and resume;
 * ``batch --env`` and ``env eval`` run the same items through the same rollout step and write the
-  same records, apart from timings and the run's bookkeeping of them;
+  same records, apart from timings (which hold the worker that ran it): the same key, seed,
+  prompt index and sampling, two rollouts per item included;
 * ``rl train --records`` trains a step on the records a token-level ``batch`` wrote.
 
 Real parts only: the scripted endpoint on loopback, bubblewrap sandboxes, ``trajforge serve`` and
@@ -27,6 +28,7 @@ from trajforge.envs import load_env
 from trajforge.envs.episode import RolloutBackends
 from trajforge.envs.runner import read_episodes, run_eval
 from trajforge.record import SCHEMA_VERSION, Record, RecordError, load, read
+from trajforge.record.keys import prompt_keys, rollout_key
 from trajforge.report.build import build_report
 from trajforge.tasks import terminal_output
 from trajforge.testing.policies import count_assistant_turns
@@ -35,9 +37,11 @@ from trajforge.tools.builtin import default_registry
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runs_v1"
 OUTPUTS = ("trajectories.jsonl", "filtered.jsonl", "failed.jsonl")
-BOOKKEEPING = {"key", "prompt_index", "seed", "sampling", "worker", "timings"}
-"""What two runs of the same rollout may differ in: when it ran, and how each run names and
-seeds it (a batch row's content key and row index, an env item's ITEM#ROLLOUT)."""
+BOOKKEEPING = {"timings"}
+"""What two runs of the same rollout may differ in: when it ran, how long it took and which
+worker ran it (``timings.worker``: a batch's process, none in an env eval). Its key, prompt
+index, seed and sampling are named by what was asked (``trajforge.record.keys``), not by the
+command that asked it."""
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -120,6 +124,31 @@ def test_the_reader_refuses_what_is_no_record_and_what_is_newer() -> None:
         load(["not", "a", "dict"])  # type: ignore[arg-type]
 
 
+def test_a_version_2_line_reads_with_its_worker_in_timings() -> None:
+    """Version 2 kept ``worker`` beside the rollout's identity; version 3 moved it into
+    ``timings`` (execution provenance). Everything else of the line is read as it was."""
+    v2 = {
+        "schema_version": 2,
+        "key": "0123-0#1",
+        "prompt_index": 4,
+        "rollout": 1,
+        "group_size": 2,
+        "status": "completed",
+        "seed": 9,
+        "sampling": {"temperature": 0.5},
+        "timings": {"wall_s": 1.5, "finished_at": "2026-01-01T00:00:00.000+00:00"},
+        "worker": 3,
+        "metadata": {"batch_num": 3},
+    }
+    rec = load(v2)
+    assert rec.schema_version == SCHEMA_VERSION == 3 and rec.timings.worker == 3 and rec.timings.wall_s == 1.5
+    assert (rec.key, rec.prompt_index, rec.seed, rec.sampling) == ("0123-0#1", 4, 9, {"temperature": 0.5})
+    assert "worker" not in orjson.loads(rec.line()) and orjson.loads(rec.line())["timings"]["worker"] == 3
+    assert load({**v2, "worker": None}).timings.worker is None
+    v1 = _raw_lines(FIXTURES / "batch" / "run" / "trajectories.jsonl")[0]
+    assert load(v1).timings.worker == v1["metadata"]["batch_num"]
+
+
 def test_a_record_line_reads_back_as_itself() -> None:
     rec = load(_raw_lines(FIXTURES / "env" / "run" / "episodes.jsonl")[0])
     again = load(orjson.loads(rec.line()))
@@ -174,6 +203,19 @@ def test_version_1_env_run_rescores_and_resumes(tmp_path: Path) -> None:
     episodes = read_episodes(env_dir / "episodes.jsonl")
     assert sorted(e.key for e in episodes) == sorted({e.key for e in episodes}) and len(episodes) == 4
     assert all(e.reward == 1.0 for e in episodes)
+    # the 3 kept episodes keep their ITEM_ID#ROLLOUT keys (and were not run again); the one run
+    # now is keyed by record.keys, as its item's place in the list
+    assert [e.key for e in episodes[:3]] == [f"{x['item_id']}#{x['rollout']}" for x in raw[:3]]
+    lost = orjson.loads(lines[-1])
+    env = load_env("terminal_test")
+    items = env.eval_items(2)
+    place = next(i for i, item in enumerate(items) if env.item_id(item) == lost["item_id"])
+    assert episodes[3].key == rollout_key(prompt_keys(items)[place], lost["rollout"], 2)
+    assert (episodes[3].item_id, episodes[3].rollout, episodes[3].prompt_index) == (
+        lost["item_id"],
+        lost["rollout"],
+        place,
+    )
 
 
 @needs_bwrap
@@ -217,36 +259,86 @@ async def test_version_1_batch_run_resumes_and_its_mixed_files_read(
 async def test_batch_env_and_env_eval_write_the_same_records(
     scripted_server: Any, scripted_batch_config: Any, bwrap: Any, tmp_path: Path
 ) -> None:
+    """The same 3 items, 2 rollouts each, run by ``batch --env --group-size 2`` (the items as
+    dataset rows) and by ``env eval --group-size 2``: every rollout's record is the same but
+    for ``timings``. Both commands are given the same base seed (7, not their shared default
+    0, so the seed is shown to follow it) and the same sampling settings; the key is the one
+    rule of ``record.keys`` (the item's content key, ``#ROLLOUT``), the seed is derived from it,
+    ``prompt_index`` is the item's place in the list and ``sampling`` what every call sent."""
+    from trajforge.distributions import derive_seed
     from trajforge.llm.openai_client import OpenAIChatModel, OpenAIModelConfig
 
-    env = load_env("tiny_tasks", {"families": ["arithmetic"]})
+    settings = {"families": ["arithmetic"], "seed": 7, "agent_temperature": 0.5, "max_tokens": 300}
+    env = load_env("tiny_tasks", settings)
     items = env.eval_items(3)
     srv = await scripted_server(_solver())
     cfg = scripted_batch_config(
-        items, srv.base_url, env="tiny_tasks", sandbox="bwrap", toolsets=["terminal", "file"], max_turns=4
+        items,
+        srv.base_url,
+        env="tiny_tasks",
+        sandbox="bwrap",
+        toolsets=["terminal", "file"],
+        max_turns=4,
+        samples_per_prompt=2,
+        seed=7,
+        temperature=0.5,
+        max_tokens=300,
     )
-    batch = _records((await run_batch(cfg)).run_dir)
+    batch = {r.key: r for r in _records((await run_batch(cfg)).run_dir)}
 
     model = OpenAIChatModel(
         OpenAIModelConfig(base_url=srv.base_url, model="scripted", api_key_env=SCRIPTED_KEY_ENV)
     )
     await run_eval(
-        env, RolloutBackends(model, bwrap, default_registry()), tmp_path / "eval", n=3, group_size=1
+        env, RolloutBackends(model, bwrap, default_registry()), tmp_path / "eval", n=3, group_size=2
     )
-    evaluated = read_episodes(tmp_path / "eval" / "episodes.jsonl")
+    evaluated = {r.key: r for r in read_episodes(tmp_path / "eval" / "episodes.jsonl")}
 
-    assert len(batch) == len(evaluated) == 3
-    by_item = {r.item_id: r for r in evaluated}
-    for rec in batch:
-        twin = by_item[rec.item_id]
+    prompts = prompt_keys(items)
+    expected = {rollout_key(prompts[i], r, 2) for i in range(3) for r in range(2)}
+    assert len(expected) == 6 and set(batch) == set(evaluated) == expected
+    for key, rec in batch.items():
+        twin = evaluated[key]
         assert rec.reward == twin.reward == 1.0 and rec.status == "completed"
         assert rec.trace is None and rec.tool_stats["terminal"].count == 1
-        mine, theirs = (_fields(r) for r in (rec, twin))
-        assert mine == theirs
+        assert rec.key == twin.key == rollout_key(prompts[rec.prompt_index or 0], rec.rollout, 2)
+        assert rec.prompt_index == twin.prompt_index is not None and rec.item == twin.item
+        assert (rec.rollout, rec.group_size) == (twin.rollout, twin.group_size) and rec.group_size == 2
+        assert rec.seed == twin.seed == derive_seed(7, key)
+        sent = {"temperature": 0.5, "max_tokens": 300, "seed": rec.seed, "reasoning_disabled": False}
+        assert rec.sampling == twin.sampling == {**sent, "extra_body": {}}
+        assert _fields(rec) == _fields(twin)
         assert rec.timings.wall_s > 0 and twin.timings.wall_s > 0
+        assert rec.timings.worker == 0 and twin.timings.worker is None  # provenance, in timings
+    seeds = {r.seed for r in batch.values()}
+    assert len(seeds) == 6  # each rollout its own seed, two rollouts of an item included
+    sent_seeds = {body.get("seed") for body in srv.requests}
+    assert sent_seeds == seeds  # what the record says was sent was sent, by both commands
 
 
 # ------------------------------------------------------ rl train on records written by batch
+
+
+def test_batch_rows_and_env_items_are_keyed_by_one_rule(tmp_path: Path) -> None:
+    """``batch`` keys its dataset rows and ``env eval`` its items with ``record.keys``: the same
+    rows give the same keys, key order does not matter, a prompt given twice is two prompts, and
+    an item JSON cannot hold (bytes) is keyed too."""
+    from trajforge.batch.dataset import load_dataset
+    from trajforge.record.keys import key_of
+
+    rows: list[dict[str, Any]] = [
+        {"prompt": "What is 2 + 2?", "answer": 4},
+        {"answer": 4, "prompt": "What is 2 + 2?"},  # the same row, keys in another order
+        {"prompt": "What is 3 + 3?", "answer": 6},
+    ]
+    dataset = tmp_path / "d.jsonl"
+    dataset.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    keys = prompt_keys(rows)
+    assert [s.key for s in load_dataset(dataset).samples] == keys
+    assert keys[0].endswith("-0") and keys[1] == keys[0][:-1] + "1" and keys[2].endswith("-0")
+    assert key_of(rows[1]) == keys[0] and rollout_key(keys[0], 1, 2) == keys[0] + "#1"
+    assert rollout_key(keys[0], 0, 1) == keys[0]
+    assert key_of({"prompt": "p", "blob": b"\x00"}) != key_of({"prompt": "p", "blob": b"\x01"})
 
 
 @needs_bwrap

@@ -72,7 +72,10 @@ class BatchConfig(BaseModel):
     max_turns: int = Field(30, ge=1, description="assistant turns per sample")
     max_samples: int | None = Field(None, ge=1, description="only the first N rows")
     resume: bool = Field(False, description="continue an existing run")
-    seed: int = Field(0, description="base seed for per-sample toolsets (derived with each row's key)")
+    seed: int = Field(
+        0,
+        description="base seed; each sample's own is derived from it and its key (toolsets, model calls)",
+    )
     sandbox: SandboxKind = Field("bwrap", description="sandbox backend: bwrap|local|docker")
     sandbox_network: bool = Field(
         False,

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from trajforge.record.keys import content_digest
 from trajforge.sandbox.confined import DataPathError, beneath, name_problem
 
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ def _key_base(raw: bytes, root: str) -> str:
     row = _parse(raw)
     if not _prompt_only(row):
         _check_row(row, root)  # the common one-field row needs no further checks
-    return _digest(orjson.dumps(row, option=orjson.OPT_SORT_KEYS))
+    return content_digest(row)  # the one keying rule (record.keys), which env eval shares
 
 
 def _prompt_only(row: object) -> bool:

@@ -14,6 +14,7 @@ import hashlib
 from dataclasses import dataclass, field, replace
 
 from trajforge.batch.dataset import BadRow, DatasetIndex, Sample
+from trajforge.record.keys import rollout_key
 
 
 @dataclass(eq=False)
@@ -26,7 +27,7 @@ class GroupedIndex:
         if self.per_prompt < 2:
             raise ValueError("a grouped index needs at least 2 samples per prompt (1 is the plain index)")
         n = self.per_prompt
-        self.keys = [f"{key}#{k}" for key in self.base.keys for k in range(n)]
+        self.keys = [rollout_key(key, k, n) for key in self.base.keys for k in range(n)]
 
     @property
     def total_rows(self) -> int:

@@ -77,9 +77,8 @@ def bad_row_line(
         **judged,
         tool_stats={n: ToolCounts() for n in run_tools},
         tool_error_counts={n: 0 for n in run_tools},
-        timings=Timings(started_at=iso(now), finished_at=iso(now)),
+        timings=Timings(started_at=iso(now), finished_at=iso(now), worker=-1),
         model=model,
-        worker=-1,
     )
     return batch_line(record, (), started=now, finished=now)
 

@@ -41,6 +41,8 @@ from trajforge.rollout import (
     build_record,
     draw_toolsets,
     run_rollout,
+    seeded,
+    sent_sampling,
 )
 from trajforge.rollout.step import HARD_DEADLINE_GRACE_S, failure
 from trajforge.sandbox import factory_counts
@@ -104,9 +106,6 @@ class Worker:
         self._backends = RolloutBackends(
             self.model, self.factory, registry, getattr(self.model, "template", None), self._close_later
         )
-        self._sampling = (
-            self.agent_config.sampling.model_dump(exclude_none=True) if self.agent_config.sampling else {}
-        )
         self._teardowns: asyncio.TaskGroup | None = None
         self._closing = 0  # sandbox teardowns in flight
         self._closed = asyncio.Condition()
@@ -152,16 +151,17 @@ class Worker:
     async def _run_sample(self, sample: Sample) -> None:
         seed = derive_seed(self.cfg.seed, sample.key)
         toolsets = draw_toolsets(seed, distribution=self._dist, enabled=self.cfg.toolsets)
+        agent = seeded(self.agent_config, seed)
         self.writer.started(sample.key)
         started = time.time()
-        done, attempts = await self._attempts(sample, seed, toolsets)
+        done, attempts = await self._attempts(sample, seed, toolsets, agent)
         done.started_at = started  # the sample's span covers its retries
         if done.outcome.reason_kind == "bad_row":
             detail = done.outcome.reason.removeprefix("bad_row: ")
             done.outcome.reason = f"bad_row: row {sample.index + 1} (prompt_index {sample.index}): {detail}"
         record = build_record(
             self._identity(sample),
-            Asked(self.cfg.model, self._sampling, self.cfg.system_prompt, self.spec.worker_id),
+            Asked(self.cfg.model, sent_sampling(agent), self.cfg.system_prompt, self.spec.worker_id),
             done,
             seed=seed,
             toolsets=toolsets,
@@ -185,13 +185,15 @@ class Worker:
             category=grader.category(item) if grader is not None else None,
         )
 
-    async def _attempts(self, sample: Sample, seed: int, toolsets: list[str]) -> tuple[RolloutOutcome, int]:
+    async def _attempts(
+        self, sample: Sample, seed: int, toolsets: list[str], agent: AgentConfig
+    ) -> tuple[RolloutOutcome, int]:
         """Try until an attempt is not transient or ``max_attempts`` ran (backoff with jitter).
         Every try is the one rollout step; what the agent did is an outcome, never retried."""
         attempts = 0
         while True:
             attempts += 1
-            done = await self._attempt(sample, seed, toolsets, attempts)
+            done = await self._attempt(sample, seed, toolsets, agent, attempts)
             if not done.transient:
                 return done, attempts
             if attempts >= self.cfg.max_attempts:
@@ -201,7 +203,9 @@ class Worker:
             delay = self.cfg.retry_backoff * 2 ** (attempts - 1)
             await asyncio.sleep(min(delay, 60.0) * random.uniform(0.5, 1.5))
 
-    async def _attempt(self, sample: Sample, seed: int, toolsets: list[str], n: int) -> RolloutOutcome:
+    async def _attempt(
+        self, sample: Sample, seed: int, toolsets: list[str], agent: AgentConfig, n: int
+    ) -> RolloutOutcome:
         grader = self.grader
         setup_files: dict[str, str | bytes] | None = dict(sample.setup_files or {}) or None
         judge = None
@@ -216,7 +220,7 @@ class Worker:
             sample.prompt,
             seed,
             toolsets,
-            self.agent_config,
+            agent,
             task_id=f"{sample.key}-{n}",
             image=sample.image,
             cwd=sample.cwd,

@@ -1,6 +1,8 @@
 """Rollouts of an environment: one item -> one judged :class:`Episode`; a group of them.
 
-Each rollout draws its own toolsets (seeded from the run seed and the rollout's key, recorded)
+Each rollout is keyed by the one rule ``batch`` keys its rows with (:mod:`trajforge.record.keys`:
+the item's content and occurrence, ``#ROLLOUT`` in a group), draws its own toolsets (seeded from
+the run seed and that key, recorded; the same seed is sent with every model call)
 and gets its own sandbox; the rollout itself is the one step every rollout takes
 (:func:`trajforge.rollout.run_rollout`), judged by the env (:class:`~trajforge.envs.judge.EnvJudge`)
 inside the session's ``inspect`` hook: after the loop ended, before the sandbox is closed (and so
@@ -25,6 +27,7 @@ from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.types import Episode, Item
 from trajforge.llm.types import SamplingParams
 from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
+from trajforge.record.keys import key_of, rollout_key
 from trajforge.rollout import (
     Asked,
     Identity,
@@ -34,6 +37,8 @@ from trajforge.rollout import (
     build_record,
     draw_toolsets,
     run_rollout,
+    seeded,
+    sent_sampling,
 )
 from trajforge.rollout import RolloutBackends as StepBackends
 from trajforge.rollout.step import failure
@@ -93,26 +98,35 @@ class Rollouts:
     def agent_config(self, seed: int) -> AgentConfig:
         cfg = self.env.config
         system = getattr(self.env, "system_prompt", None)
-        return AgentConfig(
+        agent = AgentConfig(
             max_turns=cfg.max_agent_turns,
             sampling=SamplingParams(
-                temperature=cfg.agent_temperature,
-                max_tokens=cfg.max_tokens,
-                seed=seed,
-                extra_body=dict(cfg.extra_body),
+                temperature=cfg.agent_temperature, max_tokens=cfg.max_tokens, extra_body=dict(cfg.extra_body)
             ),
             system_prompt=system() if callable(system) else cfg.system_prompt,
             max_parallel_tools=cfg.max_parallel_tools,
             session_timeout_s=cfg.sandbox_lifetime_s,
         )
+        return seeded(agent, seed)  # sent with every call, as batch does
 
     async def episode(
-        self, item: Item, *, rollout: int = 0, group_size: int = 1, seed: int | None = None
+        self,
+        item: Item,
+        *,
+        rollout: int = 0,
+        group_size: int = 1,
+        seed: int | None = None,
+        prompt_index: int | None = None,
+        prompt_key: str | None = None,
     ) -> Episode:
-        """One judged rollout of ``item`` through the rollout step (:mod:`trajforge.rollout`)."""
+        """One judged rollout of ``item`` through the rollout step (:mod:`trajforge.rollout`).
+        ``prompt_index`` and ``prompt_key`` (default: the item's content key, first occurrence)
+        are its place in an evaluation's item list (``run_episodes``); ``seed`` (default: derived
+        from the env's seed and the rollout's key) is a trainer's own."""
         env = self.env
         item_id = env.item_id(item)
-        seed = derive_seed(env.config.seed, f"{item_id}#{rollout}") if seed is None else seed
+        key = rollout_key(prompt_key or key_of(item), rollout, group_size)
+        seed = derive_seed(env.config.seed, key) if seed is None else seed
         toolsets = self.toolsets(seed)
         model = self.backends.model_for(env, item) if self.backends.model_for else self.backends.model
         agent = self.agent_config(seed)
@@ -138,8 +152,9 @@ class Rollouts:
             detail = done.outcome.reason.removeprefix("bad_row: ")
             done.outcome = Outcome("failed", f"bad item: {detail}", "bad_item")
         who = Identity(
-            key=f"{item_id}#{rollout}",
+            key=key,
             item=item,
+            prompt_index=prompt_index,
             rollout=rollout,
             group_size=group_size,
             env=env.name,
@@ -242,8 +257,7 @@ class _PreparingFactory:
 
 def asked(model: ChatModel, agent: AgentConfig) -> Asked:
     """How an env rollout was asked, for its record."""
-    sampling = agent.sampling.model_dump(exclude_none=True) if agent.sampling else {}
-    return Asked(model.name, sampling, agent.system_prompt)
+    return Asked(model.name, sent_sampling(agent), agent.system_prompt)
 
 
 def _as_bytes(files: Mapping[str, bytes | str]) -> dict[str, bytes]:

@@ -62,6 +62,7 @@ from trajforge.raycluster import (
     start_actors,
     stop_actors,
 )
+from trajforge.record.keys import key_of, rollout_key
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +235,15 @@ class ActorRollouts:
     def _alive(self) -> list[ActorSlot]:
         return [a for a in self.actors if a.alive]
 
-    async def episode(self, item: Item, *, rollout: int = 0, group_size: int = 1) -> Episode:
+    async def episode(
+        self,
+        item: Item,
+        *,
+        rollout: int = 0,
+        group_size: int = 1,
+        prompt_index: int | None = None,
+        prompt_key: str | None = None,
+    ) -> Episode:
         self.events.claim()  # asked by run_episodes: the run directory is this run's
         async with self.slots:
             while True:
@@ -247,7 +256,9 @@ class ActorRollouts:
                 actor = min(alive, key=lambda a: a.in_flight)
                 actor.in_flight += 1
                 try:
-                    episode: Episode = await as_future(actor.handle.episode.remote(item, rollout, group_size))
+                    episode: Episode = await as_future(
+                        actor.handle.episode.remote(item, rollout, group_size, prompt_index, prompt_key)
+                    )
                     actor.counts["episodes"] = actor.counts.get("episodes", 0) + 1
                     return episode
                 except self.ray.exceptions.RayActorError:
@@ -256,7 +267,7 @@ class ActorRollouts:
                         self.events.add({"event": "actor_lost", **where})
                     lose(self.ray, actor, self.announce)
                     self.requeued += 1  # back to pending: the next pass asks another actor
-                    key = f"{self.env.item_id(item)}#{rollout}"
+                    key = rollout_key(prompt_key or key_of(item), rollout, group_size)
                     self.events.add({"event": "requeued", "episode": key, **where})
                 finally:
                     actor.in_flight -= 1
@@ -357,9 +368,13 @@ class EnvRolloutActor:
     async def model_name(self) -> str:
         return self._ready().backends.model.name
 
-    async def episode(self, item: Item, rollout: int, group_size: int) -> Episode:
+    async def episode(
+        self, item: Item, rollout: int, group_size: int, prompt_index: int | None, prompt_key: str | None
+    ) -> Episode:
         """One rollout of ``item``, judged in its own sandbox (every outcome is an episode)."""
-        return await self._ready().episode(item, rollout=rollout, group_size=group_size)
+        return await self._ready().episode(
+            item, rollout=rollout, group_size=group_size, prompt_index=prompt_index, prompt_key=prompt_key
+        )
 
     async def resize(self, tools_per_rollout: int) -> None:
         await self._ready().resize(tools_per_rollout=tools_per_rollout)

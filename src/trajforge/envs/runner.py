@@ -6,7 +6,9 @@ the concurrency in force, rewritten every second), with ``--backend ray`` ``clus
 (rollout actors lost and the episodes asked again elsewhere, appended as they happen) and, at
 the end, ``summary.json``. A killed
 run resumes: episodes already in the file are not run again (a torn last line is dropped and
-its episode rerun), so every (item, rollout) ends in the file exactly once.
+its episode rerun), so every (item, rollout) ends in the file exactly once. Episodes are keyed as
+``batch`` keys its rows (:mod:`trajforge.record.keys`), with ``prompt_index`` the item's place in
+the list; a run written when episodes were keyed ``ITEM_ID#ROLLOUT`` resumes by those keys.
 
 Concurrency changes while running: write ``control.json`` (``{"max_concurrent_rollouts": 90,
 "max_parallel_tools": 4}``, or use ``trajforge env resize``); it is read every second.
@@ -36,6 +38,7 @@ from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.summary import EvalSummary, summarize
 from trajforge.envs.types import Episode, Item
 from trajforge.record import load as load_record
+from trajforge.record.keys import prompt_keys, rollout_key
 from trajforge.trajectory.save import read_complete_objects
 
 EPISODES_FILE = "episodes.jsonl"
@@ -65,7 +68,15 @@ class EpisodeSource(Protocol):
     """What runs an evaluation's rollouts: :class:`~.episode.Rollouts` here, or the driver's
     side of the rollout actors (``--backend ray``). ``report()`` goes into ``status.json``."""
 
-    async def episode(self, item: Item, *, rollout: int = 0, group_size: int = 1) -> Episode: ...
+    async def episode(
+        self,
+        item: Item,
+        *,
+        rollout: int = 0,
+        group_size: int = 1,
+        prompt_index: int | None = None,
+        prompt_key: str | None = None,
+    ) -> Episode: ...
 
     async def resize(self, *, rollouts: int | None = None, tools_per_rollout: int | None = None) -> None: ...
 
@@ -198,17 +209,23 @@ async def run_episodes(
     done = await asyncio.to_thread(_open_run, env, run_dir, identity)  # noqa: ASYNC240
     await env.setup()
     items = env.eval_items(n)
-    todo: list[tuple[Item, int]] = [
-        (item, r) for item in items for r in range(group_size) if f"{env.item_id(item)}#{r}" not in done
-    ]
+    keys = prompt_keys(items)
+    todo: list[tuple[int, int]] = [
+        (i, r)
+        for i, item in enumerate(items)
+        for r in range(group_size)
+        if rollout_key(keys[i], r, group_size) not in done and f"{env.item_id(item)}#{r}" not in done
+    ]  # ITEM_ID#ROLLOUT: how an episode was keyed before record.keys (a run of then still resumes)
     total = len(items) * group_size
     log = _EpisodeLog(episodes_path)
     finished = total - len(todo)
     started = time.monotonic()
 
-    async def one(item: Item, r: int) -> None:
+    async def one(i: int, r: int) -> None:
         nonlocal finished
-        ep = await rollouts.episode(item, rollout=r, group_size=group_size)
+        ep = await rollouts.episode(
+            items[i], rollout=r, group_size=group_size, prompt_index=i, prompt_key=keys[i]
+        )
         log.write(ep)
         finished += 1
         if on_episode is not None:
@@ -217,8 +234,8 @@ async def run_episodes(
     watcher = asyncio.create_task(_watch(run_dir, rollouts, lambda: (finished, total, started)))
     try:
         async with asyncio.TaskGroup() as tg:
-            for item, r in todo:
-                tg.create_task(one(item, r))
+            for i, r in todo:
+                tg.create_task(one(i, r))
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):

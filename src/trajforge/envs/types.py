@@ -40,6 +40,6 @@ class RewardBreakdown(BaseModel):
 
 Episode = Record
 """An env's rollout record: the one :class:`~trajforge.record.Record` (the name stays for env
-code; ``episodes.jsonl`` lines are records, ``Episode.key`` is ``ITEM_ID#ROLLOUT``)."""
+code; ``episodes.jsonl`` lines are records, keyed as ``batch`` keys its rows: ``record.keys``)."""
 
 __all__ = ["Episode", "Item", "RewardBreakdown", "TokenRecord"]

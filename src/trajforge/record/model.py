@@ -16,8 +16,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-SCHEMA_VERSION = 2
-"""Version 1: the batch line and the env ``Episode`` before they were one type (no such field)."""
+SCHEMA_VERSION = 3
+"""Version 1: the batch line and the env ``Episode`` before they were one type (no such field).
+Version 2: ``worker`` at the top level; version 3 keeps it in ``timings`` (where and when it ran)."""
 
 Status = Literal["completed", "partial", "failed", "filtered"]
 
@@ -45,8 +46,13 @@ class ToolCounts(BaseModel):
 
 
 class Timings(BaseModel):
-    """Where the rollout's time went (seconds) and when it ran (ISO 8601, UTC). Two runs of the
-    same rollout differ here and nowhere else."""
+    """Where the rollout's time went (seconds), when it ran (ISO 8601, UTC) and which worker ran
+    it. Two runs of the same rollout differ here and nowhere else: ``batch --env`` and ``env
+    eval`` of one item write records equal but for this (``tests/test_record.py``).
+
+    ``worker`` is here, not beside the rollout's identity, because it is execution provenance
+    like the clock: which of a batch's processes happened to take the row depends on
+    ``--workers`` and scheduling, never on what was asked, and an env eval has no such workers."""
 
     wall_s: float = 0.0
     model_s: float = Field(0.0, description="waiting for the model")
@@ -54,6 +60,7 @@ class Timings(BaseModel):
     reward_s: float = Field(0.0, description="judging (the env's compute_reward)")
     started_at: str | None = None
     finished_at: str | None = None
+    worker: int | None = Field(None, description="the batch worker that ran it (-1: a bad row)")
 
 
 class Record(BaseModel):
@@ -67,8 +74,12 @@ class Record(BaseModel):
 
     schema_version: int = SCHEMA_VERSION
     # -- which rollout
-    key: str = Field(description="unique in its run: the batch content key, or ITEM_ID#ROLLOUT")
-    prompt_index: int | None = Field(None, description="0-based row of the dataset (batch)")
+    key: str = Field(
+        description="unique in its run: the prompt's content key, #ROLLOUT when it has several (record.keys)"
+    )
+    prompt_index: int | None = Field(
+        None, description="0-based row of the dataset (batch) or item of the evaluation (env eval)"
+    )
     rollout: int = Field(
         0, description="index of this rollout among its prompt's (group / samples-per-prompt)"
     )
@@ -107,16 +118,18 @@ class Record(BaseModel):
     timings: Timings = Field(default_factory=Timings)
     # -- how it was asked
     model: str | None = None
-    sampling: dict[str, Any] = Field(default_factory=dict, description="temperature, max_tokens, seed, ...")
+    sampling: dict[str, Any] = Field(
+        default_factory=dict, description="what every model call sent: temperature, max_tokens, seed, ..."
+    )
     seed: int = Field(0, description="seeds the toolset draw (and sampling, where supported); < 2**63")
     toolsets: list[str] = Field(default_factory=list)
     tools: list[str] = Field(default_factory=list, description="the tool names offered")
-    worker: int | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _episode_key(cls, data: Any) -> Any:
-        """An env rollout's key is ``ITEM_ID#ROLLOUT``: given those, it need not be spelled out."""
+        """A record built by hand from an item id and a rollout (a test, an adapter's own) is keyed
+        ``ITEM_ID#ROLLOUT``, the key of the episodes written before version 3."""
         if isinstance(data, dict) and "key" not in data and data.get("item_id") is not None:
             return {**data, "key": f"{data['item_id']}#{data.get('rollout', 0)}"}
         return data

@@ -1,5 +1,7 @@
-"""Any line trajforge ever wrote -> a :class:`Record`: runs written before the record existed still
-export, report and resume.
+"""Any line trajforge ever wrote -> a :class:`Record`: runs written before the record existed, or
+before its current version, still export, report and resume.
+
+Version 2 differs from version 3 only in where ``worker`` is (top level, now ``timings.worker``).
 
 Version 1 had two shapes: the batch line (ShareGPT ``conversations``, ``metadata``,
 ``toolsets_used``, ``api_calls``, nested ``timings``, ``reward_breakdown``, ``graded_by``) and the
@@ -36,6 +38,8 @@ def load(line: dict[str, Any]) -> Record:
     try:
         if version is None:
             return Record.model_validate(_from_v1(line))
+        if version == 2:
+            return Record.model_validate(_from_v2(line))
         if isinstance(version, int) and version <= SCHEMA_VERSION:
             return Record.model_validate(line)
     except ValidationError as exc:
@@ -101,12 +105,11 @@ def _batch_v1(line: dict[str, Any]) -> dict[str, Any]:
         "reward_reason": line.get("reward_reason") or "",
         "trace": trace if isinstance(trace, dict) and "tokens" in trace else None,
         "trace_error": trace.get("error") if isinstance(trace, dict) else None,
-        "timings": {k: v for k, v in timings.items() if v is not None},
+        "timings": {**{k: v for k, v in timings.items() if v is not None}, "worker": meta.get("batch_num")},
         "model": meta.get("model"),
         "seed": meta.get("seed", 0),
         "toolsets": line.get("toolsets_used") or [],
         "tools": sorted(line.get("tool_stats") or {}),
-        "worker": meta.get("batch_num"),
     }
 
 
@@ -125,6 +128,15 @@ def _episode_v1(line: dict[str, Any]) -> dict[str, Any]:
         "tool_error_counts": errors,
         "timings": {k: line[k] for k in moved if line.get(k) is not None},
     }
+
+
+def _from_v2(line: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 kept the worker beside the rollout's identity; version 3 keeps it in ``timings``
+    (execution provenance, like the clock). Nothing else changed."""
+    out = {k: v for k, v in line.items() if k not in ("worker", "schema_version")}
+    timings = line.get("timings")
+    out["timings"] = {**(timings if isinstance(timings, dict) else {}), "worker": line.get("worker")}
+    return out
 
 
 def _tool_counts(messages: list[Any]) -> tuple[dict[str, dict[str, int]], dict[str, int]]:

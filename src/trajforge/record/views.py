@@ -38,7 +38,7 @@ def conversations(record: Record, tools: Sequence[dict[str, Any]] = ()) -> list[
 
 def metadata(record: Record) -> dict[str, Any]:
     meta: dict[str, Any] = {
-        "batch_num": record.worker if record.worker is not None else 0,
+        "batch_num": record.timings.worker if record.timings.worker is not None else 0,
         "timestamp": record.timings.finished_at,
         "model": record.model,
         "seed": record.seed,

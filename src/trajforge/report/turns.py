@@ -221,7 +221,7 @@ class RecordBuilder:
         prompt = next((t[1][0]["text"] for t in turns if t[0] == "user" and t[1]), "")
         used, failed = tools_used(record)
         index = record.prompt_index
-        if record.item_id is not None and index is None:  # an env episode: an item and a rollout of it
+        if record.item_id is not None:  # an env's item (env eval, batch --env): it and a rollout of it
             label = record.item_id
             title = f"{label} · rollout {record.rollout}" + (
                 f" · {record.category}" if record.category else ""

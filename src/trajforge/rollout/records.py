@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajforge.agent import ToolStat
+from trajforge.agent import AgentConfig, ToolStat
 from trajforge.record import Record, Timings
 from trajforge.rollout.step import RolloutOutcome
 
@@ -36,12 +36,26 @@ class Identity:
 
 @dataclass(frozen=True)
 class Asked:
-    """How the rollout was asked: the model's name, the sampling settings, the run's system prompt."""
+    """How the rollout was asked: the model's name, the sampling settings every call sent, the
+    run's system prompt; and which worker asked (recorded under ``timings``: provenance)."""
 
     model: str | None
     sampling: dict[str, Any] = field(default_factory=dict)
     system_prompt: str | None = None
     worker: int | None = None
+
+
+def seeded(agent: AgentConfig, seed: int) -> AgentConfig:
+    """``agent`` sending the rollout's seed with every model call (an endpoint that supports it
+    replays the sampling). Both ``batch`` and the envs ask this way, so the same rollout is asked
+    the same and records the same ``sampling``."""
+    return agent.model_copy(update={"sampling": agent.sampling.model_copy(update={"seed": seed})})
+
+
+def sent_sampling(agent: AgentConfig) -> dict[str, Any]:
+    """The sampling settings every model call of ``agent`` sends, as the record keeps them (unset
+    ones left out: the endpoint decided)."""
+    return agent.sampling.model_dump(exclude_none=True)
 
 
 def iso(ts: float) -> str:
@@ -110,11 +124,11 @@ def build_record(
             reward_s=round(verdict.seconds, 4) if verdict else 0.0,
             started_at=iso(done.started_at),
             finished_at=iso(done.finished_at),
+            worker=asked.worker,
         ),
         model=(result.model if result and result.model else None) or asked.model,
         sampling=asked.sampling,
         seed=seed,
         toolsets=toolsets,
         tools=offered,
-        worker=asked.worker,
     )
