@@ -282,18 +282,15 @@ def test_warm_start_settings_are_validated_and_reach_the_cli(tmp_path: Path) -> 
         WarmStart.model_validate({**phased, "updates": 5})
     with pytest.raises(ValueError, match="greater than or equal to 1"):
         WarmStart.model_validate({"phases": [{"updates": 0}]})
-    # rl demo's own warm start is a valid one, on every family (so none is forgotten)
+    # rl demo's own warm start is a valid one: a fixed set of every family GRPO does not train on
+    # (tests/test_rl_demo_fixed_set.py checks the split)
     from trajforge.rl.demo import WARM_START
 
     demo_ws = WarmStart.model_validate(WARM_START)
-    assert demo_ws.total_updates >= 1
-    assert set(demo_ws.env_overrides["families"]) == {
-        "arithmetic",
-        "count_lines",
-        "count_words",
-        "find_value",
-        "write_file",
-    }
+    assert demo_ws.total_updates >= 1 and demo_ws.demos == 100
+    assert {"count_lines", "count_words", "find_value", "write_file"} <= set(
+        demo_ws.env_overrides["families"]
+    )
     # a dumped phased config (config.json; the train.yaml a managed run hands `rl train --config`)
     # validates again as written
     import yaml
@@ -347,7 +344,7 @@ def test_rl_demo_measures_warm_start_grpo_and_the_supervised_control_alike(tmp_p
 
     cfg = tmp_path / "small.yaml"
     cfg.write_text(
-        "warm_start: {batch: 3, updates: 2}\n"
+        "warm_start: {batch: 3, updates: 2, demos: 4, env_overrides: {families: [count_lines]}}\n"
         "group_size: 2\ngroups_per_step: 1\nconcurrency: 4\nmax_batch: 4\n"
     )
     out = tmp_path / "demo"
@@ -386,8 +383,12 @@ def test_rl_demo_measures_warm_start_grpo_and_the_supervised_control_alike(tmp_p
     for key in ("grpo_sampled", "grpo_greedy", "control_sampled", "grpo_minus_control_sampled"):
         assert shares[key]["items"] == 5 and shares[key]["low"] <= shares[key]["delta"] <= shares[key]["high"]
     assert head["grpo_share_sampled_points"] == round(100 * shares["grpo_sampled"]["delta"], 1)
-    # the control had GRPO's wall time, spent on supervised updates from the same warm start
+    # the control had GRPO's wall time, spent on supervised updates from the same warm start, on
+    # the warm start's own fixed set
     assert report["control"]["updates"] >= 1 and report["control"]["seconds"] > 0
+    assert report["control"]["fixed_set"] is True and report["control"]["data"] == "warm"
+    assert report["warm_start"]["fixed_set"] == 4
+    assert "grpo_over_start_sampled" in shares and "GRPO over start" in res.output
     assert report["warm_start"]["updates"] == 2 and report["train_config"]["model"] == str(recipe_weights())
     # every stage: the same items, and the same seed for each sampled episode (paired comparison)
     seeds = []

@@ -211,6 +211,15 @@ def demo_cmd(
         "--control/--no-control",
         help="The equal-compute supervised control: GRPO's wall time spent on more warm-start updates.",
     ),
+    control_data: str = typer.Option(
+        "warm",
+        "--control-data",
+        help="What the control trains on: warm (the warm start's own data: its fixed set, more epochs) "
+        "or oracle (fresh oracle demonstrations of GRPO's own families: the strongest control).",
+    ),
+    seed: int | None = typer.Option(
+        None, "--seed", help="The run's seed (TrainConfig.seed): items, samples, the warm start's set."
+    ),
     eval_all: bool = typer.Option(
         False,
         "--eval-all-families",
@@ -229,6 +238,8 @@ def demo_cmd(
         overrides = load_config_file(config) if config else {}
         if guide is not None:
             overrides["guide"] = guide
+        if seed is not None:
+            overrides["seed"] = seed
         if not warm:
             overrides["warm_start"] = None
         if "model" not in overrides or model != "recipe":
@@ -244,6 +255,7 @@ def demo_cmd(
                 time_budget_s=time_budget_min * 60,
                 control=control,
                 eval_all_families=eval_all,
+                control_data=control_data,
                 echo=typer.echo,
             )
     except (TrainConfigError, DemoError, FileNotFoundError) as exc:

@@ -51,10 +51,17 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 def save_model_dir(
-    final: Path, model: Any, tokenizer: Any, optimizer: Any | None, info_file: str, info: dict[str, Any]
+    final: Path,
+    model: Any,
+    tokenizer: Any,
+    optimizer: Any | None,
+    info_file: str,
+    info: dict[str, Any],
+    extra: dict[str, bytes] | None = None,
 ) -> Path:
-    """Write a servable model directory (weights, tokenizer, optimizer state when given, and
-    ``info_file``) next to ``final`` and rename it into place: ``final`` exists only complete."""
+    """Write a servable model directory (weights, tokenizer, optimizer state when given,
+    ``info_file`` and the ``extra`` files) next to ``final`` and rename it into place: ``final``
+    exists only complete."""
     import torch
 
     tmp = final.with_name(final.name + ".partial")
@@ -66,6 +73,8 @@ def save_model_dir(
     if optimizer is not None:
         torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
     (tmp / info_file).write_text(json.dumps(info, indent=2))
+    for name, data in (extra or {}).items():
+        (tmp / name).write_bytes(data)
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)

@@ -46,10 +46,19 @@ class WarmStart(BaseModel):
     updates: int | None = Field(
         None,
         ge=1,
-        description=f"optimizer updates (each on `batch` fresh demonstrations); {DEFAULT_WARM_UPDATES} "
+        description=f"optimizer updates (each on `batch` demonstrations: fresh ones, or the next of the "
+        f"fixed `demos` set); {DEFAULT_WARM_UPDATES} "
         "when there are no `phases`",
     )
     batch: int = Field(10, ge=1, description="demonstrations per update")
+    demos: int | None = Field(
+        None,
+        ge=1,
+        description="a fixed set of this many oracle episodes per phase, collected once and cycled "
+        "through (epochs), in place of fresh demonstrations for every update: a demonstration "
+        "dataset of a given size, as a user has one (kept as demonstrations.jsonl beside the model; "
+        "rl demo's supervised control trains on the same set)",
+    )
     lr: float = Field(1e-3, gt=0, description="AdamW learning rate of the warm start")
     decay: float = Field(
         0.2, ge=0, le=1, description="linear lr decay to 0 over this last share of the updates"

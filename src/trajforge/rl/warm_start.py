@@ -23,6 +23,12 @@ every family mixed in -- gets phases of its own, and a last phase on every famil
 what they overwrote. One optimizer and one lr schedule run over all the phases; each phase
 draws its items from its own stream.
 
+By default every update sees fresh demonstrations (the oracle is free here). ``demos: N`` fixes a
+set of N oracle episodes per phase, collected once and cycled through in epochs -- what a user
+with a demonstration dataset of that size has; the set is kept beside the model
+(``demonstrations.jsonl``) so more supervision on the same data (the demo's control) can be run
+later.
+
 Resumable: the model goes to ``OUTPUT_DIR/warm_start/`` with ``warm_start.json``, renamed into
 place complete; a run that finds it skips the stage. GRPO starts from it and takes it as the KL
 reference (the policy GRPO should stay near is the one it started from).
@@ -56,6 +62,9 @@ from trajforge.tools.registry import ToolRegistry
 log = logging.getLogger(__name__)
 
 INFO_FILE = "warm_start.json"
+DEMOS_FILE = "demonstrations.jsonl"
+"""The fixed set (``WarmStart.demos``) beside the warm-started model: one sample per line (its
+phase, family, tokens and which of them the policy writes), what the demo's control trains on."""
 
 
 @dataclass
@@ -63,6 +72,8 @@ class Demonstrations:
     """The oracle's passing trajectories as trainable samples, and what was not usable."""
 
     samples: list[Sample] = field(default_factory=list)
+    families: list[str] = field(default_factory=list)
+    """Each sample's family (parallel to ``samples``)."""
     by_family: Counter[str] = field(default_factory=Counter)
     failed: int = 0
     """Oracle episodes the verifier did not pass (not trained on)."""
@@ -124,8 +135,37 @@ async def collect_demonstrations(
         out.samples.append(
             Sample(tokens=tokens, sampled=sampled, old_logprobs=[0.0] * len(tokens), advantage=1.0)
         )
+        out.families.append(ep.category or "-")
         out.by_family[ep.category or "-"] += 1
     return out
+
+
+def dump_demonstrations(phases: list[Demonstrations]) -> bytes:
+    """``demonstrations.jsonl``'s bytes: every phase's samples, one per line."""
+    lines = [
+        json.dumps(
+            {"phase": i, "family": fam, "tokens": s.tokens, "sampled": s.sampled}, separators=(",", ":")
+        )
+        for i, d in enumerate(phases)
+        for s, fam in zip(d.samples, d.families, strict=True)
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def load_demonstrations(model_dir: Path) -> list[list[Sample]] | None:
+    """A warm start's fixed set, per phase (None when it trained on fresh demonstrations: no
+    ``demonstrations.jsonl``)."""
+    path = model_dir / DEMOS_FILE
+    if not path.is_file():
+        return None
+    phases: dict[int, list[Sample]] = {}
+    for raw in path.read_text().splitlines():
+        row = json.loads(raw)
+        tokens, sampled = row["tokens"], row["sampled"]
+        phases.setdefault(int(row["phase"]), []).append(
+            Sample(tokens=tokens, sampled=sampled, old_logprobs=[0.0] * len(tokens), advantage=1.0)
+        )
+    return [phases[i] for i in sorted(phases)]
 
 
 def supervised_updates(
@@ -204,7 +244,7 @@ async def warm_start(
     schedule = ws.schedule()
     phases: list[Demonstrations] = []
     for i, phase in enumerate(schedule):
-        n = phase.updates * ws.batch
+        n = ws.demos or phase.updates * ws.batch
         demos = await collect_demonstrations(config, n, factory, registry, template, phase=i)
         where = f"phase {i + 1} of {len(schedule)}: " if len(schedule) > 1 else ""
         if not demos.samples:
@@ -246,7 +286,11 @@ async def warm_start(
         "lr": ws.lr,
         "decay": ws.decay,
         "focal": ws.focal,
-        "oracle_episodes": sum(p.updates for p in schedule) * ws.batch,
+        "oracle_episodes": sum(ws.demos or p.updates * ws.batch for p in schedule),
+        "fixed_set": ws.demos,
+        "epochs": round(
+            sum(p.updates for p in schedule) * ws.batch / max(1, sum(len(d.samples) for d in phases)), 2
+        ),
         "demonstrations": sum(len(d.samples) for d in phases),
         "by_family": dict(sorted(by_family.items())),
         "oracle_failed": sum(d.failed for d in phases),
@@ -269,7 +313,8 @@ async def warm_start(
             }
             for i, (phase, d) in enumerate(zip(schedule, phases, strict=True))
         ]
-    await asyncio.to_thread(save_model_dir, final, model, tokenizer, None, INFO_FILE, info)
+    extra = {DEMOS_FILE: dump_demonstrations(phases)} if ws.demos else None
+    await asyncio.to_thread(save_model_dir, final, model, tokenizer, None, INFO_FILE, info, extra)
     log.info("warm start: %s", info)
     return final, info
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trajforge.agent import AgentConfig, ToolStat
-from trajforge.record import Record, Timings
+from trajforge.record import Record, Timings, ToolCounts
 from trajforge.rollout.step import RolloutOutcome
 
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens", "cached_tokens")
@@ -112,7 +112,7 @@ def build_record(
         turns=result.api_calls if result else 0,
         attempts=attempts,
         **reward,
-        tool_stats={n: stats.get(n, ToolStat()).model_dump() for n in counted},
+        tool_stats={n: ToolCounts(**stats.get(n, ToolStat()).model_dump()) for n in counted},
         tool_error_counts={n: errors[n] for n in counted},
         trace=done.trace,
         trace_error=done.trace_error,

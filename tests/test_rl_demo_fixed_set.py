@@ -1,0 +1,152 @@
+"""A warm start on a fixed demonstration set (``warm_start.demos``) and the demo's supervised
+control on the same set: the set is collected once, cycled through in epochs, kept beside the
+model, and the control trains more epochs on exactly it (no new oracle episode) -- or, with
+``control_data: oracle``, on fresh oracle demonstrations of GRPO's own families.
+
+Real parts: the tiny_tasks env, its oracle and verifier, bubblewrap sandboxes, a tiny Qwen2 with a
+real tokenizer and chat template.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import trajforge.rl.warm_start as warm_start_module
+from trajforge.llm.chat_template import ChatTemplate
+from trajforge.rl.checkpoint import RunDir
+from trajforge.rl.config import TrainConfig
+from trajforge.rl.demo import DEMO_DEFAULTS, WARM_START, DemoError, DemoPlan, control_stage, make_plan
+from trajforge.rl.warm_start import (
+    DEMOS_FILE,
+    INFO_FILE,
+    collect_demonstrations,
+    load_demonstrations,
+    warm_start,
+)
+from trajforge.sandbox import close_factory, create_sandbox_factory
+from trajforge.sandbox.types import SandboxConfig
+from trajforge.tools.builtin import default_registry
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+    pytest.mark.timeout(300),
+]
+
+
+def _config(model: Path, out: Path, **warm: Any) -> TrainConfig:
+    return TrainConfig.model_validate(
+        {
+            "env": "tiny_tasks",
+            "model": model,
+            "output_dir": out,
+            "device": "cpu",
+            "concurrency": 4,
+            "micro_batch": 4,
+            "env_overrides": {"families": ["arithmetic"], "sandbox": "bwrap"},
+            "warm_start": {
+                "updates": 4,
+                "batch": 2,
+                "lr": 1e-3,
+                "env_overrides": {"families": ["count_lines", "find_value"]},
+                **warm,
+            },
+        }
+    )
+
+
+async def _warm(cfg: TrainConfig, root: Path) -> tuple[Path, dict[str, Any]]:
+    factory = create_sandbox_factory(SandboxConfig(kind="bwrap", command_timeout_s=30))
+    try:
+        return await warm_start(cfg, RunDir(root), device="cpu", factory=factory, registry=default_registry())
+    finally:
+        await close_factory(factory)
+
+
+def test_a_fixed_set_is_collected_once_cycled_and_kept(tiny_chatml_model: Path, tmp_path: Path) -> None:
+    cfg = _config(tiny_chatml_model, tmp_path / "run", demos=3)
+    path, info = asyncio.run(_warm(cfg, tmp_path / "run"))
+    # 3 oracle episodes (not updates x batch = 8), trained on for 8 / 3 epochs
+    assert info["oracle_episodes"] == 3 and info["demonstrations"] == 3 and info["fixed_set"] == 3
+    assert info["epochs"] == pytest.approx(8 / 3, abs=0.01) and info["updates"] == 4
+    assert json.loads((path / INFO_FILE).read_text())["fixed_set"] == 3
+    kept = load_demonstrations(path)
+    assert kept is not None and [len(p) for p in kept] == [3]
+    rows = [json.loads(x) for x in (path / DEMOS_FILE).read_text().splitlines()]
+    assert {r["family"] for r in rows} <= {"count_lines", "find_value"} and {r["phase"] for r in rows} == {0}
+
+    # the kept set is the warm start's own: the same item stream collected again gives the same tokens
+    async def again() -> Any:
+        factory = create_sandbox_factory(SandboxConfig(kind="bwrap", command_timeout_s=30))
+        try:
+            template = ChatTemplate.from_path(str(cfg.model))
+            return await collect_demonstrations(cfg, 3, factory, default_registry(), template)
+        finally:
+            await close_factory(factory)
+
+    fresh = asyncio.run(again())
+    assert [s.tokens for s in fresh.samples] == [s.tokens for s in kept[0]]
+    assert [s.sampled for s in fresh.samples] == [s.sampled for s in kept[0]]
+
+    # without `demos`, nothing is kept (every update saw fresh demonstrations)
+    plain, plain_info = asyncio.run(_warm(_config(tiny_chatml_model, tmp_path / "p"), tmp_path / "p"))
+    assert load_demonstrations(plain) is None and plain_info["oracle_episodes"] == 8
+    assert plain_info["fixed_set"] is None
+
+
+def _plan(cfg: TrainConfig, out: Path, control_data: str) -> DemoPlan:
+    return DemoPlan(out, cfg, 1, 1, 60.0, True, lambda _line: None, ["arithmetic"], control_data)
+
+
+def test_the_control_trains_more_epochs_on_the_warm_starts_set_or_on_the_oracle(
+    tiny_chatml_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = _config(tiny_chatml_model, tmp_path / "run", demos=3, batch=1)
+    warm_dir, _ = asyncio.run(_warm(cfg, tmp_path / "run"))
+
+    # 'warm': the same 3 demonstrations, more epochs, and no oracle episode at all
+    def no_oracle(*_a: Any, **_k: Any) -> Any:
+        raise AssertionError("the warm-data control collected new demonstrations")
+
+    with monkeypatch.context() as m:
+        m.setattr(warm_start_module, "collect_demonstrations", no_oracle)
+        path, info = asyncio.run(control_stage(_plan(cfg, tmp_path / "c1", "warm"), warm_dir, 0.5))
+    assert info["data"] == "warm" and info["fixed_set"] is True and info["demonstrations"] == 3
+    assert info["updates"] >= 10 and info["epochs_on_the_set"] == pytest.approx(info["updates"] / 3, abs=0.01)
+    assert "fixed set of 3" in info["described"] and (path / "model.safetensors").is_file()
+
+    # 'oracle': fresh oracle demonstrations of GRPO's own families (arithmetic), not the warm start's
+    path, info = asyncio.run(control_stage(_plan(cfg, tmp_path / "c2", "oracle"), warm_dir, 0.5))
+    assert info["data"] == "oracle" and info["fixed_set"] is False and info["families"] == ["arithmetic"]
+    assert info["demonstrations"] >= 1 and info["updates"] >= 1
+
+
+def test_the_demos_own_setup_keeps_the_target_out_of_the_demonstrations(tmp_path: Path) -> None:
+    """rl demo's defaults: GRPO's family has a checker and no demonstrations; the warm start's
+    fixed set covers every other family; an unknown control is refused by name."""
+    grpo = set(DEMO_DEFAULTS["env_overrides"]["families"])
+    warm = set(WARM_START["env_overrides"]["families"])
+    assert grpo == {"arithmetic"} and not grpo & warm
+    assert grpo | warm == {"arithmetic", "count_lines", "count_words", "find_value", "write_file"}
+    plan = make_plan(
+        tmp_path, eval_n=4, eval_k=2, steps=1, overrides={}, budget_s=60, control=True, echo=print
+    )
+    assert plan.config.warm_start is not None and plan.config.warm_start.demos == 100
+    assert plan.eval_families == ["arithmetic"] and plan.control_data == "warm"
+    with pytest.raises(DemoError, match="control data 'more-sft': use one of warm, oracle"):
+        make_plan(
+            tmp_path,
+            eval_n=4,
+            eval_k=2,
+            steps=1,
+            overrides={},
+            budget_s=60,
+            control=True,
+            echo=print,
+            control_data="more-sft",
+        )
