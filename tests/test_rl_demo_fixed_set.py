@@ -109,16 +109,32 @@ def test_the_control_trains_more_epochs_on_the_warm_starts_set_or_on_the_oracle(
     cfg = _config(tiny_chatml_model, tmp_path / "run", demos=3, batch=1)
     warm_dir, _ = asyncio.run(_warm(cfg, tmp_path / "run"))
 
-    # 'warm': the same 3 demonstrations, more epochs, and no oracle episode at all
+    # 'set': the warm start's same 3 demonstrations, more epochs, and no oracle episode at all
     def no_oracle(*_a: Any, **_k: Any) -> Any:
-        raise AssertionError("the warm-data control collected new demonstrations")
+        raise AssertionError("the set control collected new demonstrations")
 
     with monkeypatch.context() as m:
         m.setattr(warm_start_module, "collect_demonstrations", no_oracle)
-        path, info = asyncio.run(control_stage(_plan(cfg, tmp_path / "c1", "warm"), warm_dir, 0.5))
-    assert info["data"] == "warm" and info["fixed_set"] is True and info["demonstrations"] == 3
+        path, info = asyncio.run(control_stage(_plan(cfg, tmp_path / "c1", "set"), warm_dir, 0.5))
+    assert info["data"] == "set" and info["fixed_set"] is True and info["demonstrations"] == 3
     assert info["updates"] >= 10 and info["epochs_on_the_set"] == pytest.approx(info["updates"] / 3, abs=0.01)
     assert "fixed set of 3" in info["described"] and (path / "model.safetensors").is_file()
+
+    # 'set' with no warm start before it (GRPO starts from the plain weights): the set is collected
+    # once, from the warm start's own item stream, and cycled
+    calls: list[dict[str, Any]] = []
+    real = warm_start_module.collect_demonstrations
+
+    async def counted(*a: Any, **k: Any) -> Any:
+        calls.append(k)
+        return await real(*a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(warm_start_module, "collect_demonstrations", counted)
+        _, info = asyncio.run(control_stage(_plan(cfg, tmp_path / "c3", "set"), tiny_chatml_model, 0.5))
+    assert [c.get("stream") for c in calls] == ["warm-start"]
+    assert info["fixed_set"] is True and info["demonstrations"] == 3 and info["updates"] >= 10
+    assert info["families"] == ["count_lines", "find_value"]
 
     # 'oracle': fresh oracle demonstrations of GRPO's own families (arithmetic), not the warm start's
     path, info = asyncio.run(control_stage(_plan(cfg, tmp_path / "c2", "oracle"), warm_dir, 0.5))
@@ -127,8 +143,8 @@ def test_the_control_trains_more_epochs_on_the_warm_starts_set_or_on_the_oracle(
 
 
 def test_the_demos_own_setup_keeps_the_target_out_of_the_demonstrations(tmp_path: Path) -> None:
-    """rl demo's defaults: GRPO's family has a checker and no demonstrations; the warm start's
-    fixed set covers every other family; an unknown control is refused by name."""
+    """rl demo's defaults: GRPO's family has a checker and no demonstrations; the demonstration
+    set covers every other family; an unknown control is refused by name."""
     grpo = set(DEMO_DEFAULTS["env_overrides"]["families"])
     warm = set(WARM_START["env_overrides"]["families"])
     assert grpo == {"arithmetic"} and not grpo & warm
@@ -136,9 +152,11 @@ def test_the_demos_own_setup_keeps_the_target_out_of_the_demonstrations(tmp_path
     plan = make_plan(
         tmp_path, eval_n=4, eval_k=2, steps=1, overrides={}, budget_s=60, control=True, echo=print
     )
-    assert plan.config.warm_start is not None and plan.config.warm_start.demos == 100
-    assert plan.eval_families == ["arithmetic"] and plan.control_data == "warm"
-    with pytest.raises(DemoError, match="control data 'more-sft': use one of warm, oracle"):
+    # GRPO starts from the given weights (a warm start on the other families drives arithmetic to
+    # 0% sampled: docs/benchmarks.md); the control trains on the set for GRPO's time
+    assert plan.config.warm_start is None and WARM_START["demos"] == 100
+    assert plan.eval_families == ["arithmetic"] and plan.control_data == "set"
+    with pytest.raises(DemoError, match="control data 'more-sft': use one of set, oracle"):
         make_plan(
             tmp_path,
             eval_n=4,

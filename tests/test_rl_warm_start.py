@@ -386,7 +386,7 @@ def test_rl_demo_measures_warm_start_grpo_and_the_supervised_control_alike(tmp_p
     # the control had GRPO's wall time, spent on supervised updates from the same warm start, on
     # the warm start's own fixed set
     assert report["control"]["updates"] >= 1 and report["control"]["seconds"] > 0
-    assert report["control"]["fixed_set"] is True and report["control"]["data"] == "warm"
+    assert report["control"]["fixed_set"] is True and report["control"]["data"] == "set"
     assert report["warm_start"]["fixed_set"] == 4
     assert "grpo_over_start_sampled" in shares and "GRPO over start" in res.output
     assert report["warm_start"]["updates"] == 2 and report["train_config"]["model"] == str(recipe_weights())

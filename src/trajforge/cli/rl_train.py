@@ -200,11 +200,12 @@ def demo_cmd(
     guide: str | None = typer.Option(
         None, "--guide", help="none (the demo's default) or oracle (TrainConfig.guide); overrides --config."
     ),
-    warm: bool = typer.Option(
-        True,
+    warm: bool | None = typer.Option(
+        None,
         "--warm-start/--no-warm-start",
-        help="Supervised updates on the env's oracle trajectories before GRPO (rl.demo.WARM_START, or "
-        "a warm_start in --config); --no-warm-start: GRPO from the starting weights.",
+        help="Supervised updates on the demonstration set (rl.demo.WARM_START, or a warm_start in "
+        "--config) before GRPO; default: only when --config has a warm_start (the demo's GRPO starts "
+        "from the starting weights: a warm start on the other families drives its target to 0%).",
     ),
     control: bool = typer.Option(
         True,
@@ -212,10 +213,11 @@ def demo_cmd(
         help="The equal-compute supervised control: GRPO's wall time spent on more warm-start updates.",
     ),
     control_data: str = typer.Option(
-        "warm",
+        "set",
         "--control-data",
-        help="What the control trains on: warm (the warm start's own data: its fixed set, more epochs) "
-        "or oracle (fresh oracle demonstrations of GRPO's own families: the strongest control).",
+        help="What the control trains on: set (the demonstration set, rl.demo.WARM_START's: the warm "
+        "start's when it ran; more epochs) or oracle (fresh oracle demonstrations of GRPO's own "
+        "families: the strongest control).",
     ),
     seed: int | None = typer.Option(
         None, "--seed", help="The run's seed (TrainConfig.seed): items, samples, the warm start's set."
@@ -231,7 +233,7 @@ def demo_cmd(
     evaluated greedy and sampled on the same held-out items; prints the table at the end."""
     from trajforge.endpoint import embedded_weights, recipe_weights
     from trajforge.rl.config import TrainConfigError, load_config_file
-    from trajforge.rl.demo import TABLE_TITLE, DemoError, format_table, run_demo
+    from trajforge.rl.demo import TABLE_TITLE, WARM_START, DemoError, format_table, run_demo
     from trajforge.rl.progress import quiet_third_party
 
     try:
@@ -240,8 +242,10 @@ def demo_cmd(
             overrides["guide"] = guide
         if seed is not None:
             overrides["seed"] = seed
-        if not warm:
+        if warm is False:
             overrides["warm_start"] = None
+        elif warm and not overrides.get("warm_start"):
+            overrides["warm_start"] = WARM_START
         if "model" not in overrides or model != "recipe":
             named = {"recipe": recipe_weights, "embedded": embedded_weights}
             overrides["model"] = str(named[model]() if model in named else Path(model))

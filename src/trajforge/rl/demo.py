@@ -7,20 +7,23 @@ Phases, each a function below:
    per item) and **sampled** at the training temperature (``eval_k`` episodes per item; pass@1 is
    their mean, pass@k whether any passed), with the same per-episode seeds at every stage, so two
    stages are compared item by item (:func:`paired`: the mean per-item difference, 95% interval).
-2. :func:`warm_stage`: supervised updates on a fixed set of the env's oracle trajectories
-   (:mod:`trajforge.rl.warm_start`), measured the same way. The demo's warm start
-   (:data:`WARM_START`) is the SFT data a user has: 100 demonstrations of the families *other*
-   than the one GRPO trains on (arithmetic, which sits mid-range when sampled, so GRPO's groups
-   are mixed -- a group whose rewards are all equal has no signal). The target has a checker and
-   no demonstrations: the case RL is for.
-3. :func:`grpo_stage`: the builtin GRPO trainer from the warm start, on training items (other
-   seeds), stopped by the time budget (the budget is split so the control gets the same time).
+2. :func:`warm_stage` (only with a ``warm_start``: ``--warm-start`` or ``--config``):
+   supervised updates on the demonstration set (:mod:`trajforge.rl.warm_start`), measured the
+   same way. Off by default: measured, 40 updates on the other families' set drove arithmetic
+   from 20% to 0% sampled (forgotten), which leaves GRPO's groups all-zero.
+3. :func:`grpo_stage`: the builtin GRPO trainer from the start, on training items (other seeds)
+   of the target family (:data:`DEMO_DEFAULTS`: arithmetic, mid-range when sampled, so groups are
+   mixed -- a group whose rewards are all equal has no signal -- with a checker and no
+   demonstrations: the case RL is for), stopped by the time budget (split so the control gets
+   the same time).
 4. :func:`control_stage`: the **equal-compute supervised control** -- the same wall time GRPO
-   took, spent on more warm-start updates instead: more epochs on the warm start's set
-   (``--control-data warm``), or fresh oracle demonstrations of GRPO's own families
+   took, spent on supervised updates from the same start instead: epochs on the demonstration
+   set (:data:`WARM_START`: the SFT data a user has, 100 oracle demonstrations of the other
+   families; ``--control-data set``), or fresh oracle demonstrations of GRPO's own family
    (``--control-data oracle``: what supervision does where an oracle exists for the target) --
-   measured the same way. GRPO's share is its gain over the warm start; the control says whether
-   "more SFT" would have done as well.
+   measured the same way. GRPO's share is its gain over the start (the warm start when there is
+   one, and then also over the starting weights); the control says whether "more SFT" would have
+   done as well.
 5. :func:`write_report`: ``report.json``, ``closed_loop.png`` (training reward per step, held-out
    success by stage; warm start, GRPO and control apart) and the table the command prints last.
 
@@ -91,16 +94,16 @@ WARM_START: dict[str, Any] = {
     "env_overrides": {"families": ["write_file", "find_value", "count_lines", "count_words"]},
     "updates": 40,
 }
-"""``rl demo``'s warm start: a fixed set of 100 demonstrations of the families other than GRPO's
-(4 epochs of 40 updates x 10): the SFT data a user has, which does not cover the target skill;
-docs/benchmarks.md says how it was chosen and what the control does with the same set."""
+"""``rl demo``'s demonstration set and warm-start settings: a fixed set of 100 demonstrations of
+the families other than GRPO's (40 updates x 10 = 4 epochs when ``--warm-start`` runs it): the
+SFT data a user has, which does not cover the target skill. The control trains on this set."""
 
 TRAINED = "trained families"
 """The shares' row over the held-out items of the families GRPO trains on (the headline's)."""
 
-CONTROL_DATA = ("warm", "oracle")
-"""The control's data: ``warm`` -- more updates on the warm start's own data (the issue's "more
-warm-start updates"); ``oracle`` -- fresh oracle demonstrations of GRPO's families."""
+CONTROL_DATA = ("set", "oracle")
+"""The control's data: ``set`` -- the demonstration set (the warm start's data: more warm-start
+updates); ``oracle`` -- fresh oracle demonstrations of GRPO's own families."""
 
 CONTROL_CHUNK = 10
 """Supervised updates between the control's clock checks (and its demonstrations per collection,
@@ -256,7 +259,7 @@ class DemoPlan:
     echo: Callable[[str], None]
     eval_families: list[str] | None = None
     """Held-out items of these families only (None: every family)."""
-    control_data: str = "warm"
+    control_data: str = "set"
     """What the control trains on (:data:`CONTROL_DATA`)."""
     began: float = field(default_factory=time.monotonic)
 
@@ -311,13 +314,12 @@ def make_plan(
     control: bool,
     echo: Callable[[str], None],
     eval_all_families: bool = False,
-    control_data: str = "warm",
+    control_data: str = "set",
 ) -> DemoPlan:
     if control_data not in CONTROL_DATA:
         raise DemoError(f"control data {control_data!r}: use one of {', '.join(CONTROL_DATA)}")
     data = {
         **DEMO_DEFAULTS,
-        "warm_start": WARM_START,
         **overrides,
         "model": str(overrides.get("model") or recipe_weights()),
         "steps": steps,
@@ -382,10 +384,13 @@ async def grpo_stage(plan: DemoPlan, start: Path, seconds: float) -> tuple[Path,
 async def control_stage(plan: DemoPlan, start: Path, seconds: float) -> tuple[Path, dict[str, Any]]:
     """More supervised updates from ``start`` for ``seconds`` of wall time (demonstration
     collection included, as GRPO's rollouts are), the warm start's batch and lr, one AdamW across
-    the chunks. On what (``plan.control_data``): ``warm`` -- the warm start's own data, its fixed
-    set when it had one (more epochs; no collection), else fresh demonstrations of its mix;
-    ``oracle`` -- fresh oracle demonstrations of GRPO's own families (what supervision does when
-    an oracle exists for exactly what GRPO trains on: the strongest control)."""
+    the chunks. On what (``plan.control_data``): ``set`` -- the demo's demonstration set (the
+    warm start's settings, :data:`WARM_START` by default): the very set the warm start trained on
+    when it ran, else that set collected now (its ``demos`` oracle episodes, from the warm start's
+    item stream; in the control's time), cycled through in epochs -- or fresh demonstrations of
+    its mix when it fixes no set; ``oracle`` -- fresh oracle demonstrations of GRPO's own families
+    (what supervision does when an oracle exists for exactly what GRPO trains on: the strongest
+    control)."""
     from trajforge.rl.checkpoint import save_model_dir
     from trajforge.rl.warm_start import collect_demonstrations, load_demonstrations, supervised_updates
 
@@ -393,12 +398,14 @@ async def control_stage(plan: DemoPlan, start: Path, seconds: float) -> tuple[Pa
     cfg = plan.config
     device = resolve_device(cfg.device)
     base = cfg.warm_start or WarmStart.model_validate(WARM_START)
-    if plan.control_data == "warm":
+    fixed_set: list[Any] | None = None
+    if plan.control_data == "set":
         mix = {**base.env_overrides, **base.schedule()[-1].env_overrides}
-        fixed = load_demonstrations(start)
-        fixed_set = [s for phase in fixed for s in phase] if fixed else None
+        kept = load_demonstrations(start)
+        fixed_set = [s for phase in kept for s in phase] if kept else None
     else:
-        mix, fixed_set = dict(cfg.env_overrides), None
+        mix = dict(cfg.env_overrides)
+    collect_set = plan.control_data == "set" and fixed_set is None and base.demos is not None
     ws = WarmStart(
         updates=CONTROL_CHUNK,
         batch=base.batch,
@@ -408,12 +415,14 @@ async def control_stage(plan: DemoPlan, start: Path, seconds: float) -> tuple[Pa
         env_overrides=mix,
     )
     ccfg = cfg.model_copy(update={"warm_start": ws})
-    data = (
-        f"the warm start's fixed set of {len(fixed_set)} demonstrations, more epochs"
-        if fixed_set
-        else f"fresh oracle demonstrations of {', '.join(sorted(set(mix.get('families') or ['every family'])))}"
-    )
-    plan.say(f"control: supervised updates from the warm start for {seconds:.0f}s (GRPO's time) on {data}")
+    families = ", ".join(sorted(set(mix.get("families") or ["every family"])))
+    if fixed_set:
+        data = f"the warm start's fixed set of {len(fixed_set)} demonstrations ({families}), more epochs"
+    elif collect_set:
+        data = f"a fixed set of {base.demos} oracle demonstrations of {families}, in epochs"
+    else:
+        data = f"fresh oracle demonstrations of {families}"
+    plan.say(f"control: supervised updates from GRPO's start for {seconds:.0f}s (GRPO's time) on {data}")
 
     def load() -> tuple[Any, Any, Any]:
         import torch
@@ -436,6 +445,13 @@ async def control_stage(plan: DemoPlan, start: Path, seconds: float) -> tuple[Pa
     try:
         while True:
             chunk += 1
+            if collect_set and not fixed_set:
+                got = await collect_demonstrations(
+                    ccfg, base.demos or 0, factory, default_registry(), template, stream="warm-start"
+                )
+                fixed_set, demos = list(got.samples), len(got.samples)
+                if not fixed_set:
+                    raise DemoError(f"control: none of {base.demos} oracle episodes gave a demonstration")
             if fixed_set:
                 # continue the cycle through the set where the last chunk left it
                 at = (chunk - 1) * CONTROL_CHUNK * ws.batch % len(fixed_set)
@@ -502,7 +518,7 @@ def run_demo(
     time_budget_s: float = 1200.0,
     control: bool = True,
     eval_all_families: bool = False,
-    control_data: str = "warm",
+    control_data: str = "set",
     echo: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -526,7 +542,8 @@ async def closed_loop(plan: DemoPlan) -> dict[str, Any]:
     warm_dir, warm_info = await warm_stage(plan)
     warm = await plan.measure("warm start", warm_dir) if warm_info is not None else before
     # the rest of the budget: GRPO, its evaluation, then as much again for the control
-    eval_s = warm.seconds
+    # (a later evaluation took up to ~1.2x the first in the measured runs: the budget keeps room)
+    eval_s = 1.2 * warm.seconds
     stages = 2 if plan.control else 1
     grpo_s = (plan.budget_s - plan.elapsed() - stages * eval_s) / stages
     if grpo_s < 30:
