@@ -702,6 +702,6 @@ def write_report(plan: DemoPlan, report: dict[str, Any]) -> None:
 
 TABLE_TITLE = (
     "held-out tiny_tasks by stage: sampled pass@1 at the training temperature / pass@k / greedy; "
-    "shares are paired differences of sampled pass@1 over the warm start (the last column: GRPO over "
-    "the starting weights), in points (95% interval over items)"
+    "shares are paired differences of sampled pass@1 over GRPO's start (the warm start when there is "
+    "one; the last column: GRPO over the starting weights), in points (95% interval over items)"
 )
