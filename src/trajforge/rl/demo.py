@@ -443,15 +443,16 @@ async def control_stage(plan: DemoPlan, start: Path, seconds: float) -> tuple[Pa
     losses: list[float] = []
     demos = chunk = 0
     try:
+        if collect_set:
+            got = await collect_demonstrations(
+                ccfg, base.demos or 0, factory, default_registry(), template, stream="warm-start"
+            )
+            if not got.samples:
+                raise DemoError(f"control: none of {base.demos} oracle episodes gave a demonstration")
+            fixed_set = got.samples
+        looping = time.monotonic()  # a chunk's cost, for the clock, leaves the set's collection out
         while True:
             chunk += 1
-            if collect_set and not fixed_set:
-                got = await collect_demonstrations(
-                    ccfg, base.demos or 0, factory, default_registry(), template, stream="warm-start"
-                )
-                fixed_set, demos = list(got.samples), len(got.samples)
-                if not fixed_set:
-                    raise DemoError(f"control: none of {base.demos} oracle episodes gave a demonstration")
             if fixed_set:
                 # continue the cycle through the set where the last chunk left it
                 at = (chunk - 1) * CONTROL_CHUNK * ws.batch % len(fixed_set)
@@ -479,7 +480,7 @@ async def control_stage(plan: DemoPlan, start: Path, seconds: float) -> tuple[Pa
                     optimizer=optimizer,
                 )
             spent = time.monotonic() - began
-            per_chunk = spent / chunk
+            per_chunk = (time.monotonic() - looping) / chunk
             plan.say(f"control: {len(losses)} updates, loss {losses[-1] if losses else 0:.4f} ({spent:.0f}s)")
             if spent + per_chunk > seconds:
                 break

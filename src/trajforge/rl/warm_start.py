@@ -132,9 +132,7 @@ async def collect_demonstrations(
             out.untraceable += 1
             out.note(f"{ep.item_id}: {exc}")
             continue
-        out.samples.append(
-            Sample(tokens=tokens, sampled=sampled, old_logprobs=[0.0] * len(tokens), advantage=1.0)
-        )
+        out.samples.append(_demonstration(tokens, sampled))
         out.families.append(ep.category or "-")
         out.by_family[ep.category or "-"] += 1
     return out
@@ -161,11 +159,14 @@ def load_demonstrations(model_dir: Path) -> list[list[Sample]] | None:
     phases: dict[int, list[Sample]] = {}
     for raw in path.read_text().splitlines():
         row = json.loads(raw)
-        tokens, sampled = row["tokens"], row["sampled"]
-        phases.setdefault(int(row["phase"]), []).append(
-            Sample(tokens=tokens, sampled=sampled, old_logprobs=[0.0] * len(tokens), advantage=1.0)
-        )
+        phases.setdefault(int(row["phase"]), []).append(_demonstration(row["tokens"], row["sampled"]))
     return [phases[i] for i in sorted(phases)]
+
+
+def _demonstration(tokens: list[int], sampled: list[bool]) -> Sample:
+    """A demonstration as a trainable sample: the policy's own tokens trained on with weight 1
+    (no sampler logprobs: supervised, not a ratio)."""
+    return Sample(tokens=tokens, sampled=sampled, old_logprobs=[0.0] * len(tokens), advantage=1.0)
 
 
 def supervised_updates(
