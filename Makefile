@@ -76,6 +76,26 @@ $(BENCH_STAMP): Makefile
 
 bench-venv: $(BENCH_STAMP)
 
+# The reference runner of issue 29 (Hermes Agent's batch_runner.py), for
+# benchmarks/reference_runner.py: it pins dozens of packages, so it gets a virtualenv of its own from
+# the system python3 (3.11), run as a program, never imported by trajforge. Nothing is installed
+# when the pinned version is already there.
+REF_VENV ?= .venv-ref
+REF_STAMP := $(REF_VENV)/.trajforge-ref-installed
+REF_PACKAGE := hermes-agent
+REF_VERSION := 0.19.0
+
+$(REF_STAMP): Makefile
+	@echo "reference-runner virtualenv $(REF_VENV) from $$(python3 -c 'import sys; print(sys.executable)')"
+	[ -x $(REF_VENV)/bin/python ] || python3 -m venv $(REF_VENV)
+	$(REF_VENV)/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('$(REF_PACKAGE)') != '$(REF_VERSION)')" 2>/dev/null \
+		|| { $(REF_VENV)/bin/python -m pip install -q --upgrade pip && \
+			$(REF_VENV)/bin/python -m pip install -q $(REF_PACKAGE)==$(REF_VERSION); }
+	touch $(REF_STAMP)
+
+.PHONY: bench-ref
+bench-ref: $(REF_STAMP)
+
 demo-setup: demo-system-deps $(DEMO_STAMP)
 
 # The docker tests' base image is built here, outside any test's timeout (the first time on a

@@ -204,6 +204,29 @@ async def test_process_burst_is_capped(tmp_path):
     assert await _wait_gone("sleep", "1015") == []
 
 
+async def test_processes_a_background_job_starts_between_commands_are_counted(tmp_path):
+    """The agent lists /proc only when the pids handed out since its last count could have brought
+    the sandbox near its limit: 34 sleepers started by a background job after its command
+    returned must still be seen (and killed) before the next command, with no refused fork."""
+    limits = SandboxLimits(max_processes=40)
+    factory = create_sandbox_factory(_config(root_dir=str(tmp_path / "sb"), limits=limits))
+    sb = await factory.create("t-between")
+    try:
+        for _ in range(3):  # a few quiet commands: the agent's count is fresh and low
+            assert (await sb.exec("echo quiet")).output == "quiet\n"
+        await sb.exec("(sleep 0.2; for i in $(seq 34); do sleep 1016 & done; wait) > /dev/null 2>&1 &")
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if len(_host_processes("sleep", "1016")) >= 34:
+                break
+        later = await sb.exec("echo later")
+        assert "reached its process limit (40)" in later.output, later.output
+        assert int((await sb.exec("ps -e | wc -l")).output.split()[-1]) <= 8
+    finally:
+        await sb.close()
+    assert await _wait_gone("sleep", "1016") == []
+
+
 async def test_fork_bomb_contained_without_cgroup(tmp_path, monkeypatch):
     """Fallback: a dedicated sandbox uid makes RLIMIT_NPROC effective even when we are root."""
     from trajforge.sandbox import factory as base

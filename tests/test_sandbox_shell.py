@@ -169,3 +169,11 @@ async def test_a_command_with_a_lone_surrogate_reaches_the_shell_as_its_byte(san
     """A model's JSON can carry "\\udc80"; the request goes out as JSON all the same and the shell
     gets the byte it stands for (surrogateescape), as before the resident shell."""
     assert await _out(sandbox, "printf '%s' '\udc80' | od -An -tx1 | tr -d ' '") == "80\n"
+
+
+async def test_the_shell_knows_itself_without_a_user_lookup(sandbox):
+    """SHELL and HOME are in the start environment: a terminal has both, and without them every
+    new bash looks the user up through NSS (nscd sockets, nsswitch.conf, a module loaded for a uid
+    that is not in /etc/passwd), ~0.9 ms of CPU per rollout's shell."""
+    out = await _out(sandbox, 'echo "$SHELL"; [ -n "$HOME" ] && echo home')
+    assert out == "/bin/bash\nhome\n"

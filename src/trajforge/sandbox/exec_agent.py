@@ -336,6 +336,9 @@ class Kernel:
         return int(self._libc.syscall(self._ioprio, 1, 0))  # IOPRIO_WHO_PROCESS, this process
 
 
+_RLIMITS = [(n, getattr(resource, n)) for n in sorted(dir(resource)) if n.startswith("RLIMIT_")]
+
+
 def _own_attributes(kernel: Kernel | None) -> dict[str, Any]:
     """What a process of our uid could change about the agent from outside (and so about every
     command it starts later): rlimits, niceness, CPU affinity, scheduling, OOM score, I/O priority."""
@@ -346,8 +349,8 @@ def _own_attributes(kernel: Kernel | None) -> dict[str, Any]:
         "oom_score_adj": _read("/proc/self/oom_score_adj").strip(),
         "timerslack_ns": _read("/proc/self/timerslack_ns").strip(),
     }
-    for name in sorted(n for n in dir(resource) if n.startswith("RLIMIT_")):
-        attrs[name] = resource.getrlimit(getattr(resource, name))
+    for name, number in _RLIMITS:
+        attrs[name] = resource.getrlimit(number)
     if kernel is not None:
         attrs["ioprio"] = kernel.ioprio()
     return attrs
@@ -541,6 +544,7 @@ class Agent:
         }
         self.groups: set[int] = set()
         self.counter = 0
+        self._tasks_bound = (0, 0)  # (processes counted, ns_last_pid read just before): see below
         self.cmd_dir, self.out_dir = self._session_dirs(
             state_dir or os.path.join(scratch, ".trajforge-session")
         )
@@ -639,7 +643,18 @@ class Agent:
         its limit. A fork bomb's count swings as its processes die and respawn, so it is sampled
         a few times; counting threads reads a directory per process, so all this only when the
         processes alone are already a good part of the way there."""
-        if self.max_procs <= 0 or len(_pids()) < self.max_procs * _PROCS_LOOK:
+        if self.max_procs <= 0:
+            return False
+        # Between two counts the number of tasks can grow by at most the pids handed out in our
+        # namespace, so while that bound stays low /proc is not listed at all (two reads of
+        # ns_last_pid per command instead of a directory listing; a wrap or no value: list).
+        last = _last_pid()
+        counted, at = self._tasks_bound
+        if 0 < at <= last and counted + (last - at) < self.max_procs * _PROCS_LOOK:
+            return False
+        pids = _pids()
+        self._tasks_bound = (len(pids), last)  # ``last`` read first: later pids are above it
+        if len(pids) < self.max_procs * _PROCS_LOOK:
             return False
         for _ in range(3):
             if _tasks(_pids()) >= self.max_procs * _PROCS_HEADROOM:
@@ -1332,12 +1347,28 @@ def _kill_all_others() -> int:
     return len(left)
 
 
-def _read(path: str) -> str:
+def _read(path: str, limit: int = 1 << 20) -> str:
+    """A small file's text ('' when it cannot be read). Raw ``os`` calls: ``open()`` builds a
+    buffered text stack per call, and a reset reads a dozen /proc files."""
     try:
-        with open(path) as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return ""
+    try:
+        data = b""
+        while len(data) < limit:
+            piece = os.read(fd, 65536)
+            if not piece:
+                break
+            data += piece
+        return data.decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
+_OWN_PID_NAMESPACE: list[bool] = []  # the answer, once known: a process never changes namespace
 
 
 def _in_own_pid_namespace() -> bool:
@@ -1346,8 +1377,12 @@ def _in_own_pid_namespace() -> bool:
     another pid namespace, so our ppid reads 0 -- a process started inside any namespace has a
     visible parent). ``reset`` and ``stop`` kill with ``kill(-1)``: on a host that would reach
     every process of the user, so never there."""
-    ppid = os.getppid()
-    return (ppid == 1 and _read("/proc/1/comm").strip() == "bwrap") or (ppid == 0 and os.getpid() != 1)
+    if not _OWN_PID_NAMESPACE:
+        ppid = os.getppid()
+        _OWN_PID_NAMESPACE.append(
+            (ppid == 1 and _read("/proc/1/comm").strip() == "bwrap") or (ppid == 0 and os.getpid() != 1)
+        )
+    return _OWN_PID_NAMESPACE[0]
 
 
 def _reap() -> None:
