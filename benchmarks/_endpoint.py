@@ -124,7 +124,13 @@ def start_server(latency: float, port_file: Path, *, tool_calls: int = CALLS - 1
         "--port-file",
         str(port_file),
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+    # The endpoint is the fixture, not what is measured: always this checkout's, also when a
+    # benchmark measures another checkout's src/ through PYTHONPATH (--compare-src).
+    here = str(Path(__file__).resolve().parents[1] / "src")
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    )
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env)
     assert proc.stdout is not None
     line = proc.stdout.readline().decode()
     if not line.startswith("READY"):
