@@ -61,6 +61,7 @@ def _run(args: argparse.Namespace, endpoint: Endpoint, name: str, reuse: bool) -
             "toolsets": ["terminal"],
             "sandbox": args.sandbox,
             "sandbox_reuse": reuse,
+            "sandbox_start": args.sandbox_start,
             "concurrency": args.concurrency,
             "workers": args.workers,
             "fsync": False if args.no_fsync else None,
@@ -118,6 +119,9 @@ def main() -> None:
     p.add_argument("--latency", type=float, default=0.2)
     p.add_argument("--sandbox", default="bwrap")
     p.add_argument("--concurrency", type=int, default=None, help="default: the batch default")
+    p.add_argument(
+        "--sandbox-start", default=None, choices=("eager", "lazy"), help="default: the batch default"
+    )
     p.add_argument("--workers", type=int, default=None, help="default: the batch default")
     p.add_argument("--no-fsync", action="store_true")
     p.add_argument(
@@ -164,6 +168,8 @@ def _compare(args: argparse.Namespace) -> None:
         str(args.latency),
     ]
     argv += ["--sandbox", args.sandbox]
+    if args.sandbox_start:
+        argv += ["--sandbox-start", args.sandbox_start]
     for flag, value in (("--concurrency", args.concurrency), ("--workers", args.workers)):
         if value is not None:
             argv += [flag, str(value)]

@@ -276,6 +276,7 @@ def trajforge_side(
         sandbox=args.sandbox,
         concurrency=args.concurrency,
         workers=args.workers,
+        sandbox_start=None,
         no_fsync=False,
         profile=None,
         latency=args.latency,

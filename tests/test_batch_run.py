@@ -283,10 +283,24 @@ async def test_per_row_image_and_cwd_reach_the_sandbox(tmp_path: Path, scripted_
     ]
     (tmp_path / "prompts.jsonl").write_bytes(b"\n".join(rows) + b"\n")
     factory = _RecordingFactory()
-    await run_batch(_cfg(tmp_path, srv, require_reasoning=False, concurrency=1), sandbox_factory=factory)
+    # eager: the scripted answers call no tool, and a lazy start would build no sandbox at all
+    cfg = _cfg(tmp_path, srv, require_reasoning=False, concurrency=1, sandbox_start="eager")
+    await run_batch(cfg, sandbox_factory=factory)
     # the cwd is resolved under the data root (the dataset's directory): ROOT/./REL for the copy-in
     (image, cwd), second = factory.calls
     assert image == "img:1" and cwd.endswith(f"/{tmp_path.name}/./src") and second == ("img:2", None)
+
+
+async def test_by_default_a_sample_that_calls_no_tool_builds_no_sandbox(
+    tmp_path: Path, scripted_server: Callable
+) -> None:
+    """``batch``'s sandbox start is lazy by default: the sandbox comes with the first tool call."""
+    srv = await scripted_server(echo_policy)
+    (tmp_path / "prompts.jsonl").write_bytes(orjson.dumps({"prompt": "a"}) + b"\n")
+    factory = _RecordingFactory()
+    summary = await run_batch(_cfg(tmp_path, srv, require_reasoning=False), sandbox_factory=factory)
+    assert summary.statistics["status_counts"] == {"completed": 1}
+    assert factory.calls == []  # the preflight's sandbox only
 
 
 async def test_one_model_and_one_sandbox_factory_per_run(
