@@ -188,7 +188,7 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=None, help="default: 2 x concurrency")
     p.add_argument("--latency", type=float, default=3.0)
     p.add_argument("--sandbox", default="bwrap")
-    p.add_argument("--sandbox-start", default="eager", choices=("eager", "lazy"))
+    p.add_argument("--sandbox-start", default="lazy", choices=("eager", "lazy"), help="batch's default: lazy")
     p.add_argument("--every", type=float, default=1.0, help="memory sampling interval, s")
     args = p.parse_args()
     args.samples = args.samples or 2 * args.concurrency
