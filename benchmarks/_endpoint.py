@@ -27,6 +27,17 @@ CALLS = 3  # model calls per sample with the default two tool calls
 KEY_VAR = "BENCH_KEY"  # the endpoint checks no key; the batch config names a variable anyway
 
 
+def load_average() -> float:
+    """The 1-minute load average (printed beside figures taken on a shared machine)."""
+    return os.getloadavg()[0]
+
+
+def write_prompts(path: Path, n: int) -> Path:
+    """A dataset of ``n`` rows ``{"prompt": "task i"}``, the scripted endpoint's workload."""
+    path.write_bytes(b"".join(orjson.dumps({"prompt": f"task {i}"}) + b"\n" for i in range(n)))
+    return path
+
+
 def machine_cpu() -> float:
     """Busy CPU-seconds of the whole machine (/proc/stat): also counts the endpoint process and
     kernel work done outside our process tree (namespace and cgroup teardown, killed sandbox
@@ -158,8 +169,7 @@ def scripted_endpoint(
     Sets ``KEY_VAR`` (when unset) to a placeholder: the endpoint checks no key."""
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
     try:
-        dataset = tmp / "prompts.jsonl"
-        dataset.write_bytes(b"".join(orjson.dumps({"prompt": f"task {i}"}) + b"\n" for i in range(prompts)))
+        dataset = write_prompts(tmp / "prompts.jsonl", prompts)
         os.environ.setdefault(KEY_VAR, "unused")
         server = start_server(latency, tmp / "port", tool_calls=tool_calls)
         try:

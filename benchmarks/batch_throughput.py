@@ -32,6 +32,7 @@ from _endpoint import (  # noqa: E402
     KEY_VAR,
     Endpoint,
     TreeCpu,
+    load_average,
     machine_cpu,
     own_cpu,
     process_cpu,
@@ -177,7 +178,7 @@ def _compare(args: argparse.Namespace) -> None:
     runs: dict[str, list[dict]] = {"compare": [], "this": []}
     for _ in range(args.rounds):
         for name, src in (("compare", args.compare_src), ("this", this_src)):
-            load = Path("/proc/loadavg").read_text().split()[0]
+            load = load_average()
             done = subprocess.run(
                 argv, env=dict(os.environ, PYTHONPATH=src), capture_output=True, text=True, check=True
             )

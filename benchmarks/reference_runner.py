@@ -79,7 +79,16 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _endpoint import CALLS, Endpoint, TreeCpu, machine_cpu, process_cpu, scripted_endpoint  # noqa: E402
+from _endpoint import (  # noqa: E402
+    CALLS,
+    Endpoint,
+    TreeCpu,
+    load_average,
+    machine_cpu,
+    process_cpu,
+    scripted_endpoint,
+    write_prompts,
+)
 from batch_throughput import _run as trajforge_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,15 +109,6 @@ def chat_calls(endpoint: Endpoint) -> int:
     url = endpoint.base_url.removesuffix("/v1") + "/_scripted/stats"
     with urllib.request.urlopen(url, timeout=10) as response:
         return int(orjson.loads(response.read()).get("requests", 0))
-
-
-def load_average() -> float:
-    return float(Path("/proc/loadavg").read_text().split()[0])
-
-
-def write_dataset(path: Path, n: int) -> Path:
-    path.write_bytes(b"".join(orjson.dumps({"prompt": f"task {i}"}) + b"\n" for i in range(n)))
-    return path
 
 
 # -- the reference ----------------------------------------------------------------------------
@@ -399,8 +399,8 @@ def main() -> None:
 
     runs: list[dict[str, Any]] = []
     with scripted_endpoint(args.latency, prefix="tf-ref-bench-", tool_calls=TOOL_CALLS) as endpoint:
-        ref_data = write_dataset(endpoint.tmp / "reference.jsonl", args.samples)
-        our_data = write_dataset(endpoint.tmp / "trajforge.jsonl", n_ours)
+        ref_data = write_prompts(endpoint.tmp / "reference.jsonl", args.samples)
+        our_data = write_prompts(endpoint.tmp / "trajforge.jsonl", n_ours)
         for i in range(args.rounds):
             runs.append(reference_run(args, endpoint, ref_data, args.samples, f"reference-{i}"))
             print(f"reference-{i}: {runs[-1]['trajectories_per_s']} traj/s", file=sys.stderr, flush=True)

@@ -32,18 +32,14 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _endpoint import TreeCpu, machine_cpu, own_cpu  # noqa: E402
-
-
-def loadavg() -> float:
-    return float(Path("/proc/loadavg").read_text().split()[0])
+from _endpoint import TreeCpu, load_average, machine_cpu, own_cpu  # noqa: E402
 
 
 async def _measure(trajectories: int, commands: int, command: str) -> dict[str, Any]:
     from trajforge.sandbox import SandboxConfig, create_sandbox_factory
 
     root = tempfile.mkdtemp(prefix="tf-sbcpu-")
-    out: dict[str, Any] = {"load_before": loadavg()}
+    out: dict[str, Any] = {"load_before": load_average()}
     # The cgroup first: a process started before it (the warm sandbox's agent) would stay outside.
     with TreeCpu() as tree:
         factory = create_sandbox_factory(SandboxConfig(kind="bwrap", reuse=True, root_dir=root))
@@ -101,7 +97,7 @@ async def _measure(trajectories: int, commands: int, command: str) -> dict[str, 
         t1, m1 = tree.seconds(), machine_cpu()
     out["build_exec_destroy_ms_tree"] = _per(t0, t1, builds)
     out["build_exec_destroy_ms_machine"] = 1000 * (m1 - m0) / builds
-    out["load_after"] = loadavg()
+    out["load_after"] = load_average()
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
 
 

@@ -31,17 +31,13 @@ from typing import Any, ClassVar
 import orjson
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _endpoint import TreeCpu  # noqa: E402
+from _endpoint import TreeCpu, load_average  # noqa: E402
 
 from trajforge.envs import BaseEnv, RolloutBackends, Rollouts  # noqa: E402
 from trajforge.sandbox import SandboxConfig, create_sandbox_factory  # noqa: E402
 from trajforge.sandbox import factory as factory_module  # noqa: E402
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn  # noqa: E402
 from trajforge.tools.builtin import default_registry  # noqa: E402
-
-
-def loadavg() -> float:
-    return float(Path("/proc/loadavg").read_text().split()[0])
 
 
 def meminfo() -> dict[str, int]:
@@ -80,7 +76,7 @@ async def _ways(args: argparse.Namespace, root: str) -> dict[str, Any]:
             factory = create_sandbox_factory(SandboxConfig(kind="bwrap", root_dir=root))
             with TreeCpu() as tree:  # around the factory: its sandboxes are gone before the cgroup
                 await factory.check()
-                mem0, load0 = meminfo(), loadavg()
+                mem0, load0 = meminfo(), load_average()
                 async with factory:
                     cpu0, t0 = tree.seconds(), time.perf_counter()
                     template_s = None
@@ -104,7 +100,7 @@ async def _ways(args: argparse.Namespace, root: str) -> dict[str, Any]:
                 per_box = (wall - (template_s or 0.0)) / args.children
                 results[way] = {
                     "load_before": load0,
-                    "load_after": loadavg(),
+                    "load_after": load_average(),
                     "template_s": None if template_s is None else round(template_s, 3),
                     "wall_s_per_sandbox": round(per_box, 4),
                     "wall_s_total": round(wall, 3),
@@ -155,7 +151,7 @@ async def _group(args: argparse.Namespace, root: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, env in (("without template_key", RepoEnv()), ("with template_key", TemplatedRepoEnv())):
         env.config = env.config.model_copy(update={"max_concurrent_rollouts": args.children})
-        load0 = loadavg()
+        load0 = load_average()
         with TreeCpu() as tree:  # around the factory: its sandboxes are gone before the cgroup
             factory = create_sandbox_factory(SandboxConfig(kind="bwrap", reuse=True, root_dir=root))
             async with factory:

@@ -88,7 +88,7 @@ class BatchConfig(BaseModel):
         "one (bwrap)",
     )
     # lazy by default: at 1024 rollouts x 3 s calls it gave 0.70-0.72 of the latency bound against
-    # eager's 0.67-0.68, with 21% fewer builds and 14-22% less memory per live rollout; at 64
+    # eager's 0.67-0.68, with 14-22% fewer builds and 14-22% less memory per live rollout; at 64
     # rollouts x 200 ms the two were within noise (docs/benchmarks.md, "Scale at realistic latency").
     sandbox_start: Literal["eager", "lazy"] = Field(
         "lazy",

@@ -553,7 +553,9 @@ class Agent:
         self.previous_nonce: str | None = None  # the last command's, in the current shell
         self.restorable = False  # whether the next shell starts from the snapshot
         self.kernel: Kernel | None = None
-        if reusable or _in_own_pid_namespace():  # a real sandbox: nothing of the host's keyring
+        # Asked once: a process never changes pid namespace (and a reset must not read /proc again).
+        self.own_pid_namespace = _in_own_pid_namespace()
+        if reusable or self.own_pid_namespace:  # a real sandbox: nothing of the host's keyring
             self.kernel = Kernel()
             self.kernel.make_undumpable()
             self.kernel.new_session_keyring()
@@ -587,7 +589,7 @@ class Agent:
         of ours that a command changed) raises :class:`ResetRefused`: the host then discards the
         sandbox and builds a fresh one, so a reused sandbox is never subtly different.
         """
-        if self.baseline is None or not _in_own_pid_namespace():
+        if self.baseline is None or not self.own_pid_namespace:
             raise ResetRefused("not started as a reusable sandbox in its own pid namespace")
         left = _kill_all_others()
         if left:
@@ -648,6 +650,9 @@ class Agent:
         # Between two counts the number of tasks can grow by at most the pids handed out in our
         # namespace, so while that bound stays low /proc is not listed at all (two reads of
         # ns_last_pid per command instead of a directory listing; a wrap or no value: list).
+        # Commands cannot move the counter: writing ns_last_pid takes CAP_SYS_ADMIN or
+        # CAP_CHECKPOINT_RESTORE, which they never have. And this is the recovery, not the limit:
+        # the pids cgroup (or RLIMIT_NPROC) caps them whatever this check sees.
         last = _last_pid()
         counted, at = self._tasks_bound
         if 0 < at <= last and counted + (last - at) < self.max_procs * _PROCS_LOOK:
@@ -675,7 +680,7 @@ class Agent:
         """Kill every process the commands started (background jobs and the shell included) and
         keep the files: what the verifier inspects can no longer change under it. A later
         command of the session gets a new shell with the session's last snapshot."""
-        if _in_own_pid_namespace():
+        if self.own_pid_namespace:
             _kill_all_others()
         else:
             for pgid in list(self.groups):
@@ -1349,7 +1354,7 @@ def _kill_all_others() -> int:
     return len(left)
 
 
-def _read(path: str, limit: int = 1 << 20) -> str:
+def _read(path: str) -> str:
     """A small file's text ('' when it cannot be read). Raw ``os`` calls: ``open()`` builds a
     buffered text stack per call, and a reset reads a dozen /proc files."""
     try:
@@ -1358,7 +1363,7 @@ def _read(path: str, limit: int = 1 << 20) -> str:
         return ""
     try:
         data = b""
-        while len(data) < limit:
+        while True:
             piece = os.read(fd, 65536)
             if not piece:
                 break
@@ -1370,21 +1375,14 @@ def _read(path: str, limit: int = 1 << 20) -> str:
         os.close(fd)
 
 
-_OWN_PID_NAMESPACE: list[bool] = []  # the answer, once known: a process never changes namespace
-
-
 def _in_own_pid_namespace() -> bool:
     """True only inside a sandbox's own pid namespace: bwrap's (bwrap is pid 1 and our parent), or
     a container's that we were entered into from outside (``docker exec``: our parent lives in
     another pid namespace, so our ppid reads 0 -- a process started inside any namespace has a
     visible parent). ``reset`` and ``stop`` kill with ``kill(-1)``: on a host that would reach
     every process of the user, so never there."""
-    if not _OWN_PID_NAMESPACE:
-        ppid = os.getppid()
-        _OWN_PID_NAMESPACE.append(
-            (ppid == 1 and _read("/proc/1/comm").strip() == "bwrap") or (ppid == 0 and os.getpid() != 1)
-        )
-    return _OWN_PID_NAMESPACE[0]
+    ppid = os.getppid()
+    return (ppid == 1 and _read("/proc/1/comm").strip() == "bwrap") or (ppid == 0 and os.getpid() != 1)
 
 
 def _reap() -> None:
