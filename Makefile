@@ -100,14 +100,18 @@ demo-setup: demo-system-deps $(DEMO_STAMP)
 
 # The docker tests' base image is built here, outside any test's timeout (the first time on a
 # machine: debootstrap, about a minute); their private dockerd is started and stopped by the tests.
+# Three workers on two cores: much of the suite waits on sandboxes, containers, servers and
+# Chromium (measured 2026-12-04: 592 s with three, 719 s with two); each worker's torch runs one
+# thread (tests/conftest.py), or the workers' thread pools spin against each other.
+PYTEST_WORKERS ?= 3
 test: setup bench-venv
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 	$(PY) tests/docker_engine.py prepare
-	$(VENV)/bin/pytest -n 2 --dist loadfile -q $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile -q $(PYTEST_ARGS)
 
 test-fast: setup bench-venv
-	$(VENV)/bin/pytest -n 2 --dist loadfile -q -m "not slow" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile -q -m "not slow" $(PYTEST_ARGS)
 
 # The main job on the embedded default: the tiny policy is served on loopback by `trajforge serve`
 # (no --model/--base-url), every task runs in its own bubblewrap sandbox. Each demo is a new run

@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
+# The xdist workers share this machine's cores; torch (and every trainer or `trajforge serve` a test
+# starts, which inherit this) would otherwise run one OpenMP thread per core in each, and the
+# oversubscribed threads spin against each other: the torch-heavy files took 2.5x as long
+# (93 s against 38 s for test_tiny_recipe + test_export_hot_batch on two workers). A user's own
+# setting wins. The product sets nothing: one trainer and its rollout server, alone on a machine,
+# ran as fast with one thread each as with the default (rl_train's builtin-trainer test).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any
@@ -10,6 +20,13 @@ import pytest
 
 from trajforge.llm.keys import DEFAULT_KEY_ENVS
 from trajforge.testing.scripted_server import ScriptedServer
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with a ``slow`` test first: xdist hands out whole files (``--dist loadfile``) in
+    collection order, and a long file started last is a tail the other workers wait out idle."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: the rest keep their order
 
 
 @pytest.fixture(autouse=True)
@@ -55,6 +72,25 @@ async def factory(tmp_path: Any) -> AsyncIterator[Any]:
         yield f
     finally:
         await close_factory(f)
+
+
+@pytest.fixture
+def kill_agent() -> Callable[[Any], Awaitable[None]]:
+    """``await kill_agent(sandbox)``: SIGKILL the sandbox's process from the host and wait until its
+    death is seen. Until then, on a loaded machine, the agent inside may still answer a call before
+    the kernel tears its namespaces down: a race no test of a dead sandbox is about."""
+    import asyncio
+    import signal
+
+    async def kill(sandbox: Any) -> None:
+        os.kill(sandbox.agent.pid, signal.SIGKILL)
+        for _ in range(1000):
+            if not sandbox.agent.alive():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"the sandbox process {sandbox.agent.pid} was killed but never seen dead")
+
+    return kill
 
 
 SCRIPTED_KEY_ENV = "TF_SCRIPTED_TEST_KEY"

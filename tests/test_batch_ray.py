@@ -48,6 +48,7 @@ def _done_count(run_dir: Path) -> int:
         ledger.close()
 
 
+@pytest.mark.slow
 async def test_ray_cluster_loses_a_node_mid_run_and_every_sample_lands_once(
     ray_cluster: Cluster, scripted_batch_config, caplog: pytest.LogCaptureFixture
 ) -> None:

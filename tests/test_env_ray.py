@@ -106,6 +106,7 @@ async def _env_eval(args: list[str]) -> tuple[int, str, str]:
     return proc.returncode or 0, out.decode(), err.decode()
 
 
+@pytest.mark.slow
 async def test_env_eval_on_ray_loses_a_node_mid_run_and_every_episode_lands_once(
     ray_cluster: Cluster, tmp_path: Path
 ) -> None:

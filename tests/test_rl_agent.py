@@ -114,6 +114,7 @@ def _tool_outputs(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 @pytest.mark.timeout(1200)
+@pytest.mark.slow
 async def test_rl_agent_walks_the_workflow_on_a_real_tiny_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -167,6 +167,7 @@ async def _reload_check(initial: Path, checkpoint: Path) -> None:
     assert lp_before == pytest.approx(_local_logprob(initial, prompt_ids, tok_before), abs=1e-4)
 
 
+@pytest.mark.slow
 def test_builtin_trainer_trains_checkpoints_reloads_and_resumes(tiny_model: Path, tmp_path: Path) -> None:
     from trajforge.rl.builtin import BuiltinTrainer
     from trajforge.rl.config import TrainConfig

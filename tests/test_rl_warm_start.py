@@ -334,6 +334,7 @@ def test_rl_demo_names_the_weights_it_cannot_start_from(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(900)  # four stages, each served and evaluated; slow on a loaded machine
+@pytest.mark.slow
 def test_rl_demo_measures_warm_start_grpo_and_the_supervised_control_alike(tmp_path: Path) -> None:
     """``trajforge rl demo`` end to end, shrunk: the recipe's policy evaluated greedy and sampled,
     warm-started, then one GRPO step and the equal-compute supervised control from the same warm

@@ -379,10 +379,10 @@ async def test_file_round_trip_and_path_escapes(sandbox):
             await sandbox.write_bytes(bad, b"x")
 
 
-async def test_a_dead_agent_is_an_infrastructure_error(sandbox):
+async def test_a_dead_agent_is_an_infrastructure_error(sandbox, kill_agent):
     """The sandbox's exec agent gone (here killed from the host) is not a tool result for the
     model: the command raises SandboxBrokenError, and so does every later one."""
-    os.kill(sandbox.agent.pid, signal.SIGKILL)
+    await kill_agent(sandbox)
     for _ in range(2):
         with pytest.raises(SandboxBrokenError):
             await sandbox.exec("echo back")

@@ -11,7 +11,6 @@ import gc
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -140,17 +139,11 @@ async def test_restored_workdir_mode_and_fork_bomb(tmp_path):
         await again.close()
 
 
-async def test_a_dead_agent_means_a_fresh_sandbox(tmp_path):
+async def test_a_dead_agent_means_a_fresh_sandbox(tmp_path, kill_agent):
     async with _factory(tmp_path) as factory:
         sb = await factory.create("a")
         old_root = sb.layout.root
-        os.kill(sb.agent.pid, signal.SIGKILL)  # the sandbox dies under the rollout
-        # Once its death is seen (on a loaded machine the agent inside may answer one more call
-        # before the kernel tears the namespace down: that is not what this test is about).
-        for _ in range(500):
-            if not sb.agent.alive():
-                break
-            await asyncio.sleep(0.01)
+        await kill_agent(sb)  # the sandbox dies under the rollout
         with pytest.raises(SandboxBrokenError):
             await sb.exec("echo back")
         await sb.close()
