@@ -17,7 +17,7 @@ SRC = Path(trajforge.__file__).parent
 
 # Ground first. A package may import its own floor and those below, never above.
 FLOORS: list[set[str]] = [
-    {"messages", "extras", "benchpython", "spawn", "trajectory", "sandbox", "report", "record"},
+    {"messages", "extras", "benchpython", "spawn", "cleanup", "trajectory", "sandbox", "report", "record"},
     {"llm"},
     {"protocols", "tools", "tasks", "serve", "distributions", "testing"},
     {"agent"},

@@ -76,3 +76,43 @@ async def test_a_cancelled_start_leaves_no_sandbox_process(factory: Any, tmp_pat
     assert cancelled_while_starting >= 1
     assert not _mounts_under(tmp_path), "a cancelled start left a mount"
     assert not [p.name for p in (tmp_path / "sb").iterdir() if p.is_dir() and p.name[0] == "c"]
+
+
+@pytest.mark.parametrize("reuse", [True, False], ids=["reset", "removed"])
+async def test_a_cancelled_close_still_resets_or_removes_its_sandbox(tmp_path: Path, reuse: bool) -> None:
+    """A rollout cancelled while its sandbox closes (its deadline, a stopped run) must not cut the
+    close short: a reset or removal stopped half-way left the sandbox's tmpfs mounted, its
+    directory and its bwrap running, owned by nobody (before the fix: every cancel in the first
+    millisecond of a close). A reset cut short removes the sandbox; the closing task still ends
+    cancelled, and the next rollout gets a clean sandbox."""
+    from trajforge.sandbox import close_factory, create_sandbox_factory
+    from trajforge.sandbox.types import SandboxConfig
+
+    factory = create_sandbox_factory(SandboxConfig(kind="bwrap", root_dir=str(tmp_path / "sb"), reuse=reuse))
+    before = _children()
+    cancelled_while_closing = 0
+    try:
+        for delay_us in range(0, 3000, 250):
+            sandbox = await factory.create(f"c{delay_us}")
+            await sandbox.exec("echo hi > here.txt; sleep 30 &")  # a file and a process to remove
+            closing = asyncio.ensure_future(sandbox.close())
+            await asyncio.sleep(delay_us / 1e6)
+            if closing.done():
+                await closing
+                continue
+            closing.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await closing
+            cancelled_while_closing += 1
+            if reuse:  # the reset ran to its end: the next rollout gets the sandbox, clean
+                again = await factory.create("next")
+                assert (await again.exec("ls; ps -e -o comm= | grep -c sleep")).output == "0\n"
+                await again.close()
+        if reuse:  # each reset cut short removed its sandbox, and says so
+            assert factory.stats.discarded == {"reset cut short (CancelledError)": cancelled_while_closing}
+    finally:
+        await close_factory(factory)
+    assert cancelled_while_closing >= 3  # the cancels did land in closes (else this proved nothing)
+    assert not await _settled_children(before)
+    assert not _mounts_under(tmp_path), "a cancelled close left a mount"
+    assert not list((tmp_path / "sb").iterdir()), "a cancelled close left a sandbox directory"

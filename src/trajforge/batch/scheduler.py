@@ -26,6 +26,7 @@ from trajforge.batch.config import BatchConfig
 from trajforge.batch.dataset import Sample
 from trajforge.batch.records import batch_line
 from trajforge.batch.writer import SHARDS_DIR, Finished, ShardWriter, find_output_error, open_ledger
+from trajforge.cleanup import finish
 from trajforge.distributions import derive_seed, get_distribution
 from trajforge.envs.catalog import load_grader
 from trajforge.envs.judge import EnvJudge, registry_tools
@@ -117,15 +118,10 @@ class Worker:
         self._teardowns.create_task(self._teardown(teardown))
 
     async def _teardown(self, teardown: Coroutine[Any, Any, None]) -> None:
-        closing = asyncio.ensure_future(teardown)
         try:
-            await asyncio.shield(closing)
-        except asyncio.CancelledError:
             # A worker that stops early (an output error, Ctrl-C) still closes its sandboxes:
             # a close cut short leaves processes that outlive the event loop.
-            await asyncio.wait([closing])
-            _ = closing.cancelled() or closing.exception()  # retrieved: we are stopping
-            raise
+            await finish(teardown)
         finally:
             async with self._closed:
                 self._closing -= 1

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trajforge.cleanup import finish
 from trajforge.sandbox.cgroup import SandboxCgroup
 from trajforge.sandbox.disk import remove_tree
 from trajforge.sandbox.errors import SandboxUnavailableError
@@ -260,23 +261,33 @@ class ProcessSandboxFactory:
 
         The idle pool holds up to as many sandboxes as were ever in use at once (unless
         ``max_idle`` caps it): a thousand rollouts that end together hand theirs to the next
-        thousand, instead of destroying all but a few and building the rest again."""
+        thousand, instead of destroying all but a few and building the rest again.
+
+        The closing task may be cancelled at any ``await`` here (a rollout at its deadline, a run
+        stopped): a removal then still runs to its end, and a reset cut short removes the sandbox
+        (its state is unknown) before the cancellation goes on. Either way nothing is left
+        behind: no tmpfs, directory or process that nobody owns. The reset itself starts at once,
+        in the closing task (a create that starts meanwhile waits for it rather than build)."""
         self._live -= 1
         if resident.template is not None:  # a fork's upper layer is its own: never reused
             try:
-                await resident.destroy(self.io, self.config.keep)
+                await finish(resident.destroy(self.io, self.config.keep))
             finally:
                 resident.template.children -= 1
             return
         if not self.reuse:
-            await resident.destroy(self.io, self.config.keep)
+            await finish(resident.destroy(self.io, self.config.keep))
             return
         self._resetting += 1
         try:
             problem = await self._reset(resident)
-        except BaseException:
+        except BaseException as exc:
             self._resetting -= 1
-            await self._notify_returned()
+            self.stats.discard(f"reset cut short ({type(exc).__name__})")
+            try:
+                await finish(resident.destroy(self.io, False))
+            finally:
+                await self._notify_returned()
             raise
         self._resetting -= 1
         if problem is None and self.reuse and len(self._idle) < self._idle_cap():
@@ -286,7 +297,7 @@ class ProcessSandboxFactory:
         await self._notify_returned()  # nothing came back: a waiting create builds instead
         if problem is not None:
             self.stats.discard(problem)
-        await resident.destroy(self.io, False)
+        await finish(resident.destroy(self.io, False))
 
     async def _notify_returned(self) -> None:
         async with self._returned:

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trajforge.cleanup import finish
 from trajforge.sandbox.cgroup import SandboxCgroup
 from trajforge.sandbox.confined import ConfinedDir
 from trajforge.sandbox.disk import remove_tree
@@ -228,10 +229,10 @@ class ProcessSandbox:
         if self._closed:
             return
         self._closed = True
-        if self.release is not None:
+        if self.release is not None:  # the factory's: it finishes what it starts (a reset, a removal)
             await self.release(self.resident)
-        else:
-            await self.resident.destroy(self.io, self.config.keep)
+        else:  # a removal cut short by a cancellation would leave it all behind (trajforge.cleanup)
+            await finish(self.resident.destroy(self.io, self.config.keep))
 
     async def __aenter__(self) -> ProcessSandbox:
         return self
