@@ -10,6 +10,7 @@ that nothing accounts for.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -116,3 +117,64 @@ async def test_a_cancelled_close_still_resets_or_removes_its_sandbox(tmp_path: P
     assert not await _settled_children(before)
     assert not _mounts_under(tmp_path), "a cancelled close left a mount"
     assert not list((tmp_path / "sb").iterdir()), "a cancelled close left a sandbox directory"
+
+
+def _holding_fds_under(root: Path) -> list[int]:
+    """Processes (anyone's children, orphans included) with an open fd under ``root``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd).startswith(str(root)) for fd in (proc / "fd").iterdir()):
+                found.append(int(proc.name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
+def _describe(pids: list[int]) -> list[str]:
+    """Each process: pid, parent, command line and open fds, for a failure to be read."""
+    out = []
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]
+            fds = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+        except OSError as exc:
+            out.append(f"{pid}: {exc}")
+            continue
+        me = " (this process)" if pid == os.getpid() else ""
+        out.append(f"{pid}{me} ppid {stat[1]}: {argv} fds {fds}")
+    return out
+
+
+async def test_a_cancelled_first_create_leaves_no_bwrap_of_its_probe(tmp_path: Path) -> None:
+    """A factory's first create runs a probe sandbox. Cancelled while bwrap was setting up its
+    child, that child (pid 1 of the new namespace, waiting on an eventfd for its killed parent and
+    not yet bound to die with it) slept on forever, an orphan of init (before the fix: 2 of 80
+    starts cancelled 0-40 ms in). bwrap now leads a process group, killed whole."""
+    from trajforge.sandbox import close_factory, create_sandbox_factory
+    from trajforge.sandbox.types import SandboxConfig
+
+    cancelled = 0
+    for step in range(48):
+        root = tmp_path / f"r{step}"
+        factory = create_sandbox_factory(SandboxConfig(kind="bwrap", root_dir=str(root)))
+        creating = asyncio.ensure_future(factory.create("x"))
+        await asyncio.sleep(step * 0.00025 + 0.002)
+        if creating.done():
+            await (creating.result()).close()
+        else:
+            creating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                started = await creating  # the start had just finished: closed, as a session does
+                await started.close()
+            cancelled += 1
+        await close_factory(factory)
+    assert cancelled >= 10
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while (left := _holding_fds_under(tmp_path)) and loop.time() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    assert not left, f"processes still hold the sandboxes' directories: {_describe(left)}"

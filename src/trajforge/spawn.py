@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 from typing import Any
 
 _REAP_S = 10.0
@@ -26,21 +28,31 @@ async def spawn(*argv: str, **kwargs: Any) -> asyncio.subprocess.Process:
     try:
         return await asyncio.shield(start)
     except asyncio.CancelledError:
-        await _discard(start)
+        await _discard(start, group=bool(kwargs.get("start_new_session")))
         raise
 
 
-async def _discard(start: asyncio.Future[asyncio.subprocess.Process]) -> None:
+def kill_process(proc: asyncio.subprocess.Process, *, group: bool) -> None:
+    """SIGKILL ``proc``, and with ``group`` (it was started with ``start_new_session``) every
+    process of its group: what it forked that has not left the group dies with it."""
+    if proc.returncode is not None:  # reaped: its pid, and so its group's id, may be reused
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if group:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+
+
+async def _discard(start: asyncio.Future[asyncio.subprocess.Process], *, group: bool) -> None:
     """Let a start the caller gave up on finish (repeated cancellations included), then kill and
-    reap its child."""
+    reap its child (its process group with ``group``)."""
     while not start.done():
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.shield(start)
     if start.cancelled() or start.exception() is not None:
         return  # nothing was started
     proc = start.result()
-    if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+    kill_process(proc, group=group)
     with contextlib.suppress(TimeoutError, asyncio.CancelledError):
         await asyncio.wait_for(proc.wait(), _REAP_S)

@@ -25,6 +25,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import PurePosixPath
 
+from trajforge.cleanup import finish
 from trajforge.sandbox.cgroup import SandboxCgroup
 from trajforge.sandbox.disk import remove_tree
 from trajforge.sandbox.errors import SandboxUnavailableError
@@ -32,7 +33,7 @@ from trajforge.sandbox.factory import ProcessSandboxFactory
 from trajforge.sandbox.launch import Launch, command_env, limit_env
 from trajforge.sandbox.layout import Layout, chown_tree, compile_agent, make_layout
 from trajforge.sandbox.templates import filter_fd, key_filter
-from trajforge.spawn import spawn
+from trajforge.spawn import kill_process, spawn
 
 INSIDE_WORKDIR = "/workspace"
 INSIDE_SCRATCH = "/tmp"
@@ -237,8 +238,15 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
                     stderr=asyncio.subprocess.STDOUT,
                     env={},
                     pass_fds=tuple(fds.values()),
+                    start_new_session=True,  # killed as a group: see ExecAgent.start
                 )
-                out, _ = await asyncio.wait_for(proc.communicate(), 30)
+                try:
+                    async with asyncio.timeout(30):  # not wait_for: it can swallow a cancel
+                        out, _ = await proc.communicate()
+                except BaseException:  # a timeout, or the first create cancelled: nothing left
+                    kill_process(proc, group=True)
+                    await finish(proc.wait())
+                    raise
             finally:
                 _close_fds(fds)
             if proc.returncode != 0 or not (layout.work / "probe").exists():

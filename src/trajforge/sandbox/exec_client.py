@@ -21,7 +21,7 @@ import orjson
 
 from trajforge.sandbox.errors import SandboxBrokenError
 from trajforge.sandbox.types import ExecResult
-from trajforge.spawn import spawn
+from trajforge.spawn import kill_process, spawn
 
 # Time allowed beyond a command's own timeout for the agent to kill it and answer.
 _ANSWER_GRACE_S = 15.0
@@ -80,6 +80,10 @@ class ExecAgent:
                 limit=_LINE_LIMIT,
                 env=self._env,
                 pass_fds=self._pass_fds,
+                # bwrap's own child (pid 1 of the sandbox) waits on an eventfd until bwrap has
+                # set it up, and only then dies with its parent: bwrap killed in between left it
+                # asleep forever. In a group of their own, both are killed (see kill).
+                start_new_session=True,
             )
         finally:
             if log is not None:
@@ -221,8 +225,6 @@ class ExecAgent:
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+        kill_process(proc, group=True)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(proc.wait(), 10)
