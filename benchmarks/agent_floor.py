@@ -118,12 +118,13 @@ def _memory(pid: int) -> dict[str, float]:
     return {"pss_mib": fields["Pss"], "private_dirty_mib": fields["Private_Dirty"]}
 
 
-def _idle_memory(argv: list[str], ready: bytes | None, tmp: Path) -> dict[str, float]:
-    """Start ``argv``, wait until it is idle (``ready`` on stdout, or 0.5 s), read its memory, stop it."""
+def _idle_memory(argv: list[str], tmp: Path, *, says_a_line: bool) -> dict[str, float]:
+    """Start ``argv``, let it settle (its first line read when it prints one, then 0.5 s), read
+    its memory, stop it."""
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tmp)
     try:
         assert proc.stdout is not None
-        if ready is not None:
+        if says_a_line:
             proc.stdout.readline()
         time.sleep(0.5)
         return _memory(proc.pid)
@@ -139,7 +140,8 @@ def main() -> None:
     args = parser.parse_args()
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        sys.exit("agent_floor.py needs a C compiler for its probe: apt-get install gcc")
+        print("agent_floor.py needs a C compiler for its probe: apt-get install gcc", file=sys.stderr)
+        sys.exit(2)
     with tempfile.TemporaryDirectory(prefix="tf-agent-floor-") as name:
         tmp = Path(name)
         (tmp / "probe.c").write_text(C_PROBE)
@@ -157,8 +159,8 @@ def main() -> None:
         (tmp / code.name).write_bytes(code.data)
         agent = [PYTHON, "-I", "-S", str(tmp / code.name), str(work), str(scratch)]
         memory = {
-            "python agent": _idle_memory(agent, None, tmp),
-            "c": _idle_memory([str(tmp / "probe"), "1", "idle"], b"", tmp),
+            "python agent": _idle_memory(agent, tmp, says_a_line=False),
+            "c": _idle_memory([str(tmp / "probe"), "1", "idle"], tmp, says_a_line=True),
         }
     report = {
         "spawn_parent_cpu_ms": {k: [round(v, 4) for v in vs] for k, vs in spawn.items()},

@@ -18,6 +18,8 @@ import os
 import signal
 from typing import Any
 
+from trajforge.cleanup import finish
+
 _REAP_S = 10.0
 """How long a killed, unwanted child is waited for before it is left to the OS."""
 
@@ -47,9 +49,8 @@ def kill_process(proc: asyncio.subprocess.Process, *, group: bool) -> None:
 async def _discard(start: asyncio.Future[asyncio.subprocess.Process], *, group: bool) -> None:
     """Let a start the caller gave up on finish (repeated cancellations included), then kill and
     reap its child (its process group with ``group``)."""
-    while not start.done():
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(start)
+    with contextlib.suppress(Exception, asyncio.CancelledError):  # the caller is cancelled anyway
+        await finish(start)
     if start.cancelled() or start.exception() is not None:
         return  # nothing was started
     proc = start.result()
