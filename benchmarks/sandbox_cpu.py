@@ -10,10 +10,12 @@ reset (create + close of a reused sandbox), one fresh build + destroy.
 
 ``--baseline-src DIR`` runs the same measurement, in the same invocation, on another checkout's
 ``src/`` (e.g. a ``git worktree`` of the commit before a change) in a subprocess, alternating
-with this one ``--rounds`` times, and prints the ratio.
+with this one ``--rounds`` times, and prints the ratio. ``--compare-agents`` does the same with
+the python exec agent as the baseline and the native one (``SandboxConfig.agent``) as this.
 
     .venv/bin/python benchmarks/sandbox_cpu.py --trajectories 300
     .venv/bin/python benchmarks/sandbox_cpu.py --baseline-src /tmp/before/src --rounds 3
+    .venv/bin/python benchmarks/sandbox_cpu.py --compare-agents --rounds 3
 """
 
 from __future__ import annotations
@@ -35,14 +37,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _endpoint import TreeCpu, load_average, machine_cpu, own_cpu  # noqa: E402
 
 
-async def _measure(trajectories: int, commands: int, command: str) -> dict[str, Any]:
+async def _measure(trajectories: int, commands: int, command: str, agent: str) -> dict[str, Any]:
     from trajforge.sandbox import SandboxConfig, create_sandbox_factory
 
     root = tempfile.mkdtemp(prefix="tf-sbcpu-")
     out: dict[str, Any] = {"load_before": load_average()}
     # The cgroup first: a process started before it (the warm sandbox's agent) would stay outside.
     with TreeCpu() as tree:
-        factory = create_sandbox_factory(SandboxConfig(kind="bwrap", reuse=True, root_dir=root))
+        factory = create_sandbox_factory(SandboxConfig(kind="bwrap", reuse=True, root_dir=root, agent=agent))
         async with factory:
 
             async def trajectory() -> None:
@@ -87,7 +89,7 @@ async def _measure(trajectories: int, commands: int, command: str) -> dict[str, 
             out["reset_ms_tree"] = _per(t0, t1, trajectories)
             out["reset_ms_machine"] = 1000 * (m1 - m0) / trajectories
             out["stats"] = factory.stats.counts()
-        fresh = create_sandbox_factory(SandboxConfig(kind="bwrap", reuse=False, root_dir=root))
+        fresh = create_sandbox_factory(SandboxConfig(kind="bwrap", reuse=False, root_dir=root, agent=agent))
         builds = max(10, trajectories // 10)
         t0, m0 = tree.seconds(), machine_cpu()
         for _ in range(builds):
@@ -117,20 +119,29 @@ def main() -> None:
     p.add_argument("--command", default="echo hi")
     p.add_argument("--baseline-src", default=None, help="another checkout's src/ to measure alongside")
     p.add_argument("--rounds", type=int, default=1, help="alternations with the baseline")
+    p.add_argument(
+        "--agent", choices=("python", "native"), default="python", help="the sandboxes' exec agent"
+    )
+    p.add_argument("--compare-agents", action="store_true", help="python (baseline) against native (this)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.child or args.baseline_src is None:
-        result = asyncio.run(_measure(args.trajectories, args.commands, args.command))
+    if args.child or (args.baseline_src is None and not args.compare_agents):
+        result = asyncio.run(_measure(args.trajectories, args.commands, args.command, args.agent))
         print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
         return
     runs: dict[str, list[dict[str, Any]]] = {"this": [], "baseline": []}
     me = [sys.executable, __file__, "--child", "--trajectories", str(args.trajectories)]
     me += ["--commands", str(args.commands), "--command", args.command]
     this_src = str(Path(__file__).resolve().parents[1] / "src")
+    if args.compare_agents:
+        variants = [("baseline", this_src, "python"), ("this", this_src, "native")]
+    else:
+        variants = [("baseline", args.baseline_src, args.agent), ("this", this_src, args.agent)]
     for _ in range(args.rounds):
-        for name, src in (("baseline", args.baseline_src), ("this", this_src)):
+        for name, src, agent in variants:
             env = dict(os.environ, PYTHONPATH=src)
-            done = subprocess.run(me, env=env, capture_output=True, text=True, check=True)
+            extra = ["--agent", agent] if args.compare_agents or agent != "python" else []  # older checkouts
+            done = subprocess.run([*me, *extra], env=env, capture_output=True, text=True, check=True)
             runs[name].append(orjson.loads(done.stdout[done.stdout.index("{") :]))
     keys = [k for k in runs["this"][0] if k.endswith(("_tree", "_machine", "_wall"))]
     summary = {name: {k: _rounded([r[k] for r in rs]) for k in keys} for name, rs in runs.items()}

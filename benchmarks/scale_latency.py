@@ -133,6 +133,7 @@ def run(args: argparse.Namespace, endpoint: Endpoint) -> dict[str, object]:
             "toolsets": ["terminal"],
             "sandbox": args.sandbox,
             "sandbox_start": args.sandbox_start,
+            "sandbox_agent": args.agent,
             "concurrency": args.concurrency,
             "workers": 1,
             "request_timeout": 600,
@@ -158,6 +159,7 @@ def run(args: argparse.Namespace, endpoint: Endpoint) -> dict[str, object]:
     return {
         "concurrency": args.concurrency,
         "sandbox_start": args.sandbox_start,
+        "agent": args.agent,
         "latency_s": args.latency,
         "samples": n,
         "status_counts": stats["status_counts"],
@@ -189,6 +191,9 @@ def main() -> None:
     p.add_argument("--latency", type=float, default=3.0)
     p.add_argument("--sandbox", default="bwrap")
     p.add_argument("--sandbox-start", default="lazy", choices=("eager", "lazy"), help="batch's default: lazy")
+    p.add_argument(
+        "--agent", default="python", choices=("python", "native"), help="the sandboxes' exec agent"
+    )
     p.add_argument("--every", type=float, default=1.0, help="memory sampling interval, s")
     args = p.parse_args()
     args.samples = args.samples or 2 * args.concurrency

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from trajforge.endpoint import pairing_problem
 from trajforge.llm.types import SamplingParams
-from trajforge.sandbox.types import SandboxConfig, SandboxKind
+from trajforge.sandbox.types import AgentKind, SandboxConfig, SandboxKind
 from trajforge.tools.config import ToolsConfig, ToolsConfigError, parse_tools_config
 from trajforge.tools.limits import DEFAULT_MAX_COMMAND_TIMEOUT_S, ToolLimits
 
@@ -90,6 +90,11 @@ class BatchConfig(BaseModel):
     # lazy by default: at 1024 rollouts x 3 s calls it gave 0.70-0.72 of the latency bound against
     # eager's 0.67-0.68, with 14-22% fewer builds and 14-22% less memory per live rollout; at 64
     # rollouts x 200 ms the two were within noise (docs/benchmarks.md, "Scale at realistic latency").
+    sandbox_agent: AgentKind = Field(
+        "auto",
+        description="the exec agent in each sandbox: auto (native where it compiles, else python), "
+        "native (exec_agent.c built here with cc: ~0.2 MiB per sandbox instead of ~3; bwrap), python",
+    )
     sandbox_start: Literal["eager", "lazy"] = Field(
         "lazy",
         description="lazy: start a sample's sandbox at its first tool call (less memory per live "
@@ -255,6 +260,7 @@ class BatchConfig(BaseModel):
             kind=self.sandbox,
             network=self.sandbox_network,
             reuse=self.sandbox_reuse,
+            agent=self.sandbox_agent,
             command_timeout_s=self.command_timeout,
             root_dir=str(root_dir) if root_dir else None,
         )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import secrets
 import shutil
@@ -32,12 +33,16 @@ from trajforge.sandbox.errors import SandboxUnavailableError
 from trajforge.sandbox.factory import ProcessSandboxFactory
 from trajforge.sandbox.launch import Launch, command_env, limit_env
 from trajforge.sandbox.layout import Layout, chown_tree, compile_agent, make_layout
+from trajforge.sandbox.native_agent import build_native_agent, compiler
 from trajforge.sandbox.templates import filter_fd, key_filter
 from trajforge.spawn import kill_process, spawn
+
+log = logging.getLogger(__name__)
 
 INSIDE_WORKDIR = "/workspace"
 INSIDE_SCRATCH = "/tmp"
 INSIDE_AGENT = "/run/trajforge/agent.py"  # agent.pyc when the factory compiled it
+INSIDE_NATIVE_AGENT = "/run/trajforge/agent"  # SandboxConfig.agent = "native"
 INSIDE_SESSION = "/run/trajforge/session"  # the agent's command files: out of the commands' reach
 # What the agent (uid 0 when we are root) keeps: start commands as their uid, kill them, and remove
 # or restore whatever they left, whatever its mode. Nothing else (no sys_admin, net, ptrace, ...).
@@ -155,13 +160,8 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
     supports_reuse = True  # its own pid namespace: the agent's reset can reach every process
     forks = True  # overlay children as root, copies otherwise (sandbox.templates)
 
-    def _bwrap_argv(self, fds: dict[str, int], uid: int | None) -> list[str]:
-        python = first_existing(_PYTHONS)
-        if python is None:
-            raise SandboxUnavailableError(
-                "the bwrap sandbox needs a system python3 in /usr/bin or /usr/local/bin to run its "
-                "exec agent (apt-get install python3-minimal), or choose `--sandbox local`"
-            )
+    def _bwrap_argv(self, fds: dict[str, int], uid: int | None, program: Sequence[str] = ()) -> list[str]:
+        """bwrap's argv for one sandbox running ``program`` (by default the exec agent)."""
         seccomp = ["--seccomp", str(fds["seccomp"])] if "seccomp" in fds else []
         return [
             "bwrap",
@@ -169,11 +169,25 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             *seccomp,
             *_mounts(fds, self._inside_agent, self.config.ro_binds),
             *self._agent_privileges(uid),
-            python,
-            "-I",
-            "-S",  # no site import: halves interpreter start-up (the agent is stdlib-only)
-            *self._agent_args(uid),
+            *(program or self._agent_program(uid)),
         ]
+
+    @property
+    def _native(self) -> bool:
+        """Whether sandboxes run the native agent (decided by the probe: the agent it built)."""
+        return self.agent_file is not None and self.agent_file.executable
+
+    def _agent_program(self, uid: int | None) -> list[str]:
+        if self._native:
+            return self._agent_args(uid)
+        python = first_existing(_PYTHONS)
+        if python is None:
+            raise SandboxUnavailableError(
+                "the bwrap sandbox needs a system python3 in /usr/bin or /usr/local/bin to run its "
+                "exec agent (apt-get install python3-minimal), or choose `--sandbox local`"
+            )
+        # -S: no site import: halves interpreter start-up (the agent is stdlib-only)
+        return [python, "-I", "-S", *self._agent_args(uid)]
 
     def _namespaces(self, uid: int | None) -> list[str]:
         if uid is None:  # unprivileged: bwrap makes a user namespace and we keep our uid
@@ -199,6 +213,8 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
 
     @property
     def _inside_agent(self) -> str:
+        if self._native:
+            return INSIDE_NATIVE_AGENT
         compiled = self.agent_file is not None and self.agent_file.name.endswith(".pyc")
         return INSIDE_AGENT + ("c" if compiled else "")
 
@@ -228,10 +244,9 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
                 await asyncio.to_thread(chown_tree, layout.root, (uid, uid))
             fds = _open_paths(layout)
             try:
-                argv = self._bwrap_argv(fds, uid)
-                python = first_existing(_PYTHONS) or ""
-                python_at = len(argv) - 1 - argv[::-1].index(python)
-                argv[python_at:] = ["/bin/sh", "-c", "echo ok > /workspace/probe"]  # the agent's place
+                if self.config.agent == "python" or (self.config.agent == "auto" and compiler() is None):
+                    self._agent_program(uid)  # what the agent needs is there (a python3)
+                argv = self._bwrap_argv(fds, uid, program=["/bin/sh", "-c", "echo ok > /workspace/probe"])
                 proc = await spawn(
                     *argv,
                     stdout=asyncio.subprocess.PIPE,
@@ -258,6 +273,14 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             return f"bubblewrap cannot start a sandbox here ({exc}). {INSTALL_HINT}"
         finally:
             await asyncio.to_thread(remove_tree, layout.root)
+        if self.config.agent == "native" or (self.config.agent == "auto" and compiler() is not None):
+            try:  # compiled once per process, by this machine's cc
+                self.agent_file = await asyncio.to_thread(build_native_agent)
+                return ""
+            except SandboxUnavailableError as exc:
+                if self.config.agent == "native":
+                    return str(exc)
+                log.warning("%s: sandboxes run the python agent", exc)
         # Every sandbox runs the agent compiled once here by the python that will run it.
         self.agent_file = await asyncio.to_thread(compile_agent, first_existing(_PYTHONS) or "python3")
         return ""

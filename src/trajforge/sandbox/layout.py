@@ -36,6 +36,7 @@ class AgentFile:
 
     name: str
     data: bytes
+    executable: bool = False  # a program the sandbox runs itself (the native agent), not a script
 
 
 def agent_source() -> AgentFile:
@@ -135,7 +136,7 @@ def make_layout(
     layout.work.mkdir()
     layout.tmp.mkdir()
     layout.agent.write_bytes(agent.data)
-    layout.agent.chmod(0o644)
+    layout.agent.chmod(0o755 if agent.executable else 0o644)
     return layout
 
 
