@@ -63,6 +63,7 @@ def _run(args: argparse.Namespace, endpoint: Endpoint, name: str, reuse: bool) -
             "sandbox": args.sandbox,
             "sandbox_reuse": reuse,
             "sandbox_start": args.sandbox_start,
+            **({"sandbox_agent": args.sandbox_agent} if args.sandbox_agent else {}),
             "concurrency": args.concurrency,
             "workers": args.workers,
             "fsync": False if args.no_fsync else None,
@@ -124,6 +125,14 @@ def main() -> None:
         "--sandbox-start", default=None, choices=("eager", "lazy"), help="default: the batch default"
     )
     p.add_argument("--workers", type=int, default=None, help="default: the batch default")
+    p.add_argument(
+        "--sandbox-agent", default=None, choices=("python", "native"), help="default: the batch default"
+    )
+    p.add_argument(
+        "--compare-agents",
+        action="store_true",
+        help="the python exec agent (compare) against the native one (this), as --compare-src alternates",
+    )
     p.add_argument("--no-fsync", action="store_true")
     p.add_argument(
         "--no-baseline",
@@ -140,7 +149,7 @@ def main() -> None:
     )
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()
-    if args.compare_src:
+    if args.compare_src or args.compare_agents:
         _compare(args)
         return
 
@@ -175,12 +184,24 @@ def _compare(args: argparse.Namespace) -> None:
         if value is not None:
             argv += [flag, str(value)]
     this_src = str(Path(__file__).resolve().parents[1] / "src")
+    if args.compare_agents:
+        variants = [
+            ("compare", this_src, ["--sandbox-agent", "python"]),
+            ("this", this_src, ["--sandbox-agent", "native"]),
+        ]
+    else:
+        agent = ["--sandbox-agent", args.sandbox_agent] if args.sandbox_agent else []
+        variants = [("compare", args.compare_src, agent), ("this", this_src, agent)]
     runs: dict[str, list[dict]] = {"compare": [], "this": []}
     for _ in range(args.rounds):
-        for name, src in (("compare", args.compare_src), ("this", this_src)):
+        for name, src, extra in variants:
             load = load_average()
             done = subprocess.run(
-                argv, env=dict(os.environ, PYTHONPATH=src), capture_output=True, text=True, check=True
+                [*argv, *extra],
+                env=dict(os.environ, PYTHONPATH=src),
+                capture_output=True,
+                text=True,
+                check=True,
             )
             run = orjson.loads(done.stdout[done.stdout.index("{") :])["default"]
             run["load_at_start"] = float(load)

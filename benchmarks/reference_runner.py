@@ -277,6 +277,7 @@ def trajforge_side(
         concurrency=args.concurrency,
         workers=args.workers,
         sandbox_start=None,
+        sandbox_agent=args.sandbox_agent,
         no_fsync=False,
         profile=None,
         latency=args.latency,
@@ -390,6 +391,12 @@ def main() -> None:
     p.add_argument("--ref-timeout", type=float, default=1800, help="seconds before a reference run is killed")
     p.add_argument("--sandbox", default="bwrap", help="trajforge's sandbox")
     p.add_argument("--concurrency", type=int, default=None, help="trajforge's (default: the batch default)")
+    p.add_argument(
+        "--sandbox-agent",
+        default=None,
+        choices=("python", "native"),
+        help="trajforge's (default: the batch default)",
+    )
     p.add_argument("--workers", type=int, default=None, help="trajforge's (default: the batch default)")
     p.add_argument("--json", default=None, help="also write every run's figures to this file")
     args = p.parse_args()

@@ -133,7 +133,7 @@ def run(args: argparse.Namespace, endpoint: Endpoint) -> dict[str, object]:
             "toolsets": ["terminal"],
             "sandbox": args.sandbox,
             "sandbox_start": args.sandbox_start,
-            "sandbox_agent": args.agent,
+            **({"sandbox_agent": args.agent} if args.agent else {}),
             "concurrency": args.concurrency,
             "workers": 1,
             "request_timeout": 600,
@@ -159,7 +159,7 @@ def run(args: argparse.Namespace, endpoint: Endpoint) -> dict[str, object]:
     return {
         "concurrency": args.concurrency,
         "sandbox_start": args.sandbox_start,
-        "agent": args.agent,
+        "agent": args.agent or "the batch default",
         "latency_s": args.latency,
         "samples": n,
         "status_counts": stats["status_counts"],
