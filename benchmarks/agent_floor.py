@@ -12,8 +12,9 @@ rests on a number. Side by side, alternating rounds:
   ``execve``. The parent's CPU per spawn (``RUSAGE_SELF``): a fork write-protects every page of the
   parent, and a CPython parent then takes a fault for each page its reference counts touch.
 - **memory**: the real agent (its bytecode compiled for that interpreter, as a sandbox gets it;
-  idle, before its first request: a floor) against the same C program idle: ``Pss`` and dirty
-  private memory from ``smaps_rollup``.
+  idle, before its first request: a floor) against the same C program idle and against the native
+  agent (``exec_agent.c``, built as sandboxes get it): ``Pss`` and dirty private memory from
+  ``smaps_rollup``.
 
 Needs ``cc`` (Debian: ``apt-get install gcc``); without it, says so and exits 2.
 
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _endpoint import load_average  # noqa: E402
 
 from trajforge.sandbox.layout import compile_agent  # noqa: E402
+from trajforge.sandbox.native_agent import build_native_agent  # noqa: E402
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "trajforge" / "sandbox"
 PYTHON = "/usr/bin/python3"
@@ -158,8 +160,14 @@ def main() -> None:
             sys.exit(f"{PYTHON} could not compile the exec agent")
         (tmp / code.name).write_bytes(code.data)
         agent = [PYTHON, "-I", "-S", str(tmp / code.name), str(work), str(scratch)]
+        native = build_native_agent()  # the real one, as bwrap sandboxes run it by default
+        (tmp / native.name).write_bytes(native.data)
+        (tmp / native.name).chmod(0o755)
         memory = {
             "python agent": _idle_memory(agent, tmp, says_a_line=False),
+            "native agent": _idle_memory(
+                [str(tmp / native.name), str(work), str(scratch)], tmp, says_a_line=True
+            ),
             "c": _idle_memory([str(tmp / "probe"), "1", "idle"], tmp, says_a_line=True),
         }
     report = {

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from trajforge.batch.config import BatchConfig
 from trajforge.sandbox import exec_agent, native_agent
 from trajforge.sandbox.errors import SandboxUnavailableError
 from trajforge.sandbox.types import SandboxConfig
@@ -213,6 +214,26 @@ async def test_native_sandboxes_run_the_native_agent(tmp_path: Path) -> None:
         assert (await sandbox.exec("f")).output == "kept\n"
     finally:
         await sandbox.close()
+
+
+async def test_auto_runs_the_native_agent_where_it_compiles(tmp_path: Path) -> None:
+    from trajforge.sandbox.bwrap import BwrapSandboxFactory
+
+    factory = BwrapSandboxFactory(SandboxConfig(agent="auto", root_dir=str(tmp_path)))
+    sandbox = await factory.create("auto")
+    try:
+        assert (await sandbox.exec("tr '\\0' ' ' < /proc/$PPID/cmdline")).output.startswith(
+            "/run/trajforge/agent "
+        )
+        assert factory.agent_file is not None and factory.agent_file.executable
+    finally:
+        await sandbox.close()
+
+
+def test_the_default_is_auto(request: pytest.FixtureRequest) -> None:
+    if request.config.getoption("--sandbox-agent") is None:  # the option replaces the default
+        assert SandboxConfig.model_fields["agent"].default == "auto"
+    assert BatchConfig.model_fields["sandbox_agent"].default == "auto"
 
 
 @pytest.mark.parametrize("kind", ["local", "docker"])
