@@ -20,6 +20,7 @@ import pytest
 
 from trajforge.sandbox import SandboxBrokenError, SandboxConfig, SandboxLimits, create_sandbox_factory
 from trajforge.sandbox import exec_agent as agent_module
+from trajforge.sandbox.factory import ReuseStats
 
 pytestmark = [
     pytest.mark.bwrap,
@@ -79,6 +80,32 @@ async def test_reset_sandbox_is_reused_and_looks_fresh(tmp_path):
         assert seen.output.split("\n")[:3] == ["[]", "/workspace", "0"], seen.output
         ps = await second.exec("ps -eo comm= | sort | uniq -c")
         assert "sleep" not in ps.output
+        await second.close()
+
+
+@pytest.mark.parametrize("depth", [400, 3000])  # 3000: paths far beyond PATH_MAX (4096)
+async def test_a_tree_deeper_than_the_agent_walks_is_reset_or_refused_never_a_crash(tmp_path, depth):
+    """The reset walks and removes whatever the commands left. A tree it cannot remove makes it
+    refuse, and the sandbox is discarded: paths longer than the kernel takes (the native agent,
+    which walks with explicit stacks), or a RecursionError at ~1000 levels (the python agent's
+    ``_remove``). Either way the next rollout starts clean, and the reason, which names a 4 KiB
+    path, is cut to a readable length in the statistics."""
+    make = (
+        "python3 -c \"import os\nfor base in ('/workspace', '/tmp'):\n os.chdir(base)\n"
+        f" for _ in range({depth}): os.mkdir('d'); os.chdir('d')\n"
+        " open('bottom', 'w').write('x'); os.symlink('/etc', 'link')\"; echo made"
+    )
+    async with _factory(tmp_path) as factory:
+        first = await factory.create("deep")
+        assert (await first.exec(make)).output.strip() == "made"
+        await first.close()
+        second = await factory.create("after")
+        seen = await second.exec("ls -A /workspace; ls -A /tmp | grep -v trajforge-session; echo end")
+        assert seen.output == "end\n", seen.output
+        assert factory.stats.created + factory.stats.reused == 2
+        if factory.stats.reused == 0:  # refused: counted with its reason
+            assert sum(factory.stats.discarded.values()) == 1, factory.stats.discarded
+            assert all(len(why) <= ReuseStats.MAX_REASON_CHARS for why in factory.stats.discarded)
         await second.close()
 
 
@@ -230,6 +257,20 @@ async def test_concurrent_rollouts_on_reused_sandboxes_stay_apart(tmp_path):
             outputs += await asyncio.gather(*(rollout(i) for i in range(4)))
         assert all(o.startswith("fresh\n") for o in outputs), outputs
         assert factory.stats.reused >= 8
+
+
+def test_discard_reasons_are_bounded_in_length_and_number():
+    """A model that makes every reset fail with a reason of its choosing (a path it names) cannot
+    grow the run's statistics: long reasons are cut, and distinct ones past a limit share a key."""
+    stats = ReuseStats()
+    stats.discard("cannot restore /: /" + "d/" * 3000 + " changed")
+    for i in range(3 * ReuseStats.MAX_REASONS):
+        stats.discard(f"cannot restore /: /planted-{i} changed")
+    assert len(stats.discarded) == ReuseStats.MAX_REASONS + 1
+    assert all(len(why) <= ReuseStats.MAX_REASON_CHARS for why in stats.discarded)
+    assert sum(stats.discarded.values()) == 1 + 3 * ReuseStats.MAX_REASONS  # every discard counted
+    assert stats.discarded[ReuseStats.OTHER_REASONS] == 2 * ReuseStats.MAX_REASONS + 1
+    assert any(why.endswith(" changed") and " ... " in why for why in stats.discarded)
 
 
 def test_reset_guard_refuses_outside_a_bwrap_pid_namespace():

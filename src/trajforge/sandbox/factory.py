@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from trajforge.cleanup import finish
 from trajforge.sandbox.cgroup import SandboxCgroup
@@ -61,7 +62,18 @@ class ReuseStats:
     forked: int = 0  # sandboxes started from a template
     discarded: dict[str, int] = field(default_factory=dict)
 
+    # A reason often names a path a command chose ("cannot restore /: /x1 changed", a 4 KiB path
+    # the reset could not remove): each is cut to a readable length, and past this many distinct
+    # ones the rest are counted together, so a model cannot grow the run's statistics per sample.
+    MAX_REASON_CHARS: ClassVar[int] = 200
+    MAX_REASONS: ClassVar[int] = 50
+    OTHER_REASONS: ClassVar[str] = "other reasons (more distinct reasons than are listed)"
+
     def discard(self, reason: str) -> None:
+        if len(reason) > self.MAX_REASON_CHARS:
+            reason = f"{reason[:140]} ... {reason[-40:]}"
+        if reason not in self.discarded and len(self.discarded) >= self.MAX_REASONS:
+            reason = self.OTHER_REASONS
         self.discarded[reason] = self.discarded.get(reason, 0) + 1
 
     def counts(self) -> dict[str, int]:
