@@ -244,5 +244,10 @@ def test_native_is_for_bwrap_only(kind: str) -> None:
 
 
 def test_the_source_ships_with_the_package() -> None:
+    """An installed wheel builds the agent from its own copy of the source (package data)."""
+    import tomllib
+
     source = Path(native_agent.__file__).with_name(native_agent.SOURCE)
     assert source.is_file() and os.path.getsize(source) > 10_000
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert "sandbox/*.c" in pyproject["tool"]["setuptools"]["package-data"]["trajforge"]
