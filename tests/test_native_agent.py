@@ -236,11 +236,17 @@ def test_the_default_is_auto(request: pytest.FixtureRequest) -> None:
     assert BatchConfig.model_fields["sandbox_agent"].default == "auto"
 
 
-@pytest.mark.parametrize("kind", ["local", "docker"])
-def test_native_is_for_bwrap_only(kind: str) -> None:
-    with pytest.raises(ValueError, match="bwrap backend only"):
-        SandboxConfig(kind=kind, agent="native")
-    assert SandboxConfig(kind=kind, agent="auto").agent == "auto"  # auto: python there
+def test_native_is_not_for_the_local_backend() -> None:
+    with pytest.raises(ValueError, match="local backend runs the python agent"):
+        SandboxConfig(kind="local", agent="native")
+    assert SandboxConfig(kind="local", agent="auto").agent == "auto"  # auto: python there
+    assert SandboxConfig(kind="docker", agent="native").agent == "native"  # a static build
+
+
+def test_the_static_build_links_no_shared_library() -> None:
+    agent = native_agent.build_native_agent(static=True)
+    assert agent.executable and agent.data[:4] == b"\x7fELF"
+    assert b"ld-linux" not in agent.data[:4096]  # no program interpreter in its headers
 
 
 def test_the_source_ships_with_the_package() -> None:

@@ -63,9 +63,10 @@ def _container_of(sb) -> str:
     return next(a for a in argv if a.startswith("trajforge-"))
 
 
-@pytest.fixture
-async def sandbox(docker_engine, tmp_path):
-    factory = create_sandbox_factory(_config(tmp_path, docker_engine.base))
+@pytest.fixture(params=["python", "native"])
+async def sandbox(request, docker_engine, tmp_path):
+    """A docker sandbox with either exec agent (native: the static build, in the same image)."""
+    factory = create_sandbox_factory(_config(tmp_path, docker_engine.base, agent=request.param))
     sb = await factory.create("t-docker")
     yield sb
     await sb.close()
@@ -376,6 +377,46 @@ async def test_an_image_without_python_or_not_on_the_engine_is_refused_clearly(d
             assert not _docker("ps", "-a", "--filter", f"ancestor={image}", "--format", "{{.Names}}").split()
     finally:
         _docker("rmi", "-f", tag, f"{tag}-empty")
+
+
+async def test_the_native_agent_needs_no_python_in_the_image(docker_engine, tmp_path):
+    """With ``agent: native`` the agent is a static binary: an image without python3 (refused with
+    the python agent, above) runs a rollout's session, its timeouts and a stop that reaches a
+    ``setsid`` daemon; an image without bash is refused with the reason."""
+    context = tmp_path / "ctx"
+    context.mkdir()
+    (context / "Dockerfile").write_text(f"FROM {docker_engine.base}\nRUN rm -f /usr/bin/python3*\n")
+    tag = f"trajforge-test-nopython-native:{int(time.time())}"
+    _docker("build", "-q", "-t", tag, str(context))
+    (context / "Dockerfile").write_text(f"FROM {docker_engine.base}\nRUN rm -f /bin/bash /usr/bin/bash\n")
+    _docker("build", "-q", "-t", f"{tag}-nobash", str(context))
+    try:
+        factory = create_sandbox_factory(_config(tmp_path, tag, agent="native"))
+        sb = await factory.create("native")
+        try:
+            assert "python3" not in (await sb.exec("command -v python3 || echo none")).output
+            await sb.exec("f(){ echo kept $1; }; cd /tmp; X=plain")
+            assert (await sb.exec("f a; pwd; echo $X")).output == "kept a\n/tmp\nplain\n"
+            timed = await sb.exec("sleep 30 & sleep 30", timeout=1)
+            assert timed.timed_out and timed.exit_code is None
+            assert (await sb.exec("tr '\\0' ' ' < /proc/$PPID/cmdline")).output.startswith(
+                "/run/trajforge/agent "
+            )
+            await sb.exec(
+                "setsid sh -c 'while :; do date +%s%N > /workspace/beat; sleep 0.05; done' >/dev/null 2>&1 </dev/null &"
+            )
+            await asyncio.sleep(0.5)
+            await sb.stop_processes()
+            first = await sb.read_bytes("beat")
+            await asyncio.sleep(0.5)
+            assert await sb.read_bytes("beat") == first, "a process of the rollout still runs"
+        finally:
+            await sb.close()
+        with pytest.raises(SandboxUnavailableError, match="has no bash"):
+            await factory.create("nobash", image=f"{tag}-nobash")
+        assert not [p for p in (tmp_path / "sb").iterdir() if p.is_dir()]  # nothing left behind
+    finally:
+        _docker("rmi", "-f", tag, f"{tag}-nobash")
 
 
 def _empty_image(tag: str) -> None:

@@ -21,8 +21,10 @@ pid, start time): a factory's first ``create`` removes the containers whose owne
 What differs: commands run as root *in the container* (Harbor tasks expect it), with a reduced
 capability set and ``no-new-privileges``, not as a uid of their own; the exec agent shares that
 uid; a sandbox is never reused (each rollout gets a new container); the disk cap does not cover
-the image's own paths (``/app`` of a Harbor task lives in the container's writable layer). The
-image must have ``python3`` (>= 3.8) for the exec agent; checked once per image, with a clear error.
+the image's own paths (``/app`` of a Harbor task lives in the container's writable layer). With the
+python exec agent (``SandboxConfig.agent``: ``python`` or ``auto``) the image must have ``python3``
+(>= 3.8); with ``native`` the agent is ``exec_agent.c`` linked statically, and the image needs only
+``sh`` and ``bash``. Checked once per image, with a clear error.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from trajforge.sandbox.errors import SandboxUnavailableError
 from trajforge.sandbox.factory import ProcessSandboxFactory
 from trajforge.sandbox.launch import Launch, command_env, limit_env
 from trajforge.sandbox.layout import Layout
+from trajforge.sandbox.native_agent import build_native_agent
 from trajforge.sandbox.sweep import process_start
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.spawn import spawn
@@ -48,6 +51,7 @@ from trajforge.spawn import spawn
 INSIDE_WORKDIR = "/workspace"
 INSIDE_SCRATCH = "/tmp"
 INSIDE_AGENT = "/run/trajforge/agent.py"
+INSIDE_NATIVE_AGENT = "/run/trajforge/agent"  # SandboxConfig.agent = "native": a static binary
 INSIDE_SESSION = "/run/trajforge/session"  # the agent's command files: not in the scratch dir
 OWNER_LABEL = "trajforge.owner"  # "<boot id>/<pid namespace>/<pid>/<start>" of the process that made it
 # Docker's default capabilities, less what no sandbox needs: raw sockets (NET_RAW), device nodes
@@ -78,6 +82,9 @@ _CLIENT_VARS = (
 # Docker's ``--init`` would not do: tini exits, and the container with it, when its child dies.
 _INIT = 'trap "" HUP INT TERM; while :; do sleep 2147483647 & wait; done'
 _PYTHON_CHECK = "import os, sys; print(sys.version_info >= (3, 8), os.path.exists(sys.argv[1]))"
+# The native agent's needs, in sh (the image may have no python): the engine sees the marker the
+# host wrote, and commands have a bash.
+_SHELL_CHECK = 'test -e "$1" && echo seen; command -v bash >/dev/null 2>&1 && echo bash; :'
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +184,16 @@ class DockerSandboxFactory(ProcessSandboxFactory):
                 "start the engine (DOCKER_HOST names which) or choose `--sandbox bwrap`"
             )
         await self.sweep()
+        if self.config.agent == "native":  # linked statically: the image's C library is its own
+            try:
+                self.agent_file = await asyncio.to_thread(build_native_agent, True)
+            except SandboxUnavailableError as exc:
+                return str(exc)
         return ""
+
+    @property
+    def _native(self) -> bool:
+        return self.agent_file is not None and self.agent_file.executable
 
     async def sweep(self) -> int:
         """Remove the containers whose owner process is dead (a run killed with ``kill -9``
@@ -230,7 +246,7 @@ class DockerSandboxFactory(ProcessSandboxFactory):
             "--log-driver", "none",
             "-v", f"{layout.work}:{INSIDE_WORKDIR}",
             "-v", f"{layout.tmp}:{INSIDE_SCRATCH}",
-            "-v", f"{layout.agent}:{INSIDE_AGENT}:ro",
+            "-v", f"{layout.agent}:{INSIDE_NATIVE_AGENT if self._native else INSIDE_AGENT}:ro",
             *(arg for path in self.config.ro_binds for arg in ("-v", f"{path}:{path}:ro")),
             "-w", INSIDE_WORKDIR,
             "--entrypoint", "/bin/sh",
@@ -283,9 +299,10 @@ class DockerSandboxFactory(ProcessSandboxFactory):
         # values from its own environment, so no value is ever on a command line. A name the
         # client itself reads (DOCKER_*) is passed with its value instead.
         env_args = [arg for k, v in env.items() for arg in ("-e", f"{k}={v}" if k in client else k)]
+        agent = [INSIDE_NATIVE_AGENT] if self._native else ["python3", "-I", "-S", INSIDE_AGENT]
         argv = [
             "docker", "exec", "-i", "-w", INSIDE_WORKDIR, *env_args, name,
-            "python3", "-I", "-S", INSIDE_AGENT, INSIDE_WORKDIR, INSIDE_SCRATCH,
+            *agent, INSIDE_WORKDIR, INSIDE_SCRATCH,
             "--state-dir", INSIDE_SESSION, "--max-procs", str(limits.max_processes),
         ]  # fmt: skip
         return Launch(
@@ -297,25 +314,32 @@ class DockerSandboxFactory(ProcessSandboxFactory):
         )
 
     async def _check_image(self, image: str, name: str, layout: Layout) -> None:
-        """Once per image: it has a python3 the agent can run on, and the engine sees the
-        sandbox's host directories (a remote engine, or one in another mount namespace, would
-        bind-mount different, empty ones)."""
+        """Once per image: it has what the agent runs on (python3, or for the native agent a
+        bash), and the engine sees the sandbox's host directories (a remote engine, or one in
+        another mount namespace, would bind-mount different, empty ones)."""
         marker = f".trajforge-probe-{secrets.token_hex(8)}"
         await asyncio.to_thread((layout.tmp / marker).write_bytes, b"")
+        check = (
+            ["/bin/sh", "-c", _SHELL_CHECK, "sh"]
+            if self._native
+            else ["python3", "-I", "-S", "-c", _PYTHON_CHECK]
+        )
         try:
-            code, out = await _docker(
-                "exec",
-                name,
-                "python3",
-                "-I",
-                "-S",
-                "-c",
-                _PYTHON_CHECK,
-                f"{INSIDE_SCRATCH}/{marker}",
-                limit_s=60,
-            )
+            code, out = await _docker("exec", name, *check, f"{INSIDE_SCRATCH}/{marker}", limit_s=60)
         finally:
             await asyncio.to_thread((layout.tmp / marker).unlink, True)
+        if self._native:
+            if "bash" not in out.split():
+                raise SandboxUnavailableError(
+                    f"image {image} has no bash, which the exec agent runs commands with "
+                    f"({out.strip()[-300:] or f'exit {code}'}): install bash in the image"
+                )
+            if "seen" not in out.split():
+                raise SandboxUnavailableError(
+                    "the Docker engine does not see this machine's sandbox directories (a remote engine, "
+                    "or one in another mount namespace): the docker backend needs a local engine"
+                )
+            return
         if code != 0 or not out.startswith("True"):
             raise SandboxUnavailableError(
                 f"image {image} has no python3 >= 3.8, which the exec agent needs "

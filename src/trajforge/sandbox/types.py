@@ -67,9 +67,10 @@ class SandboxConfig(BaseModel):
         "auto",
         description="the exec agent that runs commands inside each sandbox: native (exec_agent.c, "
         "compiled on this machine with cc at the first sandbox: ~0.2 MiB per sandbox instead of ~3 "
-        "and a quarter less CPU per trajectory; bwrap only), python (exec_agent.py, run by the system "
-        "python3: what the docker and local backends run), or auto (native where the backend is bwrap "
-        "and it compiles here, else python with a warning). Both speak one protocol and behave alike "
+        "and a quarter less CPU per trajectory; in docker, linked statically, so an image needs no "
+        "python3), python (exec_agent.py, run by the sandbox's python3: what the local backend runs), "
+        "or auto (native where the backend is bwrap and it compiles here, else python with a warning; "
+        "python in docker). Both speak one protocol and behave alike "
         "(tests/test_native_agent.py)",
     )
     root_dir: str | None = Field(
@@ -95,11 +96,11 @@ class SandboxConfig(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _native_agent_runs_in_bwrap(self) -> SandboxConfig:
-        if self.agent == "native" and self.kind != "bwrap":
+    def _native_agent_runs_in_a_sandbox(self) -> SandboxConfig:
+        if self.agent == "native" and self.kind == "local":
             raise ValueError(
-                f"agent: native runs in the bwrap backend only (this config's kind is {self.kind}); "
-                "use agent: python here"
+                "agent: native runs in the bwrap and docker backends (the local backend runs the "
+                "python agent on the host); use agent: python or auto here"
             )
         return self
 
