@@ -28,24 +28,18 @@ _COMPILERS = ("cc", "gcc", "clang")
 _FLAGS = ("-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter")
 
 
+_C_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n"}
+
+
+def _c_char(c: str) -> str:
+    """One character inside a C string literal (three-digit octal for the unprintable ones)."""
+    return _C_ESCAPES.get(c) or (c if " " <= c <= "~" else f"\\{ord(c):03o}")
+
+
 def _c_string(text: str) -> str:
     """``text`` as adjacent C string literals, one per line of the script (a macro body)."""
-    pieces = []
-    for line in text.splitlines(keepends=True) or [""]:
-        escaped = "".join(
-            "\\\\"
-            if c == "\\"
-            else '\\"'
-            if c == '"'
-            else "\\n"
-            if c == "\n"
-            else c
-            if " " <= c <= "~"
-            else f"\\{ord(c):03o}"
-            for c in line
-        )
-        pieces.append(f'    "{escaped}"')
-    return " \\\n".join(pieces)
+    lines = text.splitlines(keepends=True) or [""]
+    return " \\\n".join(f'    "{"".join(map(_c_char, line))}"' for line in lines)
 
 
 def scripts_header() -> str:
