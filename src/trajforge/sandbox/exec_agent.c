@@ -2,14 +2,16 @@
  *
  * Why: a CPython agent holds ~3.7 MiB of private memory per sandbox for its whole life (its
  * interpreter's data pages, object arenas, heap) and pays the interpreter on every system call of
- * a reset and a command; this program holds ~0.1 MiB and makes the same calls directly
- * (docs/benchmarks.md, "The exec agent's floor" and "The native agent").
+ * a reset and a command; this program holds ~0.2 MiB and makes the same calls directly
+ * (docs/benchmarks.md, "The exec agent's floor" and "The native exec agent").
  *
  * What it does is exactly what exec_agent.py does, and that file's docstrings are the
  * specification: the same JSON-lines protocol, the same resident shell (the bash scripts LOOP and
  * WRAPPER and the "overran" note are not copied here: the build generates agent_scripts.h from
  * exec_agent.py), the same reset and its checks, the same notes to the model. The host decides
- * which one a sandbox runs; the same tests run against both (tests/conftest.py --agent).
+ * which one a sandbox runs; the same tests run against both (pytest --sandbox-agent), and
+ * tests/test_native_agent.py compares their answers byte for byte: a change to what one agent
+ * does is made in both.
  *
  * Differences in how, not what:
  * - one thread: pipes that background jobs still hold are drained by the same poll() that waits

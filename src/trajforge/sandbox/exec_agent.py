@@ -36,6 +36,9 @@ reset then verifies the agent's own attributes and refuses (the host discards th
 any changed.
 
 This file must stay importable by any python3 >= 3.8 with nothing but the standard library.
+``exec_agent.c`` is this agent compiled (``native_agent.py`` builds it, with ``LOOP``, ``WRAPPER``
+and ``_OVERRAN`` taken from here): a change to what this agent does is made there too, and
+``tests/test_native_agent.py`` compares the two agents' answers byte for byte.
 """
 
 from __future__ import annotations
