@@ -116,8 +116,9 @@ test: setup bench-venv
 	$(VENV)/bin/mypy
 	$(PY) tests/docker_engine.py prepare
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile -q $(PYTEST_ARGS)
-	@# bwrap sandboxes run the native agent by default; the python agent (no compiler) gets its own pass
-	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile -q --sandbox-agent python $(PYTHON_AGENT_TESTS)
+	@# bwrap sandboxes run the native agent by default; the python agent (no compiler) gets its own pass,
+	@# its tests spread one by one (--dist load): the attack file alone is 60 s of it
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist load -q --sandbox-agent python $(PYTHON_AGENT_TESTS)
 
 test-fast: setup bench-venv
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile -q -m "not slow" $(PYTEST_ARGS)
