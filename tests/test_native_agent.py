@@ -167,6 +167,12 @@ def test_a_killed_or_timed_out_shell_is_recovered_alike(native_binary: Path, tmp
     assert answers[5]["output"] == "started\n"
 
 
+def test_the_agent_compiles_without_a_warning() -> None:
+    """The product's build tolerates a compiler's new warnings; the tests do not."""
+    agent = native_agent.build_native_agent(extra_flags=("-Werror", "-Wshadow", "-Wformat=2"))
+    assert agent.executable
+
+
 def test_the_scripts_come_from_the_python_agent() -> None:
     header = native_agent.scripts_header()
     for line in exec_agent.LOOP.splitlines():
