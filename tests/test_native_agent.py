@@ -208,30 +208,18 @@ async def test_auto_without_a_compiler_runs_the_python_agent(
         await sandbox.close()
 
 
-async def test_native_sandboxes_run_the_native_agent(tmp_path: Path) -> None:
+@pytest.mark.parametrize("agent", ["native", "auto"])  # auto: native where it compiles
+async def test_bwrap_sandboxes_run_the_native_agent(tmp_path: Path, agent: str) -> None:
     from trajforge.sandbox.bwrap import BwrapSandboxFactory
 
-    factory = BwrapSandboxFactory(SandboxConfig(agent="native", root_dir=str(tmp_path)))
-    sandbox = await factory.create("native")
+    factory = BwrapSandboxFactory(SandboxConfig(agent=agent, root_dir=str(tmp_path)))  # type: ignore[arg-type]
+    sandbox = await factory.create(agent)
     try:
         # a command runs in the resident shell itself: its parent is the agent
         found = (await sandbox.exec("tr '\\0' ' ' < /proc/$PPID/cmdline; f(){ echo kept; }")).output
         assert found.startswith("/run/trajforge/agent /workspace /tmp ")
         assert (await sandbox.exec("f")).output == "kept\n"
-    finally:
-        await sandbox.close()
-
-
-async def test_auto_runs_the_native_agent_where_it_compiles(tmp_path: Path) -> None:
-    from trajforge.sandbox.bwrap import BwrapSandboxFactory
-
-    factory = BwrapSandboxFactory(SandboxConfig(agent="auto", root_dir=str(tmp_path)))
-    sandbox = await factory.create("auto")
-    try:
-        assert (await sandbox.exec("tr '\\0' ' ' < /proc/$PPID/cmdline")).output.startswith(
-            "/run/trajforge/agent "
-        )
-        assert factory.agent_file is not None and factory.agent_file.executable
+        assert factory.runs_native_agent
     finally:
         await sandbox.close()
 

@@ -232,21 +232,26 @@ async def test_disk_cap_fills_the_sandbox_not_the_host(docker_engine, tmp_path):
         await sb.close()
 
 
+async def _stop_reaches_a_setsid_daemon(sb) -> None:
+    """A ``setsid`` daemon rewriting a file beats until ``stop_processes``, and never after."""
+    await sb.exec(
+        "setsid sh -c 'while :; do date +%s%N > /workspace/beat; sleep 0.05; done' >/dev/null 2>&1 < /dev/null &"
+    )
+    await asyncio.sleep(0.5)
+    assert (await sb.read_bytes("beat")).strip()
+    await sb.stop_processes()
+    first = await sb.read_bytes("beat")
+    await asyncio.sleep(0.5)
+    assert await sb.read_bytes("beat") == first, "a process of the rollout still runs"
+
+
 async def test_stop_processes_reaches_a_detached_daemon(docker_engine, tmp_path):
     """Before a verifier looks, everything the rollout started dies: also a ``setsid`` daemon in
     its own process group that would otherwise keep rewriting (say) the reward file."""
     factory = create_sandbox_factory(_config(tmp_path, docker_engine.base))
     sb = await factory.create("daemon")
     try:
-        await sb.exec(
-            "setsid sh -c 'while :; do date +%s%N > /workspace/beat; sleep 0.05; done' >/dev/null 2>&1 < /dev/null &"
-        )
-        await asyncio.sleep(0.5)
-        assert (await sb.read_bytes("beat")).strip()
-        await sb.stop_processes()
-        first = await sb.read_bytes("beat")
-        await asyncio.sleep(0.5)
-        assert await sb.read_bytes("beat") == first, "a process of the rollout still runs"
+        await _stop_reaches_a_setsid_daemon(sb)
     finally:
         await sb.close()
 
@@ -402,14 +407,7 @@ async def test_the_native_agent_needs_no_python_in_the_image(docker_engine, tmp_
             assert (await sb.exec("tr '\\0' ' ' < /proc/$PPID/cmdline")).output.startswith(
                 "/run/trajforge/agent "
             )
-            await sb.exec(
-                "setsid sh -c 'while :; do date +%s%N > /workspace/beat; sleep 0.05; done' >/dev/null 2>&1 </dev/null &"
-            )
-            await asyncio.sleep(0.5)
-            await sb.stop_processes()
-            first = await sb.read_bytes("beat")
-            await asyncio.sleep(0.5)
-            assert await sb.read_bytes("beat") == first, "a process of the rollout still runs"
+            await _stop_reaches_a_setsid_daemon(sb)
         finally:
             await sb.close()
         with pytest.raises(SandboxUnavailableError, match="has no bash"):

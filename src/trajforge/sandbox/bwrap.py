@@ -172,13 +172,8 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             *(program or self._agent_program(uid)),
         ]
 
-    @property
-    def _native(self) -> bool:
-        """Whether sandboxes run the native agent (decided by the probe: the agent it built)."""
-        return self.agent_file is not None and self.agent_file.executable
-
     def _agent_program(self, uid: int | None) -> list[str]:
-        if self._native:
+        if self.runs_native_agent:
             return self._agent_args(uid)
         python = first_existing(_PYTHONS)
         if python is None:
@@ -213,7 +208,7 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
 
     @property
     def _inside_agent(self) -> str:
-        if self._native:
+        if self.runs_native_agent:
             return INSIDE_NATIVE_AGENT
         compiled = self.agent_file is not None and self.agent_file.name.endswith(".pyc")
         return INSIDE_AGENT + ("c" if compiled else "")

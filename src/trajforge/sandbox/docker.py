@@ -191,10 +191,6 @@ class DockerSandboxFactory(ProcessSandboxFactory):
                 return str(exc)
         return ""
 
-    @property
-    def _native(self) -> bool:
-        return self.agent_file is not None and self.agent_file.executable
-
     async def sweep(self) -> int:
         """Remove the containers whose owner process is dead (a run killed with ``kill -9``
         cannot remove its own); returns how many. Containers of live processes, of another
@@ -246,7 +242,7 @@ class DockerSandboxFactory(ProcessSandboxFactory):
             "--log-driver", "none",
             "-v", f"{layout.work}:{INSIDE_WORKDIR}",
             "-v", f"{layout.tmp}:{INSIDE_SCRATCH}",
-            "-v", f"{layout.agent}:{INSIDE_NATIVE_AGENT if self._native else INSIDE_AGENT}:ro",
+            "-v", f"{layout.agent}:{INSIDE_NATIVE_AGENT if self.runs_native_agent else INSIDE_AGENT}:ro",
             *(arg for path in self.config.ro_binds for arg in ("-v", f"{path}:{path}:ro")),
             "-w", INSIDE_WORKDIR,
             "--entrypoint", "/bin/sh",
@@ -299,7 +295,7 @@ class DockerSandboxFactory(ProcessSandboxFactory):
         # values from its own environment, so no value is ever on a command line. A name the
         # client itself reads (DOCKER_*) is passed with its value instead.
         env_args = [arg for k, v in env.items() for arg in ("-e", f"{k}={v}" if k in client else k)]
-        agent = [INSIDE_NATIVE_AGENT] if self._native else ["python3", "-I", "-S", INSIDE_AGENT]
+        agent = [INSIDE_NATIVE_AGENT] if self.runs_native_agent else ["python3", "-I", "-S", INSIDE_AGENT]
         argv = [
             "docker", "exec", "-i", "-w", INSIDE_WORKDIR, *env_args, name,
             *agent, INSIDE_WORKDIR, INSIDE_SCRATCH,
@@ -321,14 +317,14 @@ class DockerSandboxFactory(ProcessSandboxFactory):
         await asyncio.to_thread((layout.tmp / marker).write_bytes, b"")
         check = (
             ["/bin/sh", "-c", _SHELL_CHECK, "sh"]
-            if self._native
+            if self.runs_native_agent
             else ["python3", "-I", "-S", "-c", _PYTHON_CHECK]
         )
         try:
             code, out = await _docker("exec", name, *check, f"{INSIDE_SCRATCH}/{marker}", limit_s=60)
         finally:
             await asyncio.to_thread((layout.tmp / marker).unlink, True)
-        if self._native:
+        if self.runs_native_agent:
             if "bash" not in out.split():
                 raise SandboxUnavailableError(
                     f"image {image} has no bash, which the exec agent runs commands with "

@@ -133,6 +133,11 @@ class ProcessSandboxFactory:
         self._template_uids: set[int] = set()  # uids shared by a template's sandboxes
 
     @property
+    def runs_native_agent(self) -> bool:
+        """Whether sandboxes run the compiled agent (decided by the probe: the agent it built)."""
+        return self.agent_file is not None and self.agent_file.executable
+
+    @property
     def reuse(self) -> bool:
         return self.config.reuse and self.supports_reuse and not self.config.keep and not self._closed
 
