@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
+import multiprocessing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,14 +13,17 @@ from typing import Any
 import orjson
 import pytest
 
+from trajforge.batch import runner
 from trajforge.batch.backends import share_count, share_rate
 from trajforge.batch.config import BatchConfig, load_config
 from trajforge.batch.dataset import load_dataset
 from trajforge.batch.export import export_run
 from trajforge.batch.ledger import Ledger
 from trajforge.batch.lock import run_lock
+from trajforge.batch.processes import WorkerPool
 from trajforge.batch.runner import RunError, run_batch
-from trajforge.sandbox import SandboxUnavailableError, create_sandbox_factory
+from trajforge.rollout.gc_policy import ROLLOUT_GEN0_THRESHOLD, rollout_gc
+from trajforge.sandbox import SandboxUnavailableError, create_sandbox_factory, native_agent
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.testing.scripted_server import Reply, ScriptedServer, echo_policy, tool_then_answer
 from trajforge.tools.toolsets import TOOLSETS
@@ -403,6 +408,103 @@ async def test_two_worker_processes_with_bwrap(tmp_path: Path, scripted_server: 
     ]
     expected = {s.key for s in load_dataset(cfg.dataset).samples}
     assert {r["key"] for r in recs} == expected
+
+
+def _trajforge_workers() -> list[str]:
+    return sorted(p.name for p in multiprocessing.active_children() if p.name.startswith("trajforge-w"))
+
+
+@pytest.mark.bwrap
+async def test_worker_processes_run_the_agent_the_preflight_built(
+    tmp_path: Path, scripted_server: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker processes are spawned before the checks (they import meanwhile) and get the
+    exec agent the parent's preflight built, instead of compiling one each."""
+    srv = await scripted_server(tool_then_answer(calls_per_sample=1))
+    _dataset(tmp_path / "prompts.jsonl", [f"p{i}" for i in range(6)])
+    cfg = _cfg(tmp_path, srv, workers=2, sandbox="bwrap", concurrency=3)
+    seen: dict[str, Any] = {}
+    real_check, real_run = runner.check_backend, WorkerPool.run
+
+    async def check(c: BatchConfig) -> None:
+        seen["at_check"] = _trajforge_workers()
+        await real_check(c)
+
+    async def run(pool: WorkerPool, specs: list[Any]) -> None:
+        seen["agents"] = [s.sandbox_agent for s in specs]
+        await real_run(pool, specs)
+
+    monkeypatch.setattr(runner, "check_backend", check)
+    monkeypatch.setattr(WorkerPool, "run", run)
+    await run_batch(cfg)
+    assert seen["at_check"] == ["trajforge-w0", "trajforge-w1"]
+    agents = seen["agents"]
+    assert len(agents) == 2 and agents[0] is not None and agents[0] == agents[1]
+    expected = native_agent.build_native_agent() if native_agent.compiler() else None
+    assert agents[0] == expected or (expected is None and agents[0].name.endswith(".pyc"))
+    assert len(_lines(cfg.run_dir / "trajectories.jsonl")) == 6
+    assert _trajforge_workers() == []
+
+
+async def test_worker_processes_end_with_a_run_that_stops_before_them(
+    tmp_path: Path, scripted_server: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spawned before the checks, the processes exit (none left behind) when a check fails."""
+    srv = await scripted_server(tool_then_answer(calls_per_sample=1))
+    _dataset(tmp_path / "prompts.jsonl", ["a", "b"])
+    cfg = _cfg(tmp_path, srv, workers=2)
+
+    async def refuse(_: BatchConfig) -> None:
+        assert _trajforge_workers() == ["trajforge-w0", "trajforge-w1"]
+        raise RunError("sandbox backend 'local' cannot start: (test)")
+
+    monkeypatch.setattr(runner, "check_backend", refuse)
+    with pytest.raises(RunError, match="cannot start"):
+        await run_batch(cfg)
+    assert _trajforge_workers() == []
+
+
+async def test_a_worker_process_without_a_share_exits(tmp_path: Path, scripted_server: Callable) -> None:
+    srv = await scripted_server(tool_then_answer(calls_per_sample=1))
+    _dataset(tmp_path / "prompts.jsonl", ["only"])
+    cfg = _cfg(tmp_path, srv, workers=3)
+    await run_batch(cfg)
+    assert [r["key"] for r in _lines(cfg.run_dir / "trajectories.jsonl")] == [
+        s.key for s in load_dataset(cfg.dataset).samples
+    ]
+    assert sorted(p.name for p in (cfg.run_dir / "shards").iterdir()) == ["s0001-w000.jsonl"]
+    assert _trajforge_workers() == []
+
+
+async def test_rollouts_run_under_the_rollout_gc_policy(tmp_path: Path, scripted_server: Callable) -> None:
+    """While a worker's rollouts run, the collector's first threshold is the rollout one (the
+    scripted endpoint runs in this process, so its policy sees it); after the run it is back."""
+    seen: list[int] = []
+
+    def policy(body: dict[str, Any]) -> Reply:
+        seen.append(gc.get_threshold()[0])
+        return Reply(content="done")
+
+    srv = await scripted_server(policy)
+    _dataset(tmp_path / "prompts.jsonl", ["a", "b", "c"])
+    before = gc.get_threshold()
+    await run_batch(_cfg(tmp_path, srv))
+    assert seen == [ROLLOUT_GEN0_THRESHOLD] * 3
+    assert gc.get_threshold() == before
+
+
+def test_the_rollout_gc_policy_keeps_a_higher_threshold_and_restores() -> None:
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        with rollout_gc():
+            assert gc.get_threshold() == (ROLLOUT_GEN0_THRESHOLD, 10, 10)
+        assert gc.get_threshold() == (700, 10, 10)
+        gc.set_threshold(ROLLOUT_GEN0_THRESHOLD * 2, 5, 5)  # an embedder's own, higher: kept
+        with rollout_gc():
+            assert gc.get_threshold() == (ROLLOUT_GEN0_THRESHOLD * 2, 5, 5)
+    finally:
+        gc.set_threshold(*before)
 
 
 def _reasoning_once_per_prompt() -> Callable[[dict[str, Any]], Reply]:

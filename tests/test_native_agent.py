@@ -224,6 +224,30 @@ async def test_bwrap_sandboxes_run_the_native_agent(tmp_path: Path, agent: str) 
         await sandbox.close()
 
 
+async def test_a_factory_given_the_agent_does_not_build_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A batch worker process runs the agent its parent built (``adopt_agent``): no compile."""
+    from trajforge.sandbox import bwrap
+
+    built = native_agent.build_native_agent()
+
+    def no_build(*_: Any) -> Any:
+        raise AssertionError("the adopted agent was built again")
+
+    monkeypatch.setattr(bwrap, "build_native_agent", no_build)
+    monkeypatch.setattr(bwrap, "compile_agent", no_build)
+    factory = bwrap.BwrapSandboxFactory(SandboxConfig(agent="auto", root_dir=str(tmp_path)))
+    factory.adopt_agent(built)
+    sandbox = await factory.create("adopted")
+    try:
+        assert (await sandbox.exec("echo ok")).output == "ok\n"
+        assert factory.agent_file is built and factory.runs_native_agent
+    finally:
+        await sandbox.close()
+        await factory.aclose()
+
+
 def test_the_default_is_auto(request: pytest.FixtureRequest) -> None:
     if request.config.getoption("--sandbox-agent") is None:  # the option replaces the default
         assert SandboxConfig.model_fields["agent"].default == "auto"

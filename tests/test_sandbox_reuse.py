@@ -153,6 +153,29 @@ async def test_cwd_and_setup_files_on_a_reused_sandbox(tmp_path):
     assert (start / "pkg" / "mod.py").read_text() == "VALUE = 7\n"  # the original is untouched
 
 
+@pytest.mark.parametrize("jobs", [3, 16, 17, 60])  # at most 16: a kill each; more: kill(-1)
+async def test_a_reset_kills_every_process_left_however_many(tmp_path, jobs):
+    """The reset kills a few processes one by one (``kill(-1)`` walks every process of the host)
+    and many at once: either way none survives into the next sample, setsid ones included."""
+    async with _factory(tmp_path) as factory:
+        sb = await factory.create("a")
+        half, secs = jobs // 2, 1100 + jobs  # a duration of its own: tests run side by side
+        started = await sb.exec(
+            f"for i in $(seq {half}); do sleep {secs} & done; "
+            f"for i in $(seq {jobs - half}); do setsid sleep {secs} & done; sleep 0.2; "
+            "ps -eo comm= | grep -c '^sleep$'"
+        )
+        assert started.output.strip() == str(jobs), started.output
+        assert len(_host_processes(f"sleep\x00{secs}")) == jobs
+        await sb.close()
+        assert _host_processes(f"sleep\x00{secs}") == []
+        again = await factory.create("b")
+        ps = await again.exec("ps -eo comm= | grep -c '^sleep$'")
+        assert ps.output.strip() == "0", ps.output
+        assert factory.stats.reused == 1, factory.stats
+        await again.close()
+
+
 async def test_restored_workdir_mode_and_fork_bomb(tmp_path):
     async with _factory(tmp_path, limits=SandboxLimits(max_processes=48)) as factory:
         sb = await factory.create("bomb")

@@ -17,6 +17,7 @@ from trajforge.endpoint import EndpointConfig, build_chat_model, build_token_mod
 from trajforge.protocols import ChatModel, SandboxFactory
 from trajforge.raycluster import share_count, share_rate
 from trajforge.sandbox import close_factory, create_sandbox_factory
+from trajforge.sandbox.layout import AgentFile
 
 __all__ = ["Backends", "build_model", "open_backends", "share_count", "share_rate"]
 
@@ -29,16 +30,23 @@ class Backends:
 
 @contextlib.asynccontextmanager
 async def open_backends(
-    cfg: BatchConfig, *, model: ChatModel | None = None, sandbox_factory: SandboxFactory | None = None
+    cfg: BatchConfig,
+    *,
+    model: ChatModel | None = None,
+    sandbox_factory: SandboxFactory | None = None,
+    sandbox_agent: AgentFile | None = None,
 ) -> AsyncIterator[Backends]:
-    """The given model and factory, or ones built from ``cfg`` (and closed on the way out)."""
+    """The given model and factory, or ones built from ``cfg`` (and closed on the way out).
+    ``sandbox_agent``: the exec agent the parent's factory built, for a factory built here."""
     async with contextlib.AsyncExitStack() as owned:
         if model is None:
             model = build_model(cfg)
             owned.push_async_callback(model.aclose)
         if sandbox_factory is None:
-            sandbox_factory = create_sandbox_factory(cfg.sandbox_config())
-            owned.push_async_callback(close_factory, sandbox_factory)
+            built = create_sandbox_factory(cfg.sandbox_config())
+            built.adopt_agent(sandbox_agent)
+            owned.push_async_callback(close_factory, built)
+            sandbox_factory = built
         yield Backends(model, sandbox_factory)
 
 

@@ -28,7 +28,7 @@ from trajforge.batch.monitor import Monitor
 from trajforge.batch.plan import plan_run
 from trajforge.batch.preflight import check_backend, preflight
 from trajforge.batch.prepare import Prepared, prepare, unimplemented_tools
-from trajforge.batch.processes import partition, run_processes
+from trajforge.batch.processes import WorkerPool, partition, worker_pool
 from trajforge.batch.progress import NullProgress, ProgressSink
 from trajforge.batch.ray_backend import run_on_ray
 from trajforge.batch.run_file import check_same_run, write_run_file
@@ -46,6 +46,7 @@ from trajforge.batch.writer import (
 from trajforge.endpoint import embedded_endpoint, embedded_weights
 from trajforge.extras import missing_ml
 from trajforge.protocols import ChatModel, SandboxFactory
+from trajforge.sandbox.layout import AgentFile
 from trajforge.tools.builtin import build_registry
 from trajforge.tools.registry import ToolRegistry
 
@@ -122,6 +123,24 @@ async def _run_batch(
     if cfg.resume and await asyncio.to_thread(_nothing_left, cfg, prep):
         announce(f"every sample of {cfg.run_dir} is done: nothing to do (no model server started)")
         return await _run_locked(cfg, prep, registry, progress, None)
+    if cfg.workers > 1 and cfg.backend == "local":
+        # Spawned now, they import while the checks below run (see WorkerPool).
+        async with worker_pool(cfg.workers, _worker_modules(cfg)) as pool:
+            return await _checked_start(cfg, prep, registry, progress, model, sandbox_factory, announce, pool)
+    return await _checked_start(cfg, prep, registry, progress, model, sandbox_factory, announce, None)
+
+
+async def _checked_start(
+    cfg: BatchConfig,
+    prep: Prepared,
+    registry: ToolRegistry,
+    progress: ProgressSink,
+    model: ChatModel | None,
+    sandbox_factory: SandboxFactory | None,
+    announce: Callable[[str], None],
+    pool: WorkerPool | None,
+) -> RunSummary:
+    """The backend check, the embedded model server when the run has no endpoint, the run."""
     if sandbox_factory is None:  # a backend that cannot run here says so before a server starts
         await check_backend(cfg)
     if cfg.embedded and model is None:
@@ -134,8 +153,14 @@ async def _run_batch(
             if cfg.tokenizer == "auto":  # token level on the embedded policy: its own tokenizer
                 update["tokenizer"] = str(embedded_weights())
             served = cfg.model_copy(update=update)
-            return await _start(served, prep, registry, progress, model, sandbox_factory)
-    return await _start(cfg, prep, registry, progress, model, sandbox_factory)
+            return await _start(served, prep, registry, progress, model, sandbox_factory, pool)
+    return await _start(cfg, prep, registry, progress, model, sandbox_factory, pool)
+
+
+def _worker_modules(cfg: BatchConfig) -> tuple[str, ...]:
+    """The modules a worker process builds its backends from (imported while it waits)."""
+    client = "trajforge.llm.completion_model" if cfg.tokenizer else "trajforge.llm.openai_client"
+    return (client, f"trajforge.sandbox.{cfg.sandbox}")
 
 
 def _nothing_left(cfg: BatchConfig, prep: Prepared) -> bool:
@@ -169,6 +194,7 @@ async def _start(
     progress: ProgressSink,
     model: ChatModel | None,
     sandbox_factory: SandboxFactory | None,
+    pool: WorkerPool | None,
 ) -> RunSummary:
     """Preflight on the model and sandbox factory the run goes on with, then run under the lock.
 
@@ -179,7 +205,10 @@ async def _start(
         await preflight(backends, cfg.sandbox)
         if cfg.workers == 1 and cfg.backend == "local":
             return await _run_locked(cfg, prep, registry, progress, backends)
-    return await _run_locked(cfg, prep, registry, progress, None)
+        # Worker processes of this machine run the agent the preflight built (not Ray's: a
+        # node's C library may not be this one's).
+        agent = getattr(backends.sandbox_factory, "agent_file", None) if cfg.backend == "local" else None
+    return await _run_locked(cfg, prep, registry, progress, None, agent, pool)
 
 
 async def _run_locked(
@@ -188,6 +217,8 @@ async def _run_locked(
     registry: ToolRegistry,
     progress: ProgressSink,
     backends: Backends | None,
+    sandbox_agent: AgentFile | None = None,
+    pool: WorkerPool | None = None,
 ) -> RunSummary:
     with writing(cfg.run_dir / SHARDS_DIR, resume=False):
         (cfg.run_dir / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
@@ -199,11 +230,11 @@ async def _run_locked(
         monitor = Monitor(cfg, session.total_rows, session.number, progress)
         merger = OutputMerger(cfg.run_dir, cfg.run_dir / LEDGER_FILE, min_interval_s=cfg.merge_interval)
         specs = [
-            WorkerSpec(cfg, w, session.number, part, prep.run_tools, prep.prefill)
+            WorkerSpec(cfg, w, session.number, part, prep.run_tools, prep.prefill, sandbox_agent)
             for w, part in enumerate(partition(session.todo, cfg.workers))
             if part
         ]
-        await _run_workers(specs, backends, registry, monitor, merger)
+        await _run_workers(specs, backends, registry, monitor, merger, pool)
         counts, stats = await _finish(merger, monitor)
     return RunSummary(cfg.run_dir, stats, counts, session.number, session.truncated_bytes)
 
@@ -246,6 +277,7 @@ async def _run_workers(
     registry: ToolRegistry,
     monitor: Monitor,
     merger: OutputMerger,
+    pool: WorkerPool | None,
 ) -> None:
     """The workers (in-process on ``backends``, else spawned), with statistics and merged files
     kept current meanwhile. On any error the outputs are still brought up to date with what was
@@ -259,8 +291,11 @@ async def _run_workers(
                     await run_worker(specs[0], backends, registry)
                 elif specs and specs[0].config.backend == "ray":
                     await run_on_ray(specs)
-                elif specs:
-                    await run_processes(specs)
+                elif specs and pool is not None:
+                    await pool.run(specs)
+                elif specs:  # a resumed run that found work after all (no pool was started)
+                    async with worker_pool(len(specs)) as late:
+                        await late.run(specs)
             finally:
                 watcher.cancel()
                 merging.cancel()

@@ -45,9 +45,11 @@ from trajforge.rollout import (
     seeded,
     sent_sampling,
 )
+from trajforge.rollout.gc_policy import rollout_gc
 from trajforge.rollout.step import HARD_DEADLINE_GRACE_S, failure
 from trajforge.sandbox import factory_counts
 from trajforge.sandbox.confined import DataPathError
+from trajforge.sandbox.layout import AgentFile
 from trajforge.sandbox.templates import ForkingFactory, supports_templates
 from trajforge.tools.registry import ToolRegistry
 
@@ -62,6 +64,9 @@ class WorkerSpec:
     samples: list[Sample]
     run_tools: list[str]
     prefill: list[dict[str, Any]] = field(default_factory=list)
+    # The exec agent the parent's preflight built (the native one compiled there): a worker
+    # process on this machine runs it instead of compiling its own. None: build as usual.
+    sandbox_agent: AgentFile | None = None
 
     @property
     def owner(self) -> str:
@@ -245,7 +250,8 @@ async def run_worker(spec: WorkerSpec, backends: Backends, registry: ToolRegistr
     try:
         writer = ShardWriter(ledger, _shard(spec), spec.owner, fsync=spec.config.fsync)
         writer.sandbox_counts = functools.partial(factory_counts, backends.sandbox_factory)
-        await _run_with_writer(Worker(spec, backends, registry, writer), writer)
+        with rollout_gc():
+            await _run_with_writer(Worker(spec, backends, registry, writer), writer)
     finally:
         ledger.close()
     return writer.committed

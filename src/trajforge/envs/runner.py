@@ -39,6 +39,7 @@ from trajforge.envs.summary import EvalSummary, summarize
 from trajforge.envs.types import Episode, Item
 from trajforge.record import load as load_record
 from trajforge.record.keys import prompt_keys, rollout_key
+from trajforge.rollout.gc_policy import rollout_gc
 from trajforge.trajectory.save import read_complete_objects
 
 EPISODES_FILE = "episodes.jsonl"
@@ -178,16 +179,17 @@ async def run_eval(
 ) -> EvalRun:
     """Evaluate ``n`` held-out items x ``group_size`` rollouts in this process; resumable (see
     module doc)."""
-    return await run_episodes(
-        env,
-        Rollouts(env, backends),
-        run_dir,
-        n=n,
-        group_size=group_size,
-        model=backends.model.name,
-        agent=agent,
-        on_episode=on_episode,
-    )
+    with rollout_gc():
+        return await run_episodes(
+            env,
+            Rollouts(env, backends),
+            run_dir,
+            n=n,
+            group_size=group_size,
+            model=backends.model.name,
+            agent=agent,
+            on_episode=on_episode,
+        )
 
 
 async def run_episodes(

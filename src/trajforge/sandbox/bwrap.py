@@ -268,6 +268,8 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             return f"bubblewrap cannot start a sandbox here ({exc}). {INSTALL_HINT}"
         finally:
             await asyncio.to_thread(remove_tree, layout.root)
+        if self.agent_file is not None:  # adopted: built by the parent process's factory
+            return ""
         if self.config.agent == "native" or (self.config.agent == "auto" and compiler() is not None):
             try:  # compiled once per process, by this machine's cc
                 self.agent_file = await asyncio.to_thread(build_native_agent)

@@ -184,7 +184,7 @@ class DockerSandboxFactory(ProcessSandboxFactory):
                 "start the engine (DOCKER_HOST names which) or choose `--sandbox bwrap`"
             )
         await self.sweep()
-        if self.config.agent == "native":  # linked statically: the image's C library is its own
+        if self.config.agent == "native" and self.agent_file is None:  # static: the image's libc is its own
             try:
                 self.agent_file = await asyncio.to_thread(build_native_agent, True)
             except SandboxUnavailableError as exc:

@@ -54,6 +54,7 @@
 #define GRACE_S 0.2
 #define PROCS_HEADROOM 0.8
 #define PROCS_LOOK 0.4
+#define KILL_ONE_BY_ONE 16 /* at most this many processes left: a kill each, not kill(-1) */
 #define LINE_LIMIT (64u * 1024 * 1024)
 #define MAX_DRAINS 1024
 #define KEYCTL_GET_KEYRING_ID_ 0
@@ -804,21 +805,35 @@ static int session_ids(int pid, long long *pgrp, long long *sid) {
     return ok;
 }
 
-/* SIGKILL every process of our pid namespace but us (and bwrap, pid 1), repeating while a fork
- * bomb keeps spawning; how many are left. */
-static size_t kill_all_others(void) {
+/* The processes of our pid namespace but us and bwrap (pid 1), at most `cap` of them in `out`;
+ * how many there are. */
+static size_t other_pids(int *out, size_t cap) {
     int me = getpid();
-    size_t left = 0;
-    for (int attempt = 0; attempt < 200; attempt++) {
-        kill(-1, SIGKILL);
+    size_t n, left = 0;
+    int *pids = proc_pids(&n);
+    for (size_t i = 0; i < n; i++)
+        if (pids[i] != 1 && pids[i] != me) {
+            if (left < cap)
+                out[left] = pids[i];
+            left++;
+        }
+    free(pids);
+    return left;
+}
+
+/* SIGKILL every process of our pid namespace but us (and bwrap, pid 1), repeating while a fork
+ * bomb keeps spawning; how many are left (exec_agent._kill_all_others). */
+static size_t kill_all_others(void) {
+    int few[KILL_ONE_BY_ONE];
+    size_t left = other_pids(few, KILL_ONE_BY_ONE);
+    for (int attempt = 0; attempt < 200 && left; attempt++) {
+        if (left <= KILL_ONE_BY_ONE)
+            for (size_t i = 0; i < left; i++)
+                kill(few[i], SIGKILL);
+        else
+            kill(-1, SIGKILL);
         reap();
-        size_t n;
-        int *pids = proc_pids(&n);
-        left = 0;
-        for (size_t i = 0; i < n; i++)
-            if (pids[i] != 1 && pids[i] != me)
-                left++;
-        free(pids);
+        left = other_pids(few, KILL_ONE_BY_ONE);
         if (!left)
             break;
         double wait = 0.0002 * (double)(1ull << (attempt < 30 ? attempt : 30));

@@ -140,6 +140,7 @@ _RESTORE_S = 10.0  # how long a restored shell may take to source its snapshot
 _GRACE_S = 0.2  # how long to keep reading after the command exits while a background job holds the pipe
 _PROCS_HEADROOM = 0.8  # at this share of the process limit, everything but the agent is killed
 _PROCS_LOOK = 0.4  # below this share of processes, the limit is not looked at more closely
+_KILL_ONE_BY_ONE = 16  # at most this many processes left: a kill each, not kill(-1)
 _LIMIT_VARS = ("TF_LIMIT_FSIZE_KB", "TF_LIMIT_CPU_S", "TF_LIMIT_AS_KB", "TF_LIMIT_NPROC")
 _KEYCTL = {"x86_64": 250, "aarch64": 219}  # syscall numbers the stdlib has no wrapper for
 _IOPRIO_GET = {"x86_64": 252, "aarch64": 31}
@@ -1341,12 +1342,19 @@ def _unlink(path: str) -> None:
 
 def _kill_all_others() -> int:
     """SIGKILL every process of our pid namespace but us (and bwrap, pid 1), repeating while a
-    fork bomb keeps spawning; how many are left."""
+    fork bomb keeps spawning; how many are left.
+
+    A few processes (a reset usually finds the shell alone) get a ``kill`` each: ``kill(-1)``
+    walks every process of the host, not of the namespace (~1,000 with 256 sandboxes, 1.4% of
+    the machine's CPU in a batch), and finds the few of ours among them."""
     me = os.getpid()
-    left: list[int] = []
+    left = [p for p in _pids() if p not in (1, me)]
     for attempt in range(200):
-        with suppress(ProcessLookupError):
-            os.kill(-1, signal.SIGKILL)
+        if not left:
+            break
+        for pid in left if len(left) <= _KILL_ONE_BY_ONE else (-1,):
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         _reap()
         left = [p for p in _pids() if p not in (1, me)]
         if not left:

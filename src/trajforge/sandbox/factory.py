@@ -132,6 +132,14 @@ class ProcessSandboxFactory:
         self._template_locks: dict[str, asyncio.Lock] = {}
         self._template_uids: set[int] = set()  # uids shared by a template's sandboxes
 
+    def adopt_agent(self, agent: AgentFile | None) -> None:
+        """Run ``agent``, the one a factory of the same config built in this machine's parent
+        process, instead of building it again: a batch's worker processes then start without
+        compiling the native agent (~1 s of CPU each, at the start of every run). None: build
+        it as usual. The probe still runs; call this before the first ``create``."""
+        if agent is not None:
+            self.agent_file = agent
+
     @property
     def runs_native_agent(self) -> bool:
         """Whether sandboxes run the compiled agent (decided by the probe: the agent it built)."""
