@@ -89,7 +89,9 @@ class TreeCpu:
         if own is None or not (base / "cgroup.procs").exists():
             return self
         home = base / own.lstrip("/")
-        path = home / f"trajforge-bench-{os.getpid()}"
+        # A name of its own per use: an earlier group whose last sandbox processes were still
+        # exiting could not be removed, and its name refused the next round's (no CPU figure).
+        path = home / f"trajforge-bench-{os.getpid()}-{time.monotonic_ns()}"
         try:
             path.mkdir()
             (path / "cgroup.procs").write_text(str(os.getpid()))
