@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import gc
 import multiprocessing
+import os
+import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -505,6 +509,25 @@ def test_the_rollout_gc_policy_keeps_a_higher_threshold_and_restores() -> None:
             assert gc.get_threshold() == (ROLLOUT_GEN0_THRESHOLD * 2, 5, 5)
     finally:
         gc.set_threshold(*before)
+
+
+def test_ctrl_c_ends_a_waiting_worker_process_quietly(capfd: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C during the preflight reaches the worker processes waiting for their share: each
+    exits with 130 and no traceback."""
+    pool = WorkerPool(1)
+    (proc,) = [p for p in multiprocessing.active_children() if p.name == "trajforge-w0"]
+    try:
+        for _ in range(400):  # until it blocks reading its pipe (system call 0, read)
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{proc.pid}/syscall").read_text().split()[0] == "0":
+                    break
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGINT)
+        proc.join(20)
+        assert proc.exitcode == 130
+        assert "Traceback" not in capfd.readouterr().err
+    finally:
+        asyncio.run(pool.aclose())
 
 
 def _reasoning_once_per_prompt() -> Callable[[dict[str, Any]], Reply]:

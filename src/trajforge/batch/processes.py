@@ -138,13 +138,15 @@ def worker_process_main(
     An output error (the run directory cannot be written) is not a crash: its one-line message
     goes to ``errors`` (a queue the parent reads) and the process exits with code 2."""
     _die_with_parent()
-    for module in preload:
-        with contextlib.suppress(Exception):  # where it is used, the import fails with its message
-            importlib.import_module(module)
     try:
+        for module in preload:
+            with contextlib.suppress(Exception):  # where it is used, the import fails with its message
+                importlib.import_module(module)
         spec: WorkerSpec = specs.recv()
     except (EOFError, OSError):  # the run stopped before its workers started, or needs fewer
         return
+    except KeyboardInterrupt:  # Ctrl-C during the preflight reaches the waiting workers too
+        raise SystemExit(130) from None
     finally:
         specs.close()
     gc.freeze()  # the unpickled samples live all run long: keep them out of GC scans
