@@ -428,18 +428,19 @@ async def test_worker_processes_run_the_agent_the_preflight_built(
     _dataset(tmp_path / "prompts.jsonl", [f"p{i}" for i in range(6)])
     cfg = _cfg(tmp_path, srv, workers=2, sandbox="bwrap", concurrency=3)
     seen: dict[str, Any] = {}
-    real_check, real_run = runner.check_backend, WorkerPool.run
+    real_check, real_hand = runner.check_backend, WorkerPool._hand
+    seen["agents"] = []
 
     async def check(c: BatchConfig) -> None:
         seen["at_check"] = _trajforge_workers()
         await real_check(c)
 
-    async def run(pool: WorkerPool, specs: list[Any]) -> None:
-        seen["agents"] = [s.sandbox_agent for s in specs]
-        await real_run(pool, specs)
+    def hand(pool: WorkerPool, i: int, spec: Any) -> None:  # what crosses into process i
+        seen["agents"].append(spec.sandbox_agent)
+        real_hand(pool, i, spec)
 
     monkeypatch.setattr(runner, "check_backend", check)
-    monkeypatch.setattr(WorkerPool, "run", run)
+    monkeypatch.setattr(WorkerPool, "_hand", hand)
     await run_batch(cfg)
     assert seen["at_check"] == ["trajforge-w0", "trajforge-w1"]
     agents = seen["agents"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import gc
 import importlib
 import multiprocessing
@@ -24,6 +25,7 @@ from trajforge.batch.backends import open_backends
 from trajforge.batch.errors import RunError
 from trajforge.batch.scheduler import WorkerSpec, run_worker
 from trajforge.batch.writer import OutputError
+from trajforge.sandbox.layout import AgentFile
 from trajforge.tools.builtin import build_registry
 
 T = TypeVar("T")
@@ -48,6 +50,8 @@ class WorkerPool:
         self._errors: SimpleQueue[str] = ctx.SimpleQueue()  # one-line output errors of workers
         self._procs: list[BaseProcess] = []
         self._specs: list[Connection] = []
+        # The exec agent the parent's preflight built: each process runs it instead of its own.
+        self.sandbox_agent: AgentFile | None = None
         try:
             for i in range(count):
                 reader, writer = ctx.Pipe(duplex=False)
@@ -59,7 +63,7 @@ class WorkerPool:
                 proc.start()
                 reader.close()  # the child's end
         except BaseException:
-            self._stop_now()
+            self._end(grace_s=0)
             raise
 
     async def run(self, specs: list[WorkerSpec]) -> None:
@@ -67,7 +71,11 @@ class WorkerPool:
         to do. At most one spec per process."""
         if len(specs) > len(self._procs):
             raise ValueError(f"{len(specs)} worker specs for {len(self._procs)} processes")
-        sends = [asyncio.to_thread(self._hand, i, spec) for i, spec in enumerate(specs)]
+        agent = self.sandbox_agent
+        sends = [
+            asyncio.to_thread(self._hand, i, dataclasses.replace(spec, sandbox_agent=agent))
+            for i, spec in enumerate(specs)
+        ]
         for i in range(len(specs), len(self._specs)):
             self._specs[i].close()  # nothing for this one: it exits
         procs = self._procs
@@ -90,19 +98,18 @@ class WorkerPool:
 
     async def aclose(self) -> None:
         """End the processes not handed a spec (they read the pipe's end and exit) and reap all."""
-        for conn in self._specs:
-            conn.close()
-        for proc in self._procs:
-            await asyncio.to_thread(proc.join, 10)
-            if proc.is_alive():
-                proc.kill()
-                await asyncio.to_thread(proc.join, 10)
+        await asyncio.to_thread(self._end, grace_s=10)
 
-    def _stop_now(self) -> None:
+    def _end(self, grace_s: float) -> None:
+        """Close every pipe (a waiting process exits), give each process ``grace_s`` to end,
+        then kill it."""
         for conn in self._specs:
             conn.close()
         for proc in self._procs:
-            if proc.pid is not None and proc.is_alive():
+            if proc.pid is None:  # never started
+                continue
+            proc.join(grace_s)
+            if proc.is_alive():
                 proc.kill()
                 proc.join(10)
 

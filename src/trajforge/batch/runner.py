@@ -46,7 +46,6 @@ from trajforge.batch.writer import (
 from trajforge.endpoint import embedded_endpoint, embedded_weights
 from trajforge.extras import missing_ml
 from trajforge.protocols import ChatModel, SandboxFactory
-from trajforge.sandbox.layout import AgentFile
 from trajforge.tools.builtin import build_registry
 from trajforge.tools.registry import ToolRegistry
 
@@ -123,38 +122,24 @@ async def _run_batch(
     if cfg.resume and await asyncio.to_thread(_nothing_left, cfg, prep):
         announce(f"every sample of {cfg.run_dir} is done: nothing to do (no model server started)")
         return await _run_locked(cfg, prep, registry, progress, None)
-    if cfg.workers > 1 and cfg.backend == "local":
-        # Spawned now, they import while the checks below run (see WorkerPool).
-        async with worker_pool(cfg.workers, _worker_modules(cfg)) as pool:
-            return await _checked_start(cfg, prep, registry, progress, model, sandbox_factory, announce, pool)
-    return await _checked_start(cfg, prep, registry, progress, model, sandbox_factory, announce, None)
-
-
-async def _checked_start(
-    cfg: BatchConfig,
-    prep: Prepared,
-    registry: ToolRegistry,
-    progress: ProgressSink,
-    model: ChatModel | None,
-    sandbox_factory: SandboxFactory | None,
-    announce: Callable[[str], None],
-    pool: WorkerPool | None,
-) -> RunSummary:
-    """The backend check, the embedded model server when the run has no endpoint, the run."""
-    if sandbox_factory is None:  # a backend that cannot run here says so before a server starts
-        await check_backend(cfg)
-    if cfg.embedded and model is None:
-        problem = missing_ml("the embedded default policy (no --model/--base-url)")
-        if problem:
-            raise RunError(problem)
-        progress.phase("starting the model server (embedded policy)")
-        async with embedded_endpoint(announce=announce) as (base_url, name):
+    async with contextlib.AsyncExitStack() as stack:
+        pool = None
+        if cfg.workers > 1 and cfg.backend == "local":
+            # Spawned now, they import while the checks below run (see WorkerPool).
+            pool = await stack.enter_async_context(worker_pool(cfg.workers, _worker_modules(cfg)))
+        if sandbox_factory is None:  # a backend that cannot run here says so before a server starts
+            await check_backend(cfg)
+        if cfg.embedded and model is None:
+            problem = missing_ml("the embedded default policy (no --model/--base-url)")
+            if problem:
+                raise RunError(problem)
+            progress.phase("starting the model server (embedded policy)")
+            base_url, name = await stack.enter_async_context(embedded_endpoint(announce=announce))
             update: dict[str, object] = {"base_url": base_url, "model": name}
             if cfg.tokenizer == "auto":  # token level on the embedded policy: its own tokenizer
                 update["tokenizer"] = str(embedded_weights())
-            served = cfg.model_copy(update=update)
-            return await _start(served, prep, registry, progress, model, sandbox_factory, pool)
-    return await _start(cfg, prep, registry, progress, model, sandbox_factory, pool)
+            cfg = cfg.model_copy(update=update)
+        return await _start(cfg, prep, registry, progress, model, sandbox_factory, pool)
 
 
 def _worker_modules(cfg: BatchConfig) -> tuple[str, ...]:
@@ -205,10 +190,9 @@ async def _start(
         await preflight(backends, cfg.sandbox)
         if cfg.workers == 1 and cfg.backend == "local":
             return await _run_locked(cfg, prep, registry, progress, backends)
-        # Worker processes of this machine run the agent the preflight built (not Ray's: a
-        # node's C library may not be this one's).
-        agent = getattr(backends.sandbox_factory, "agent_file", None) if cfg.backend == "local" else None
-    return await _run_locked(cfg, prep, registry, progress, None, agent, pool)
+        if pool is not None:  # the local worker processes run the agent the preflight built
+            pool.sandbox_agent = getattr(backends.sandbox_factory, "agent_file", None)
+    return await _run_locked(cfg, prep, registry, progress, None, pool)
 
 
 async def _run_locked(
@@ -217,7 +201,6 @@ async def _run_locked(
     registry: ToolRegistry,
     progress: ProgressSink,
     backends: Backends | None,
-    sandbox_agent: AgentFile | None = None,
     pool: WorkerPool | None = None,
 ) -> RunSummary:
     with writing(cfg.run_dir / SHARDS_DIR, resume=False):
@@ -230,7 +213,7 @@ async def _run_locked(
         monitor = Monitor(cfg, session.total_rows, session.number, progress)
         merger = OutputMerger(cfg.run_dir, cfg.run_dir / LEDGER_FILE, min_interval_s=cfg.merge_interval)
         specs = [
-            WorkerSpec(cfg, w, session.number, part, prep.run_tools, prep.prefill, sandbox_agent)
+            WorkerSpec(cfg, w, session.number, part, prep.run_tools, prep.prefill)
             for w, part in enumerate(partition(session.todo, cfg.workers))
             if part
         ]

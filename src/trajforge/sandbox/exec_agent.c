@@ -154,6 +154,28 @@ static char *path_join(const char *dir, const char *name) {
 
 static size_t utf8_sequence(const unsigned char *s, size_t n, size_t *bad);
 
+/* The backslash escape that repr() and JSON both write for `c` (a control character of the three,
+ * the backslash, the string's quote), as the letter after the backslash; 0 when there is none. */
+static char short_escape(unsigned char c, char quote) {
+    switch (c) {
+    case '\n':
+        return 'n';
+    case '\r':
+        return 'r';
+    case '\t':
+        return 't';
+    case '\\':
+        return '\\';
+    default:
+        return c == (unsigned char)quote ? quote : 0;
+    }
+}
+
+static void add_escape(buf_t *out, char letter) {
+    char pair[2] = {'\\', letter};
+    buf_add(out, pair, 2);
+}
+
 /* Python's repr() of a str, as the agent's messages quote paths (`cwd does not exist: '...'`). */
 static void py_repr(buf_t *out, const char *s, size_t n) {
     int has_single = memchr(s, '\'', n) != NULL, has_double = memchr(s, '"', n) != NULL;
@@ -161,14 +183,9 @@ static void py_repr(buf_t *out, const char *s, size_t n) {
     buf_add(out, &quote, 1);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '\\' || c == (unsigned char)quote)
-            buf_printf(out, "\\%c", c);
-        else if (c == '\n')
-            buf_adds(out, "\\n");
-        else if (c == '\r')
-            buf_adds(out, "\\r");
-        else if (c == '\t')
-            buf_adds(out, "\\t");
+        char letter = short_escape(c, quote);
+        if (letter)
+            add_escape(out, letter);
         else if (c < 0x20 || c == 0x7f)
             buf_printf(out, "\\x%02x", c);
         else if (c >= 0x80) {
@@ -329,18 +346,11 @@ static void json_text(buf_t *out, const char *data, size_t n) {
             continue;
         }
         unsigned char c = s[i];
+        char letter = 0;
         if (len > 1)
             buf_add(out, s + i, len);
-        else if (c == '"')
-            buf_adds(out, "\\\"");
-        else if (c == '\\')
-            buf_adds(out, "\\\\");
-        else if (c == '\n')
-            buf_adds(out, "\\n");
-        else if (c == '\r')
-            buf_adds(out, "\\r");
-        else if (c == '\t')
-            buf_adds(out, "\\t");
+        else if ((letter = short_escape(c, '"')))
+            add_escape(out, letter);
         else if (c < 0x20)
             buf_printf(out, "\\u%04x", c);
         else
