@@ -143,6 +143,18 @@ static void *xcalloc(size_t n, size_t size) {
     return p;
 }
 
+/* `items` (an array of `*cap` elements of `size` bytes holding `n`) with room for one more:
+ * its capacity doubled when it is full. */
+static void *make_room(void *items, size_t n, size_t *cap, size_t size) {
+    if (n < *cap)
+        return items;
+    *cap *= 2;
+    void *more = realloc(items, *cap * size);
+    if (!more)
+        die("out of memory");
+    return more;
+}
+
 static char *path_join(const char *dir, const char *name) {
     buf_t b = {0};
     buf_adds(&b, dir);
@@ -210,6 +222,16 @@ static void os_error(buf_t *out, int err, const char *path) {
         buf_adds(out, ": ");
         py_repr(out, path, strlen(path));
     }
+}
+
+/* After a failed call: close both ends of `pair`, say why in `why`; -1 with errno kept. */
+static int fail_closing(int pair[2], buf_t *why) {
+    int e = errno;
+    close(pair[0]);
+    close(pair[1]);
+    os_error(why, e, NULL);
+    errno = e;
+    return -1;
 }
 
 static double monotonic(void) {
@@ -755,13 +777,7 @@ static int *proc_pids(size_t *n) {
             c++;
         if (*c)
             continue;
-        if (*n == cap) {
-            cap *= 2;
-            int *more = realloc(pids, cap * sizeof *pids);
-            if (!more)
-                die("out of memory");
-            pids = more;
-        }
+        pids = make_room(pids, *n, &cap, sizeof *pids);
         pids[(*n)++] = atoi(e->d_name);
     }
     closedir(d);
@@ -918,14 +934,8 @@ static pid_t start_process(char *const argv[], const char *cwd, const env_t *env
         return -1;
     }
     pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        close(report[0]);
-        close(report[1]);
-        os_error(why, e, NULL);
-        errno = e;
-        return -1;
-    }
+    if (pid < 0)
+        return fail_closing(report, why);
     if (pid == 0) {
         close(report[0]);
         if (setsid() < 0)
@@ -1154,13 +1164,7 @@ static int empty_dir(const char *path, buf_t *why) {
     while ((e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
-        if (n == cap) {
-            cap *= 2;
-            char **more = realloc(names, cap * sizeof *names);
-            if (!more)
-                die("out of memory");
-            names = more;
-        }
+        names = make_room(names, n, &cap, sizeof *names);
         names[n++] = path_join(path, e->d_name);
     }
     closedir(d);
@@ -1231,13 +1235,7 @@ static int remove_path(const char *path, buf_t *why) {
                 os_error(why, errno, child);
                 rc = -1;
             } else if (S_ISDIR(cst.st_mode)) {
-                if (depth == cap) {
-                    cap *= 2;
-                    frame_t *more = realloc(stack, cap * sizeof *stack);
-                    if (!more)
-                        die("out of memory");
-                    stack = more;
-                }
+                stack = make_room(stack, depth, &cap, sizeof *stack);
                 stack[depth++] = (frame_t){child, 0};
                 child = NULL;
             } else if (unlink(child) != 0) {
@@ -1350,22 +1348,10 @@ static int tree_of(const char *root, tree_t *t, buf_t *why) {
                 free(path);
                 break;
             }
-            if (t->n == cap) {
-                cap *= 2;
-                entry_t *more = realloc(t->items, cap * sizeof *more);
-                if (!more)
-                    die("out of memory");
-                t->items = more;
-            }
+            t->items = make_room(t->items, t->n, &cap, sizeof *t->items);
             entry_of(&t->items[t->n++], path, &st);
             if (S_ISDIR(st.st_mode) && st.st_dev == top.st_dev) {
-                if (depth == scap) {
-                    scap *= 2;
-                    char **more = realloc(stack, scap * sizeof *more);
-                    if (!more)
-                        die("out of memory");
-                    stack = more;
-                }
+                stack = make_room(stack, depth, &scap, sizeof *stack);
                 stack[depth++] = path;
             } else {
                 free(path);
@@ -1999,14 +1985,8 @@ static int spawn_shell(int restore, buf_t *why) {
         os_error(why, errno, NULL);
         return -1;
     }
-    if (pipe2(status, O_CLOEXEC) != 0) {
-        int e = errno;
-        close(control[0]);
-        close(control[1]);
-        os_error(why, e, NULL);
-        errno = e;
-        return -1;
-    }
+    if (pipe2(status, O_CLOEXEC) != 0)
+        return fail_closing(control, why);
     int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
     char nonce[33];
     new_nonce(nonce);
