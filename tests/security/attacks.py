@@ -311,6 +311,34 @@ async def fork_bomb(root: str) -> dict[str, Any]:
         }
 
 
+# Python forks (the system's python3 is in every bwrap sandbox): a refused fork ends the loop at
+# once (bash would retry it for seconds, dash would give up the whole script), then counts /proc.
+_SPAWN_PAST_THE_CAP = """python3 -c '
+import os, time
+for _ in range(100):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(77)
+        os._exit(0)
+print(sum(name.isdigit() for name in os.listdir("/proc")))
+'"""
+
+
+async def process_cap(root: str) -> dict[str, Any]:
+    """How many processes a sandbox holds when its commands try to start 100: the total cap."""
+    config = SandboxConfig(
+        kind="bwrap", reuse=True, root_dir=root, command_timeout_s=20, limits=SandboxLimits(max_processes=40)
+    )
+    async with create_sandbox_factory(config) as factory:
+        sb = await factory.create("cap")
+        held = await sb.exec(_SPAWN_PAST_THE_CAP, timeout=15)
+        await sb.close()
+        return {"held": held.output, "limit": config.limits.max_processes}
+
+
 # -- 5. the resident shell: what one rollout leaves in its shell, and forged command ends ----------
 
 # Everything a command can change about the shell it runs in, each read back in full.
@@ -461,6 +489,7 @@ SCENARIOS = {
     "plant_then_look": plant_then_look,
     "disk_cap": disk_cap,
     "fork_bomb": fork_bomb,
+    "process_cap": process_cap,
     "shell_plants": shell_plants,
     "forge": forge,
 }

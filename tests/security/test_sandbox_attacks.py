@@ -128,6 +128,16 @@ async def test_fork_bomb_is_killed_and_the_rollout_goes_on(mode, tmp_path):
     assert out["next"] == "fine\n", out
 
 
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_sandbox_holds_at_most_its_process_limit(mode, tmp_path):
+    """A total cap on a sandbox's processes in both modes: as root its pids cgroup, unprivileged
+    RLIMIT_NPROC in its own user namespace. Unprivileged there was none (a fork bomb took 32,514 of
+    the machine's 32,768 pids while the agent's guard caught up)."""
+    out = await _run("process_cap", mode, tmp_path)
+    held = int(next(line for line in out["held"].splitlines() if line.isdigit()))
+    assert 3 <= held <= out["limit"], out  # the agent, the shell, dash and some of the 100
+
+
 async def test_disk_cap_gives_enospc_never_a_full_host_disk(tmp_path):
     """Root: work and tmp share one size-limited tmpfs per sandbox (files and inodes)."""
     out = await _run("disk_cap", "root", tmp_path)

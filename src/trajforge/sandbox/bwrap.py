@@ -31,7 +31,7 @@ from trajforge.sandbox.cgroup import SandboxCgroup
 from trajforge.sandbox.disk import remove_tree
 from trajforge.sandbox.errors import SandboxUnavailableError
 from trajforge.sandbox.factory import ProcessSandboxFactory
-from trajforge.sandbox.launch import Launch, command_env, limit_env
+from trajforge.sandbox.launch import Launch, command_env, limit_env, nproc_counted_per_namespace
 from trajforge.sandbox.layout import Layout, chown_tree, compile_agent, make_layout
 from trajforge.sandbox.native_agent import build_native_agent, compiler
 from trajforge.sandbox.templates import filter_fd, key_filter
@@ -306,8 +306,11 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
         owner = layout.owner
         uid = owner[0] if owner is not None else None
         env = command_env(self.config, INSIDE_WORKDIR, INSIDE_SCRATCH)
-        # RLIMIT_NPROC counts per real uid: meaningful for a uid of our own, not for a shared one.
-        env |= limit_env(self.config, cgroup, nproc_effective=uid is not None)
+        # RLIMIT_NPROC counts per real uid: meaningful for a uid of our own, and unprivileged
+        # for the sandbox's own user namespace where the kernel counts per namespace. Without
+        # it an unprivileged fork bomb had no total cap (it took the machine's pids).
+        nproc = uid is not None or nproc_counted_per_namespace()
+        env |= limit_env(self.config, cgroup, nproc_effective=nproc)
         fds = _open_paths(layout)
         try:
             # The sandboxes of a template share its uid, and the kernel keeps a user keyring per

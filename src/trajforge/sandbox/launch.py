@@ -3,6 +3,8 @@ teardown) and the environment and limits every command starts with."""
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -41,6 +43,15 @@ def command_env(config: SandboxConfig, workdir: str, scratch: str) -> dict[str, 
     }
     env.update(config.env)
     return env
+
+
+def nproc_counted_per_namespace(release: str | None = None) -> bool:
+    """Whether this kernel counts RLIMIT_NPROC per user namespace (Linux 5.14 and later: a uid's
+    processes are counted in each namespace they live in, and a limit set inside one caps them
+    there). An unprivileged sandbox is a user namespace of its own, so there the limit caps that
+    sandbox alone; before 5.14 it would count every process of the user on the host."""
+    found = re.match(r"(\d+)\.(\d+)", release if release is not None else os.uname().release)
+    return found is not None and (int(found[1]), int(found[2])) >= (5, 14)
 
 
 def limit_env(config: SandboxConfig, cgroup: SandboxCgroup, *, nproc_effective: bool) -> dict[str, str]:
