@@ -411,3 +411,21 @@ async def test_unenforceable_disk_cap_is_said_once(tmp_path, monkeypatch, caplog
         await sb.close()
     said = [r for r in caplog.records if "cannot be enforced" in r.getMessage()]
     assert len(said) == 1
+
+
+@pytest.mark.parametrize(
+    ("release", "per_namespace"),
+    [
+        ("6.18.44-fc-v1147", True),
+        ("5.14.0-70.el9", True),
+        ("5.13.19", False),
+        ("4.19.0-26-amd64", False),
+        ("x", False),
+    ],
+)
+def test_rlimit_nproc_is_set_unprivileged_only_where_the_kernel_counts_it_per_namespace(
+    release: str, per_namespace: bool
+) -> None:
+    from trajforge.sandbox.launch import nproc_counted_per_namespace
+
+    assert nproc_counted_per_namespace(release) is per_namespace
