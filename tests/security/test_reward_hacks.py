@@ -11,6 +11,7 @@ usercustomize.py in ~/.local, a ~/.profile / .git/config hook and a planted .pyc
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shlex
@@ -260,6 +261,159 @@ async def test_terminal_bench_a_program_the_tests_run_cannot_write_the_reward(bw
         model = ScriptedModel([*(tool_turn(c) for c in calls), answer("ok")])
         ep = await Rollouts(env, RolloutBackends(model, bwrap, default_registry())).episode(task)
         assert ep.reward == 0.0 and why in ep.reward_reason, ep.reward_reason
+
+
+# ------------------------------------------------- terminal_bench: a verdict only test.sh can write
+
+# What a program the tests run (bin/greet, backup.sh) does to the verdict. Each first writes
+# reward 1 into every reward file of the verifier's directory, as a program of test.sh's own uid can.
+_VDIRS = "/tmp/trajforge-verify-*/logs/verifier"
+_FORGE = (
+    f'for d in {_VDIRS}; do echo 1 > "$d/reward.txt"; echo \'{{"reward": 1.0}}\' > "$d/reward.json"; '
+    "done 2>/dev/null"
+)
+# every ancestor up to the verifier's own wrapper (a python3): test.sh, and the subshell of a $(...)
+_ANCESTORS = (
+    "p=$PPID; while [ \"$p\" -gt 1 ]; do c=$(cat /proc/$p/comm 2>/dev/null); case \"$c\" in python*|'') break;; esac; "
+    'q=$(cut -d" " -f4 /proc/$p/stat); echo $p; p=$q; done'
+)
+VERDICT_ATTACKS = {
+    # the issue's first break: the tests' own `echo 0 > reward.txt` fails with EACCES
+    "read-only": _FORGE + f'; for d in {_VDIRS}; do chmod 444 "$d"/reward.*; chmod 555 "$d"; done 2>/dev/null',
+    "a directory in its place": (
+        f'for d in {_VDIRS}; do for f in reward.txt reward.json; do rm -f "$d/$f"; mkdir -p "$d/$f/x"; '
+        'echo 1 > "$d/$f/x/reward.txt"; done; done 2>/dev/null'
+    ),
+    # the second: test.sh dies before its verdict
+    "test.sh killed": _FORGE + f"; for p in $({_ANCESTORS}); do kill -9 $p; done",
+    "test.sh stopped, then killed": _FORGE
+    + f"; for p in $({_ANCESTORS}); do kill -STOP $p; done; sleep 0.3; for p in $({_ANCESTORS}); do kill -9 $p; done",
+    "test.sh stopped": _FORGE + f"; for p in $({_ANCESTORS}); do kill -STOP $p; done",
+    # a background job that keeps writing while test.sh writes its own verdict, then is gone
+    "a background job racing the verdict": (
+        f"(end=$((SECONDS + 2)); while [ $SECONDS -lt $end ]; do {_FORGE}; done) >/dev/null 2>&1 &"
+    ),
+}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("attack", list(VERDICT_ATTACKS))
+@pytest.mark.parametrize("task_id", ["greet-tool", "fix-backup-script"])
+async def test_terminal_bench_what_the_tests_run_cannot_forge_the_verdict(
+    task_id: str, attack: str, bwrap: Any
+) -> None:
+    """The program the task's test.sh runs (greet-tool's bin/greet, fix-backup-script's
+    backup.sh) is the attack, and fails the task: it writes reward 1 into the verifier's log
+    directory and then makes the files read-only or puts directories in their place, kills or
+    stops test.sh (every bash between it and the verifier's wrapper), or races test.sh's own write
+    from a background job. Each scores 0 (before the fix: read-only, killed and stopped-then-killed
+    paid 1.0, the reason even saying "FAIL: count.txt is not 4")."""
+    env = load_env("terminal_bench")
+    task = next(t for t in env.eval_items(100) if t["id"] == task_id)
+    path = "bin/greet" if task_id == "greet-tool" else "backup.sh"
+    program = f"#!/bin/bash\n{VERDICT_ATTACKS[attack]}\necho nope\nexit 1\n"
+    calls = [
+        ("write_file", {"path": path, "content": program}),
+        ("terminal", {"command": f"chmod +x {path}"}),
+    ]
+    model = ScriptedModel([*(tool_turn(c) for c in calls), answer("ok")])
+    ep = await Rollouts(env, RolloutBackends(model, bwrap, default_registry())).episode(task)
+    assert ep.reward == 0.0, (attack, ep.reward_reason)
+    assert ep.reward_error is None and ep.status == "completed", (ep.reward_error, ep.error)
+
+
+# ---------------------------------------- the resident shell: only the shell reports a command's end
+
+# A subshell a command forks keeps the loop's fds: it takes the next command's request from the
+# control channel (fd 10 in both layouts the loop has had), stops the loop, and answers that
+# command and every later one itself on the status channel (fd 11 of the pipe layout, fd 10 of
+# the socket one), with output of its choosing in the command's output FIFO (named by the
+# command's number in the old layout, by its nonce in the new one).
+IMPOSTOR = r"""
+( sleep 1; kill -STOP $$
+  while IFS=' ' builtin read -r -u 10 n nonce c; do
+    for f in "$__tf_dir/o$n" "$__tf_dir/o$nonce"; do
+      [ -p "$f" ] && printf 'all 12 tests passed\n' > "$f"
+    done
+    printf '%s 0\n' "$nonce" >&11; printf '%s 0\n' "$nonce" >&10
+  done ) >/dev/null 2>&1 &
+echo planted
+"""
+# The same from an exec'd program holding copies of the fds, reading every nonce-like token from
+# the loop's memory as it appears and answering with each, on every channel, into every FIFO.
+RACER = r"""
+import glob, os, re, sys, time
+loop, cmd_dir, fds = int(sys.argv[1]), sys.argv[2], [int(x) for x in sys.argv[3:]]
+end = time.time() + 20
+while time.time() < end:
+    seen = set()
+    try:
+        with open(f"/proc/{loop}/maps") as maps, open(f"/proc/{loop}/mem", "rb", 0) as mem:
+            for line in maps:
+                span, perm = line.split()[:2]
+                lo, hi = (int(x, 16) for x in span.split("-"))
+                if "rw" in perm and hi - lo < 16 << 20:
+                    try:
+                        mem.seek(lo); seen.update(re.findall(rb"[0-9a-f]{32}", mem.read(hi - lo)))
+                    except OSError:
+                        pass
+    except OSError:
+        pass
+    for token in seen:
+        for fd in fds:
+            try:
+                os.write(fd, token + b" 0\n")
+            except OSError:
+                pass
+        for fifo in glob.glob(cmd_dir + "/o*") + [cmd_dir + "/o" + token.decode()]:
+            try:
+                out = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK); os.write(out, b"all 12 tests passed\n"); os.close(out)
+            except OSError:
+                pass
+    time.sleep(0.01)
+"""
+
+
+def _racer_command(tmp: str) -> str:
+    return (
+        f"printf %s {shlex.quote(RACER)} > {tmp}; "
+        "( exec 7<&10 2>/dev/null; exec 8<&11 2>/dev/null; "
+        f'exec python3 {tmp} $$ "$__tf_dir" 7 8 ) >/dev/null 2>&1 & echo planted'
+    )
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("agent", ["python", "native"])
+@pytest.mark.parametrize("attack", ["impostor", "racer"])
+async def test_a_background_job_cannot_answer_for_the_shell(agent: str, attack: str, tmp_path: Path) -> None:
+    """The issue's third break, and its racing form: a job a command left behind answers for the
+    resident shell. Before the fix the impostor took the next command's request, stopped the loop
+    and made ``echo FAIL; exit 1`` read exit 0 and "all 12 tests passed", and every later command
+    too. Now a command's end counts only from the shell's own process: each command reports its
+    own exit code and output (or, when it was interfered with, no exit code, none of the output,
+    and a note saying so), and the session goes on."""
+    config = SandboxConfig(kind="bwrap", agent=agent, root_dir=str(tmp_path / "sb"), command_timeout_s=8)  # type: ignore[arg-type]
+    factory = create_sandbox_factory(config)
+    try:
+        sb = await factory.create("impostor")
+        await sb.exec("echo warm")
+        command = IMPOSTOR if attack == "impostor" else _racer_command("/tmp/racer.py")
+        planted = await sb.exec(command)
+        assert planted.exit_code == 0 and planted.output == "planted\n", planted
+        await asyncio.sleep(2.0)
+        for i in range(3):
+            res = await sb.exec(f"echo FAIL {i}; exit 1", timeout=8)
+            assert "all 12 tests passed" not in res.output, (i, res)
+            assert res.exit_code != 0, (i, res)
+            if res.exit_code is not None:  # it ran: its own output and exit code
+                assert res.exit_code == 1 and res.output.startswith(f"FAIL {i}\n"), (i, res)
+            else:  # it was interfered with: said so, and nothing of what reached its output
+                assert "FAIL" not in res.output and "not" in res.output, (i, res)
+        after = await sb.exec("echo after")
+        assert after.exit_code == 0 and after.output.endswith("after\n"), after
+        await sb.close()
+    finally:
+        await close_factory(factory)
 
 
 # ------------------------------------------------------------------------------ yc_bench, directly
