@@ -67,6 +67,7 @@ from trajforge.envs.agents import write_files_command
 from trajforge.envs.base import BaseEnv, EnvDataError
 from trajforge.envs.config import EnvConfig
 from trajforge.envs.library import tb_verify
+from trajforge.envs.library.tb_guard import GuardUnavailableError, build_guard
 from trajforge.envs.library.dockerfile import NEEDS_MORE, DockerPlan, parse_dockerfile, rewrite_paths
 from trajforge.envs.library.harbor_task import HarborTaskConfig, literal_env, strip_canary
 from trajforge.envs.library.trusted_run import run_trusted
@@ -251,6 +252,10 @@ class TerminalBenchEnv(BaseEnv[TerminalBenchConfig]):
 
     async def setup(self) -> None:
         await asyncio.to_thread(lambda: self.all_tasks)
+        try:  # the verifier judges nothing without its guard: say so before any rollout runs
+            await asyncio.to_thread(build_guard)
+        except GuardUnavailableError as exc:
+            raise EnvDataError(str(exc)) from None
         if self.cfg.sandbox == "docker":
             for task in self.tasks:
                 await self._build(task)
@@ -412,9 +417,12 @@ class TerminalBenchEnv(BaseEnv[TerminalBenchConfig]):
     # ---------------------------------------------------------------- verification
 
     async def compute_reward(self, item: Item, result: AgentResult, ctx: VerifierContext) -> RewardBreakdown:
-        """test.sh under :mod:`tb_verify` (the trusted wrapper); the reward from the files it read
-        after every process test.sh started was gone, or from test.sh's exit code."""
+        """test.sh under :mod:`tb_verify` (the trusted wrapper); the reward from the verdict
+        files it held, which only test.sh's own shell could write, once test.sh finished normally
+        and every process it started was gone, or from test.sh's exit code when the tests name
+        no reward file."""
         task = self._task(item)
+        guard = await asyncio.to_thread(build_guard)  # GuardUnavailableError: 0, with the reason
         verify_dir = f"{VERIFY_PREFIX}{secrets.token_hex(12)}" if self._bwrap else ""
         tests, logs = f"{verify_dir}/tests", f"{verify_dir}/logs"
         mapping = self._mapping(task, verify_dir)
@@ -434,6 +442,7 @@ class TerminalBenchEnv(BaseEnv[TerminalBenchConfig]):
                 timeout=timeout + 60,
                 cwd=self._workdir(task),
                 env=self._env(task, task.verifier_env),
+                extra_data={tb_verify.GUARD_NAME: guard},
             )
         finally:
             if verify_dir:
@@ -452,25 +461,50 @@ def _named_reward_files(tests: dict[str, bytes]) -> tuple[str, ...]:
     return tuple(n for n in tb_verify.REWARD_FILES if n.encode() in blob)
 
 
-def _verdict(data: dict[str, Any], named: tuple[str, ...], output: str) -> RewardBreakdown:
-    comps = {"survivors": float(data.get("survivors") or 0), "others": float(data.get("others") or 0)}
+def _unfinished(data: dict[str, Any]) -> str | None:
+    """Why test.sh's run cannot give a verdict (None: it finished normally, alone)."""
+    if data.get("guard") != "ok":
+        return f"{data.get('guard') or 'the verdict guard did not take'}; nothing of this run is trusted"
     if data.get("timed_out"):
-        return RewardBreakdown(
-            reward=0.0, components={"tests": 0.0, **comps}, reason=f"test.sh timed out; {output}"
+        return "test.sh timed out"
+    if data.get("stopped"):
+        return (
+            f"test.sh was stopped (signal {data['stopped']}) before it finished: killed, and no verdict "
+            "trusted (nothing the tests do stops it; a process that did could race its verdict)"
+        )
+    if data.get("signal"):
+        return (
+            f"test.sh was killed by signal {data['signal']} before it finished: no verdict is trusted, "
+            "whatever it wrote"
         )
     if data.get("survivors"):
-        return RewardBreakdown(
-            reward=0.0,
-            components={"tests": 0.0, **comps},
-            reason=(
-                f"{data['survivors']} process(es) started by the tests were still running when test.sh "
-                f"exited: killed, and the reward not trusted (they could have rewritten it); {output}"
-            ),
+        return (
+            f"{data['survivors']} process(es) started by the tests were still running when test.sh "
+            "exited: killed, and the reward not trusted (they could have rewritten it)"
         )
+    return None
+
+
+def _verdict(data: dict[str, Any], named: tuple[str, ...], output: str) -> RewardBreakdown:
+    comps = {"survivors": float(data.get("survivors") or 0), "others": float(data.get("others") or 0)}
+    why = _unfinished(data)
+    if why:
+        return RewardBreakdown(reward=0.0, components={"tests": 0.0, **comps}, reason=f"{why}; {output}")
     files = data.get("files")
     texts: dict[str, Any] = files if isinstance(files, dict) else {}
     reward, source = _read_reward({n: t if isinstance(t := texts.get(n), str) else None for n in named})
-    if reward is None:
+    if reward is None and named:
+        links = data.get("links") if isinstance(data.get("links"), dict) else {}
+        moved = [n for n in named if links.get(n) is False]
+        how = (
+            f" ({', '.join(moved)} in the verifier directory was replaced or removed by a process the "
+            "tests ran)"
+            if moved
+            else " (only test.sh's own shell can write it: a redirection in test.sh, such as "
+            "`echo 1 > /logs/verifier/reward.txt`; a program that opens the file itself cannot)"
+        )
+        reward, source = 0.0, f"test.sh wrote no verdict into {' or '.join(named)}{how}"
+    elif reward is None:
         code = data.get("exit_code")
         reward, source = (1.0 if code == 0 else 0.0), f"test.sh exit code {code}"
     return RewardBreakdown(reward=reward, components={"tests": reward, **comps}, reason=f"{source}; {output}")

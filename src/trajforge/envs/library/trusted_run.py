@@ -47,9 +47,10 @@ async def run_trusted(
     cwd: str | None = None,
     env: Mapping[str, str] | None = None,
     extra_files: tuple[str, ...] = (),
+    extra_data: Mapping[str, bytes] | None = None,
 ) -> TrustedResult:
-    """Run ``program`` (a file of this package, with ``extra_files`` of it beside it) from a fresh
-    directory under ``where``.
+    """Run ``program`` (a file of this package, with ``extra_files`` of it and ``extra_data``,
+    files by name and content, beside it) from a fresh directory under ``where``.
 
     Refused in a context whose reward commands run in the rollout's session (``reward_shell:
     session``): the rollout's processes are then still alive, and a signed result means nothing
@@ -65,6 +66,8 @@ async def run_trusted(
     nonce = secrets.token_hex(32)
     for name in (program, "trusted_proc.py", *extra_files):
         await ctx.write_file(f"{box}/{name}", _source(name))
+    for name, data in (extra_data or {}).items():
+        await ctx.write_file(f"{box}/{name}", data)
     await ctx.write_file(f"{box}/nonce", nonce)
     try:
         res = await ctx.exec(
