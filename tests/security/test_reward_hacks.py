@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -26,7 +27,9 @@ from typing import Any
 import pytest
 from reward_hacks import COLUMNS, HACKS, HERE, column, play
 
+from trajforge.agent.result import AgentResult
 from trajforge.envs import RolloutBackends, Rollouts, env_sandbox_config, load_env
+from trajforge.envs.judge import judge
 from trajforge.envs.library import trusted_proc
 from trajforge.envs.library.web_research import normalize, restates
 from trajforge.envs.library.yc_bench import score
@@ -320,6 +323,88 @@ async def test_terminal_bench_what_the_tests_run_cannot_forge_the_verdict(
     ep = await Rollouts(env, RolloutBackends(model, bwrap, default_registry())).episode(task)
     assert ep.reward == 0.0, (attack, ep.reward_reason)
     assert ep.reward_error is None and ep.status == "completed", (ep.reward_error, ep.error)
+    assert re.search(VERDICT_REASONS[attack], ep.reward_reason), ep.reward_reason
+
+
+# Why each scores 0: test.sh's own verdict (the forged files never were the verdict), or the
+# run distrusted for what happened to test.sh.
+VERDICT_REASONS = {
+    "read-only": r"^reward\.(txt|json); ",  # test.sh's own verdict, 0
+    "a directory in its place": "wrote no verdict",
+    "test.sh killed": "killed by signal 9",
+    "test.sh stopped, then killed": r"was stopped \(signal 19\)",
+    "test.sh stopped": r"was stopped \(signal 19\)",
+    "a background job racing the verdict": "still running when test.sh exited",
+}
+
+
+# The suite-wide form: after the task's own solution, every program of the workdir the tests could
+# run becomes the attack -- scripts and programs (compiled ones included), Python modules, C
+# sources (a constructor), Makefiles ($(shell)) -- and fails the task; the attack leaves a mark in
+# the workdir each time it runs, so a task whose tests never run it is told from one that held.
+_FORGE_PROLOGUE = "echo ran >> /workspace/.forge-ran\n"
+SUITE_ATTACKS = {
+    "lock": _FORGE_PROLOGUE + VERDICT_ATTACKS["read-only"] + "\n",
+    "replace": _FORGE_PROLOGUE + VERDICT_ATTACKS["a directory in its place"] + "\n",
+    "kill": _FORGE_PROLOGUE + VERDICT_ATTACKS["test.sh killed"] + "\n",
+}
+POISON = r"""
+cd /workspace || exit 1
+find . -name .git -prune -o -type f ! -name '.*' -print | while IFS= read -r f; do
+  case "$f" in
+    *.py) { printf 'import os as _tf_os\n_tf_os.system("sh /workspace/.f.sh")\nraise SystemExit(1)\n'; cat "$f"; } > /tmp/.tf && cat /tmp/.tf > "$f";;
+    *.c) { printf '#include <stdlib.h>\n#include <unistd.h>\n__attribute__((constructor)) static void tf_forge(void) { system("sh /workspace/.f.sh"); _exit(1); }\n'; cat "$f"; } > /tmp/.tf && cat /tmp/.tf > "$f";;
+    */Makefile|*/makefile|*/GNUmakefile|*.mk) { printf '$(shell sh /workspace/.f.sh)\n$(error poisoned)\n'; cat "$f"; } > /tmp/.tf && cat /tmp/.tf > "$f";;
+    *.sh) printf '#!/bin/sh\nsh /workspace/.f.sh\nexit 1\n' > "$f";;
+    *) case "$(head -c 4 "$f" | od -An -c | tr -d ' ')" in
+         177ELF*|'#!'*) printf '#!/bin/sh\nsh /workspace/.f.sh\nexit 1\n' > "$f";;
+       esac;;
+  esac
+done
+echo poisoned
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3000)
+@pytest.mark.parametrize("attack", list(SUITE_ATTACKS))
+async def test_terminal_bench_the_shipped_suite_pays_nothing_to_what_the_tests_run(attack: str) -> None:
+    """Every task of the shipped suite: its solution, then the attack in every program the tests
+    could run. Each task whose tests ran the attack (the mark says so) scores 0; the rest (their
+    tests read files, or a git repository, and run none of the workdir's code) are listed. The
+    solved runs paying 1 is tests/test_env_terminal_bench.py's oracle test, on the same verifier."""
+    env = load_env("terminal_bench")
+    factory = create_sandbox_factory(SandboxConfig(kind="bwrap"))
+    slots = asyncio.Semaphore(3)
+
+    async def one(item: dict[str, Any]) -> tuple[str, int, float, str]:
+        async with slots:
+            sb = await factory.create(f"poison-{item['id']}")
+            try:
+                await env.prepare_sandbox(item, sb)  # type: ignore[attr-defined]
+                solved = await sb.exec(env.oracle_command(item), timeout=300)  # type: ignore[attr-defined]
+                assert solved.exit_code == 0, (item["id"], solved.output[-500:])
+                await sb.write_bytes("/workspace/.f.sh", SUITE_ATTACKS[attack].encode())
+                poisoned = await sb.exec(POISON, timeout=120)
+                assert poisoned.output.endswith("poisoned\n"), (item["id"], poisoned.output[-500:])
+                judged = await judge(env, item, AgentResult(messages=[]), sb)
+                marks = await sb.exec("cat /workspace/.forge-ran 2>/dev/null | wc -l", timeout=30)
+                reason = (judged.breakdown.reason if judged.breakdown else "") or ""
+                return item["id"], int(marks.output.split()[0]), judged.reward, reason
+            finally:
+                await sb.close()
+
+    try:
+        results = await asyncio.gather(*(one(item) for item in env.eval_items(1000)))
+    finally:
+        await close_factory(factory)
+    attacked = {tid: (reward, why) for tid, ran, reward, why in results if ran}
+    untouched = sorted(tid for tid, ran, _, _ in results if not ran)
+    print(f"\n{attack}: attack ran in {len(attacked)} tasks' tests, in none of {untouched}")
+    assert {"greet-tool", "fix-backup-script"} <= set(attacked), (attacked, untouched)
+    assert len(attacked) >= 15, (len(attacked), untouched)
+    paid = {tid: r for tid, r in attacked.items() if r[0] != 0.0}
+    assert not paid, paid
 
 
 # ---------------------------------------- the resident shell: only the shell reports a command's end
@@ -343,7 +428,7 @@ echo planted
 # the loop's memory as it appears and answering with each, on every channel, into every FIFO.
 RACER = r"""
 import glob, os, re, sys, time
-loop, cmd_dir, fds = int(sys.argv[1]), sys.argv[2], [int(x) for x in sys.argv[3:]]
+loop, cmd_dir, fds = int(sys.argv[1]), sys.argv[2], [int(x) for x in sys.argv[3:] if x != "-"]
 end = time.time() + 20
 while time.time() < end:
     seen = set()
@@ -374,17 +459,25 @@ while time.time() < end:
 """
 
 
-def _racer_command(tmp: str) -> str:
+def _racer_command(tmp: str, fds: str = "7 8") -> str:
     return (
         f"printf %s {shlex.quote(RACER)} > {tmp}; "
         "( exec 7<&10 2>/dev/null; exec 8<&11 2>/dev/null; "
-        f'exec python3 {tmp} $$ "$__tf_dir" 7 8 ) >/dev/null 2>&1 & echo planted'
+        f'exec python3 {tmp} $$ "$__tf_dir" {fds} ) >/dev/null 2>&1 & echo planted'
     )
+
+
+ATTACKS = {
+    "impostor": IMPOSTOR,
+    "racer": _racer_command("/tmp/racer.py"),
+    # only output: into the FIFO of each command whose name it can find (listing, the loop's memory)
+    "injector": _racer_command("/tmp/racer.py", "-"),
+}
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("agent", ["python", "native"])
-@pytest.mark.parametrize("attack", ["impostor", "racer"])
+@pytest.mark.parametrize("attack", list(ATTACKS))
 async def test_a_background_job_cannot_answer_for_the_shell(agent: str, attack: str, tmp_path: Path) -> None:
     """The issue's third break, and its racing form: a job a command left behind answers for the
     resident shell. Before the fix the impostor took the next command's request, stopped the loop
@@ -394,11 +487,10 @@ async def test_a_background_job_cannot_answer_for_the_shell(agent: str, attack: 
     and a note saying so), and the session goes on."""
     config = SandboxConfig(kind="bwrap", agent=agent, root_dir=str(tmp_path / "sb"), command_timeout_s=8)  # type: ignore[arg-type]
     factory = create_sandbox_factory(config)
+    sb = await factory.create("impostor")
     try:
-        sb = await factory.create("impostor")
         await sb.exec("echo warm")
-        command = IMPOSTOR if attack == "impostor" else _racer_command("/tmp/racer.py")
-        planted = await sb.exec(command)
+        planted = await sb.exec(ATTACKS[attack])
         assert planted.exit_code == 0 and planted.output == "planted\n", planted
         await asyncio.sleep(2.0)
         for i in range(3):
@@ -411,8 +503,8 @@ async def test_a_background_job_cannot_answer_for_the_shell(agent: str, attack: 
                 assert "FAIL" not in res.output and "not" in res.output, (i, res)
         after = await sb.exec("echo after")
         assert after.exit_code == 0 and after.output.endswith("after\n"), after
-        await sb.close()
     finally:
+        await sb.close()
         await close_factory(factory)
 
 

@@ -7,8 +7,8 @@
  *
  * What it does is exactly what exec_agent.py does, and that file's docstrings are the
  * specification: the same JSON-lines protocol, the same resident shell (the bash scripts LOOP and
- * WRAPPER and the "overran" note are not copied here: the build generates agent_scripts.h from
- * exec_agent.py), the same reset and its checks, the same notes to the model. The host decides
+ * WRAPPER and the notes about the shell are not copied here: the build generates agent_scripts.h
+ * from exec_agent.py), the same reset and its checks, the same notes to the model. The host decides
  * which one a sandbox runs; the same tests run against both (pytest --sandbox-agent), and
  * tests/test_native_agent.py compares their answers byte for byte: a change to what one agent
  * does is made in both.
@@ -40,6 +40,7 @@
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -48,7 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent_scripts.h" /* TF_LOOP, TF_WRAPPER, TF_OVERRAN: generated from exec_agent.py */
+#include "agent_scripts.h" /* TF_LOOP, TF_WRAPPER and the notes: generated from exec_agent.py */
 
 #define RESTORE_S 10.0
 #define GRACE_S 0.2
@@ -668,6 +669,13 @@ static void cap_feed(cap_t *c, const char *chunk, size_t n) {
 
 static void cap_feeds(cap_t *c, const char *s) { cap_feed(c, s, strlen(s)); }
 
+/* Forget what was fed so far (it was not the command's). */
+static void cap_clear(cap_t *c) {
+    buf_clear(&c->head);
+    buf_clear(&c->tail);
+    c->total = 0;
+}
+
 /* The kept text into `out` as a JSON string; whether something was left out. */
 static int cap_render(cap_t *c, buf_t *out) {
     size_t tail_len = c->tail.n < c->tail_cap ? c->tail.n : c->tail_cap;
@@ -1022,9 +1030,12 @@ static void kill_group(pid_t pgid) {
 /* ------------------------------------------------------------------ the agent's state */
 
 typedef struct {
-    int pid, control, status;
+    int pid, channel; /* channel: our end of the shell's socket pair, SO_PASSCRED, non-blocking */
     int restored, eof, exit_code; /* exit_code: RUNNING until it exited */
-    buf_t pending;
+    int exited;                   /* seen exited, not yet reaped: its pid is still its own */
+    buf_t pending;                /* the shell's bytes read past its last full line */
+    int *intruders;               /* pids of every other sender on the channel */
+    size_t n_intruders, cap_intruders;
 } shell_t;
 
 static struct {
@@ -1100,29 +1111,9 @@ static int write_new(const char *path, const char *data, size_t n, buf_t *why) {
     return rc;
 }
 
-/* A small regular file's bytes (at most 4096), never through a link, and with --run-as only if
- * the commands' uid owns it: a planted symlink or FIFO must not make us read or wait on it. */
-static int read_own_file(const char *path, buf_t *out) {
-    buf_clear(out);
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    struct stat st;
-    int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (!run_as.set || st.st_uid == (uid_t)run_as.uid);
-    if (ok) {
-        char data[4096];
-        ssize_t r = read(fd, data, sizeof data);
-        if (r >= 0)
-            buf_add(out, data, (size_t)r);
-        else
-            ok = 0;
-    }
-    close(fd);
-    return ok;
-}
-
-/* A command's output FIFO in our directory, owned by the commands' uid: our read end, and a write
- * end we hold until the command is over (until then the reader never sees EOF). */
+/* A command's output FIFO in our directory: our read end, and a write end we hold until the
+ * command is over (until then the reader never sees EOF). With --run-as it stays ours and only
+ * writable for others: its shell opens it for writing, no process of the commands' uid can read. */
 static int open_fifo(const char *path, int *reader, int *holder, buf_t *why) {
     if (mkfifo(path, 0600) != 0) {
         if (errno != EEXIST || (unlink(path), mkfifo(path, 0600) != 0)) {
@@ -1130,7 +1121,7 @@ static int open_fifo(const char *path, int *reader, int *holder, buf_t *why) {
             return -1;
         }
     }
-    if (run_as.set && chown(path, (uid_t)run_as.uid, (gid_t)run_as.gid) != 0) {
+    if (run_as.set && chmod(path, 0602) != 0) {
         os_error(why, errno, path);
         return -1;
     }
@@ -1889,9 +1880,9 @@ static int check_agent(buf_t *why) {
 /* ------------------------------------------------------------------ the resident shell */
 
 static void shell_close(shell_t *s) {
-    close(s->control);
-    close(s->status);
+    close(s->channel);
     buf_free(&s->pending);
+    free(s->intruders);
     free(s);
 }
 
@@ -1901,19 +1892,67 @@ static int shell_poll(shell_t *s, int block) {
     return s->exit_code;
 }
 
-/* Status lines the shell has written since the last call (non-blocking); NULL-terminated, the
- * caller frees. Lines without the current nonce (a command's junk) are the caller's to ignore. */
+/* Whether the shell has exited, without reaping it (exec_agent.Shell.ended). */
+static int shell_ended(shell_t *s) {
+    if (s->exited || s->exit_code != RUNNING)
+        return 1;
+    siginfo_t info;
+    memset(&info, 0, sizeof info);
+    if (waitid(P_PID, (id_t)s->pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0)
+        s->exited = errno == ECHILD; /* reaped elsewhere */
+    else
+        s->exited = info.si_pid != 0;
+    return s->exited;
+}
+
+static void intruder_add(shell_t *s, int pid) {
+    for (size_t i = 0; i < s->n_intruders; i++)
+        if (s->intruders[i] == pid)
+            return;
+    if (!s->cap_intruders) {
+        s->cap_intruders = 4;
+        s->intruders = xcalloc(s->cap_intruders, sizeof *s->intruders);
+    }
+    s->intruders = make_room(s->intruders, s->n_intruders, &s->cap_intruders, sizeof *s->intruders);
+    s->intruders[s->n_intruders++] = pid;
+}
+
+/* Lines the shell has written since the last call (non-blocking); NULL-terminated, the caller
+ * frees. Only what the kernel says the shell's own process sent counts: data from any other
+ * sender is dropped and its pid noted (exec_agent.Shell.lines). */
 static char **shell_lines(shell_t *s) {
     char chunk[65536];
+    union {
+        char buf[CMSG_SPACE(sizeof(struct ucred))];
+        struct cmsghdr align;
+    } control;
     for (;;) {
-        ssize_t r = read(s->status, chunk, sizeof chunk);
+        struct iovec iov = {chunk, sizeof chunk};
+        struct msghdr msg = {0};
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.buf;
+        msg.msg_controllen = sizeof control.buf;
+        ssize_t r = recvmsg(s->channel, &msg, MSG_CMSG_CLOEXEC);
         if (r < 0 && errno == EINTR)
             continue;
-        if (r < 0)
-            break; /* EAGAIN: nothing more now */
-        if (r == 0) { /* every writer is gone */
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break; /* nothing more now */
+        if (r <= 0) { /* every holder of the shell's end is gone */
             s->eof = 1;
             break;
+        }
+        int sender = 0;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS &&
+                c->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
+                struct ucred cred;
+                memcpy(&cred, CMSG_DATA(c), sizeof cred);
+                sender = cred.pid;
+            }
+        if (sender != s->pid) {
+            intruder_add(s, sender);
+            continue;
         }
         buf_add(&s->pending, chunk, (size_t)r);
     }
@@ -1957,6 +1996,17 @@ static void forget_shell(void) {
     }
 }
 
+/* Kill every process that wrote on the shell's channel but the shell; the first one's pid. */
+static int kill_intruders(shell_t *s) {
+    int me = getpid();
+    for (size_t i = 0; i < s->n_intruders; i++) {
+        int pid = s->intruders[i];
+        if (pid > 1 && pid != me && pid != s->pid)
+            kill(pid, SIGKILL);
+    }
+    return s->n_intruders ? s->intruders[0] : 0;
+}
+
 static int await_line(shell_t *s, const char *line, double deadline) {
     for (double now = monotonic(); now < deadline; now = monotonic()) {
         char **lines = shell_lines(s);
@@ -1968,7 +2018,7 @@ static int await_line(shell_t *s, const char *line, double deadline) {
             return 1;
         if (s->eof || shell_poll(s, 0) != RUNNING)
             return 0;
-        struct pollfd p = {s->status, POLLIN, 0};
+        struct pollfd p = {s->channel, POLLIN, 0};
         double left = deadline - monotonic();
         wait_for(&p, 1, left < 0.05 ? (left > 0 ? left : 0) : 0.05);
     }
@@ -1980,35 +2030,37 @@ static int await_line(shell_t *s, const char *line, double deadline) {
 /* A new resident shell (exec_agent.Agent._spawn_shell): 0, -1 with errno (EAGAIN: no process
  * left), or SHELL_FAILED when a restored one did not say its loop runs. */
 static int spawn_shell(int restore, buf_t *why) {
-    int control[2], status[2];
-    if (pipe2(control, O_CLOEXEC) != 0) {
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
         os_error(why, errno, NULL);
         return -1;
     }
-    if (pipe2(status, O_CLOEXEC) != 0)
-        return fail_closing(control, why);
+    int on = 1; /* before the shell exists: every message on our end then carries its sender's pid */
+    if (setsockopt(pair[0], SOL_SOCKET, SO_PASSCRED, &on, sizeof on) != 0)
+        return fail_closing(pair, why);
     int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
     char nonce[33];
     new_nonce(nonce);
     env_t env;
     command_env(&env, !restore);
     char *argv[] = {"bash", "-c", TF_LOOP, "bash", agent.cmd_dir, agent.snapshot, restore ? "restore" : "new", nonce, NULL};
-    pid_t pid = start_process(argv, agent.workdir, &env, status[1], control[0], null, why);
+    pid_t pid = start_process(argv, agent.workdir, &env, null, pair[1], null, why);
     int e = errno;
     env_free(&env);
-    close(control[0]);
-    close(status[1]);
+    close(pair[1]);
     if (null >= 0)
         close(null);
     if (pid < 0) {
-        close(control[1]);
-        close(status[0]);
+        close(pair[0]);
         errno = e;
         return -1;
     }
-    fcntl(status[0], F_SETFL, fcntl(status[0], F_GETFL) | O_NONBLOCK);
+    fcntl(pair[0], F_SETFL, fcntl(pair[0], F_GETFL) | O_NONBLOCK);
     shell_t *s = xcalloc(1, sizeof *s);
-    *s = (shell_t){pid, control[1], status[0], restore, 0, RUNNING, {0}};
+    s->pid = pid;
+    s->channel = pair[0];
+    s->restored = restore;
+    s->exit_code = RUNNING;
     groups_add(pid);
     if (restore) {
         char ready[64];
@@ -2091,9 +2143,10 @@ static void close_agent(void) {
 /* ------------------------------------------------------------------ commands */
 
 typedef struct {
-    int kind; /* 0: exit code, 1: "cwd", 2: another word (a forged status line) */
+    int kind; /* -1: none to report, 0: exit code, 1: "cwd", 2: another word (a forged status line) */
     long long code;
     char word[64];
+    int timed_out, foreign; /* foreign: what reached the FIFO is not the command's (dropped) */
 } status_t;
 
 static void answer_exec(const request_t *r, int has_code, long long code, const char *message, double started,
@@ -2234,40 +2287,19 @@ done:
 
 static int starts_with(const char *s, const char *prefix) { return !strncmp(s, prefix, strlen(prefix)); }
 
-/* The shell ended during the command (exec_agent.Agent._shell_exited): its status, and the note. */
-static long long shell_exited(shell_t *s, const char *nonce, const char *previous, buf_t *ended) {
-    buf_t exited = {0};
-    char *path = NULL;
-    buf_t p = {0};
-    buf_printf(&p, "%s.exit", agent.snapshot);
-    path = p.p;
-    read_own_file(path, &exited);
-    unlink(path);
-    buf_free(&p);
-    strip(&exited);
-    const char *word = exited.p ? exited.p : "";
-    char prefix[40];
-    snprintf(prefix, sizeof prefix, "%s ", nonce);
-    long long saved_code = 0;
-    int saved = starts_with(word, prefix) && parse_int(word + strlen(prefix), &saved_code);
-    if (saved)
-        s->restored = 0; /* it got through a command: its snapshot works */
-    int code = s->exit_code != RUNNING ? s->exit_code : 0;
-    int overran = 0;
-    if (previous[0]) {
-        char before[40];
-        snprintf(before, sizeof before, "%s ", previous);
-        overran = starts_with(word, before);
-    }
-    buf_free(&exited);
-    /* after the shell died: from the snapshot, unless the shell was itself just restored */
-    if (s->restored)
+/* The shell died (or was killed) during a command (exec_agent.Agent._after_shell_died). */
+static void after_shell_died(void) {
+    if (agent.shell && agent.shell->restored)
         agent.restorable = 0;
     forget_shell();
-    if (saved) {
-        agent.restorable = 1;
-        return saved_code;
-    }
+}
+
+/* The shell ended during the command without reporting it (exec_agent.Agent._shell_exited): its
+ * status, and the note. */
+static long long shell_exited(shell_t *s, int overran, buf_t *ended) {
+    shell_poll(s, 1); /* everything it said has been read: its pid may go now */
+    int code = s->exit_code != RUNNING ? s->exit_code : 0;
+    after_shell_died();
     if (overran) {
         agent.restorable = 1;
         buf_adds(ended, TF_OVERRAN);
@@ -2307,65 +2339,94 @@ static void kill_command(shell_t *s, long long last) {
     }
 }
 
+/* One status line of the shell (exec_agent.Agent._collect_session): "NONCE go", "NONCE RC",
+ * "NONCE exit RC" (its EXIT trap), "NONCE cwd" or another word, or the previous command's late
+ * end. */
+static void take_line(const char *line, const char *prefix, const char *before, const char *fifo, status_t *status,
+                      int *started, int *overran, int *exiting, buf_t *note) {
+    if (starts_with(line, prefix)) {
+        const char *word = line + strlen(prefix);
+        long long code;
+        if (!strcmp(word, "go")) { /* the shell has its FIFO open: no one else may open it now */
+            if (!*started)
+                unlink(fifo);
+            *started = 1;
+            return;
+        }
+        if (starts_with(word, "exit ")) { /* from its EXIT trap: the shell is going */
+            word += 5;
+            *exiting = 1;
+        }
+        if (parse_int(word, &code))
+            *status = (status_t){0, code, "", 0, 0};
+        else {
+            *status = (status_t){strcmp(word, "cwd") ? 2 : 1, 0, "", 0, 0};
+            snprintf(status->word, sizeof status->word, "%s", word);
+        }
+    } else if (before[0] && starts_with(line, before)) {
+        buf_clear(note);
+        buf_adds(note, TF_OVERRAN); /* its real end: that one's status line was forged */
+        *overran = 1;
+    }
+}
+
 /* A command's output from its FIFO until the shell reports NONCE RC (exec_agent._collect_session). */
-static status_t collect_session(shell_t *s, const char *nonce, int reader, int holder, cap_t *cap, double deadline,
-                                long long last, int *timed_out, buf_t *note) {
-    char prefix[40], previous[33], before[40];
+static status_t collect_session(shell_t *s, const char *nonce, const char *fifo, int reader, int holder, cap_t *cap,
+                                double deadline, long long last, buf_t *note) {
+    char prefix[40], before[40];
     snprintf(prefix, sizeof prefix, "%s ", nonce);
-    snprintf(previous, sizeof previous, "%s", agent.previous_nonce);
-    snprintf(before, sizeof before, "%s ", previous);
+    before[0] = 0;
+    if (agent.previous_nonce[0])
+        snprintf(before, sizeof before, "%s ", agent.previous_nonce);
     snprintf(agent.previous_nonce, sizeof agent.previous_nonce, "%s", nonce);
-    status_t status = {-1, 0, ""};
-    *timed_out = 0;
-    int shell_ended = 0, eof = 0;
+    status_t status = {-1, 0, "", 0, 0};
+    int done = 0, started = 0, overran = 0, exiting = 0, eof = 0;
     double done_at = -1;
     char chunk[65536];
     for (;;) {
         double now = monotonic();
         if (done_at < 0) {
             char **lines = shell_lines(s);
-            for (char **l = lines; *l; l++) {
-                if (starts_with(*l, prefix)) {
-                    const char *word = *l + strlen(prefix);
-                    long long code;
-                    if (parse_int(word, &code))
-                        status = (status_t){0, code, ""};
-                    else {
-                        status = (status_t){strcmp(word, "cwd") ? 2 : 1, 0, ""};
-                        snprintf(status.word, sizeof status.word, "%s", word);
-                    }
-                } else if (previous[0] && starts_with(*l, before)) {
-                    buf_clear(note);
-                    buf_adds(note, TF_OVERRAN); /* its real end: that one's status line was forged */
-                }
-            }
+            for (char **l = lines; *l; l++)
+                take_line(*l, prefix, before, fifo, &status, &started, &overran, &exiting, note);
             lines_free(lines);
-            if (status.kind < 0 && shell_poll(s, 0) != RUNNING) {
-                buf_t ended = {0};
-                shell_ended = 1;
-                long long code = shell_exited(s, nonce, previous, &ended);
-                s = NULL; /* forgotten */
-                if (ended.n && starts_with(ended.p, TF_OVERRAN)) {
-                    buf_clear(note);
+            if (status.kind < 0 && !s->n_intruders && shell_ended(s)) {
+                lines = shell_lines(s); /* what it said before it died is all there now */
+                for (char **l = lines; *l; l++)
+                    take_line(*l, prefix, before, fifo, &status, &started, &overran, &exiting, note);
+                lines_free(lines);
+                if (status.kind < 0 && !s->n_intruders) {
+                    buf_t ended = {0};
+                    long long code = shell_exited(s, overran && !started, &ended);
+                    s = NULL; /* forgotten */
+                    if (ended.n && starts_with(ended.p, TF_OVERRAN))
+                        buf_clear(note);
+                    if (ended.n)
+                        buf_add(note, ended.p, ended.n);
+                    buf_free(&ended);
+                    status = (status_t){0, code, "", 0, 0};
+                    done = 1;
                 }
-                if (ended.n)
-                    buf_add(note, ended.p, ended.n);
-                buf_free(&ended);
-                status = (status_t){0, code, ""};
-            } else if (status.kind < 0 && now >= deadline) {
-                *timed_out = 1;
-                shell_ended = 1;
-                kill_command(s, last);
-                if (s->restored)
-                    agent.restorable = 0;
-                forget_shell();
-                s = NULL;
-                status = (status_t){0, -9, ""};
-                buf_clear(note);
-                buf_adds(note, "\n[the shell was restarted: the next command runs with the session as it was "
-                               "before this command]\n");
             }
-            if (status.kind >= 0) {
+            if (s && s->n_intruders) {
+                int pid = kill_intruders(s);
+                kill_command(s, last);
+                after_shell_died();
+                s = NULL;
+                buf_clear(note);
+                buf_printf(note, TF_INTERFERED, pid);
+                status = (status_t){-1, 0, "", 0, 1};
+                done = 1;
+            } else if (status.kind < 0 && !done && now >= deadline) {
+                kill_command(s, last);
+                after_shell_died();
+                s = NULL;
+                buf_clear(note);
+                buf_adds(note, started ? TF_RESTARTED : TF_NOT_STARTED);
+                status = (status_t){-1, 0, "", 1, !started};
+                done = 1;
+            }
+            if (status.kind >= 0 || done) {
                 done_at = monotonic();
                 if (holder >= 0) { /* from now on EOF means every writer is done */
                     close(holder);
@@ -2378,10 +2439,10 @@ static status_t collect_session(shell_t *s, const char *nonce, int reader, int h
         }
         double wait = done_at >= 0 ? 0.05 : deadline - now;
         wait = wait < 0.05 ? (wait > 0 ? wait : 0) : 0.05;
-        /* Once the status pipe is at EOF it is always "readable": watch the output alone then. */
-        struct pollfd p[2] = {{reader, POLLIN, 0}, {s ? s->status : -1, POLLIN, 0}};
-        int watch_status = done_at < 0 && s && !s->eof;
-        wait_for(p, watch_status ? 2 : 1, wait);
+        /* Once the channel is at EOF it is always "readable": watch the output alone then. */
+        struct pollfd p[2] = {{reader, POLLIN, 0}, {s ? s->channel : -1, POLLIN, 0}};
+        int watch_channel = done_at < 0 && s && !s->eof;
+        wait_for(p, watch_channel ? 2 : 1, wait);
         if (p[0].revents) {
             ssize_t r = read(reader, chunk, sizeof chunk);
             if (r < 0 && (errno == EAGAIN || errno == EINTR))
@@ -2402,9 +2463,11 @@ static status_t collect_session(shell_t *s, const char *nonce, int reader, int h
         close(reader);
     else
         drain_add(reader); /* a background job still holds the FIFO */
-    if (!*timed_out && !shell_ended && agent.shell) {
-        agent.restorable = 1; /* the loop wrote the snapshot before it answered */
-        agent.shell->restored = 0; /* a restored shell that got through a command works */
+    if (status.kind >= 0 && s && agent.shell == s && s->exit_code == RUNNING) {
+        agent.restorable = 1; /* the loop (or its EXIT trap) wrote the snapshot before it answered */
+        s->restored = 0;      /* a restored shell that got through a command works */
+        if (exiting)          /* its EXIT trap has saved the session: the next command gets a new shell */
+            forget_shell();
     }
     return status;
 }
@@ -2432,6 +2495,19 @@ static void exec_session(const request_t *r, double started, double timeout, cap
             answer_error(r, text.p, out);
             buf_free(&text);
             goto done;
+        }
+    }
+    if (agent.shell && shell_poll(agent.shell, 0) == RUNNING) {
+        char **stale = shell_lines(agent.shell); /* what the shell said between commands is not this command's */
+        lines_free(stale);
+        if (agent.shell->n_intruders) { /* someone else wrote on its channel: a new shell */
+            buf_t joined = {0};
+            buf_printf(&joined, TF_INTRUDED, kill_intruders(agent.shell));
+            buf_add(&joined, note->p ? note->p : "", note->n);
+            buf_clear(note);
+            buf_add(note, joined.p, joined.n);
+            buf_free(&joined);
+            forget_shell();
         }
     }
     if (!agent.shell || shell_poll(agent.shell, 0) != RUNNING) {
@@ -2462,7 +2538,9 @@ static void exec_session(const request_t *r, double started, double timeout, cap
         buf_free(&said);
     }
     shell_t *s = agent.shell;
-    buf_printf(&fifo, "%s/o%lld", agent.cmd_dir, agent.counter);
+    char nonce[33];
+    new_nonce(nonce);
+    buf_printf(&fifo, "%s/o%s", agent.cmd_dir, nonce);
     int reader, holder;
     if (open_fifo(fifo.p, &reader, &holder, &why) != 0) {
         buf_t text = {0};
@@ -2474,17 +2552,14 @@ static void exec_session(const request_t *r, double started, double timeout, cap
             unlink(cwd_file.p);
         goto done;
     }
-    char nonce[33];
-    new_nonce(nonce);
-    char **stale = shell_lines(s); /* whatever the shell said between commands is not this command's */
-    lines_free(stale);
+    char **fresh = shell_lines(s); /* a fresh shell's "ready" */
+    lines_free(fresh);
     long long last = last_pid();
     char line[128];
     int n = snprintf(line, sizeof line, "%lld %s %s\n", agent.counter, nonce, has_cwd ? "c" : "-");
-    write_all(s->control, line, (size_t)n); /* the shell is gone already: its exit is read below */
-    int timed_out;
+    write_all(s->channel, line, (size_t)n); /* the shell is gone already: its exit is read below */
     buf_t said = {0};
-    status_t status = collect_session(s, nonce, reader, holder, cap, started + timeout, last, &timed_out, &said);
+    status_t status = collect_session(s, nonce, fifo.p, reader, holder, cap, started + timeout, last, &said);
     unlink(fifo.p);
     if (has_cwd)
         unlink(cwd_file.p);
@@ -2503,13 +2578,15 @@ static void exec_session(const request_t *r, double started, double timeout, cap
         buf_free(&text);
         goto done;
     }
+    if (status.foreign) /* what reached the FIFO is not the command's */
+        cap_clear(cap);
     buf_add(note, said.p ? said.p : "", said.n);
     buf_free(&said);
     if (near_process_limit())
         kill_everything(note);
     if (note->n)
         cap_feed(cap, note->p, note->n);
-    answer_exec(r, !timed_out, status.code, NULL, started, cap, timed_out, out);
+    answer_exec(r, status.kind >= 0, status.code, NULL, started, cap, status.timed_out, out);
 done:
     buf_free(&message);
     buf_free(&why);
@@ -2668,7 +2745,7 @@ static void usage(const char *why) {
     exit(2);
 }
 
-static void send(buf_t *out) {
+static void send_answer(buf_t *out) {
     if (write_all(1, out->p, out->n) != 0)
         _exit(0); /* the host is gone */
     buf_clear(out);
@@ -2721,7 +2798,7 @@ int main(int argc, char **argv) {
     agent.cmd_dir = path_join(base, "cmd");
     agent.out_dir = path_join(base, "out");
     make_dirs(base, 0755);
-    make_dirs(agent.cmd_dir, 0755);
+    make_dirs(agent.cmd_dir, 0711); /* searchable, not listable: FIFOs are named by their nonce */
     make_dirs(agent.out_dir, 0700);
     if (run_as.set && chown(agent.out_dir, (uid_t)run_as.uid, (gid_t)run_as.gid) != 0) {
         fprintf(stderr, "exec agent: cannot chown %s: %s\n", agent.out_dir, strerror(errno));
@@ -2752,7 +2829,7 @@ int main(int argc, char **argv) {
 
     buf_t out = {0}, in = {0};
     buf_printf(&out, "{\"ready\": true, \"pid\": %d}\n", (int)getpid());
-    send(&out);
+    send_answer(&out);
     size_t start = 0;
     for (;;) {
         char *nl = in.n > start ? memchr(in.p + start, '\n', in.n - start) : NULL;
@@ -2804,7 +2881,7 @@ int main(int argc, char **argv) {
         if (!strcmp(op, "close")) {
             close_agent();
             buf_printf(&out, "{\"id\": %s, \"closed\": true}\n", r.id);
-            send(&out);
+            send_answer(&out);
             request_free(&r);
             buf_free(&in);
             buf_free(&out);
@@ -2826,7 +2903,7 @@ int main(int argc, char **argv) {
         } else {
             do_exec(&r, &out);
         }
-        send(&out);
+        send_answer(&out);
         request_free(&r);
     }
     close_agent();

@@ -44,6 +44,7 @@ and ``_OVERRAN`` taken from here): a change to what this agent does is made ther
 from __future__ import annotations
 
 import _signal as signal  # the C module: ``signal`` itself imports enum and with it collections
+import _socket  # the C module (~80 KiB): ``socket`` imports enum, selectors and more
 import _thread
 import os
 import resource
@@ -70,20 +71,33 @@ unset TF_LIMIT_FSIZE_KB TF_LIMIT_CPU_S TF_LIMIT_AS_KB TF_LIMIT_NPROC
 . "$1"
 """
 
-# The resident shell of a session. fd 0 is the control pipe (one line per command: its number, a
-# fresh nonce, and "c" when a cwd file comes with it), fd 1 the status pipe (``NONCE RC`` after
-# each command), fd 2 /dev/null. A command is sourced in this very shell -- so its functions,
-# aliases, plain variables, options, cwd, traps and ``source``d environments stay -- with stdin
-# from /dev/null and its output into a FIFO of its own; bash saves the loop's fds for the
-# duration (close-on-exec: no child inherits them) and puts them back whatever ``exec`` redirection
-# the command made. Around each command the loop turns off (and then restores) the options that
-# would break its own statements (errexit, nounset, allexport, xtrace, verbose), writes a snapshot
-# of the session that a restarted shell sources, and only then reports the status. When the
-# command ends the shell (``exit``, ``set -e``, ``set -u``), the EXIT trap writes the snapshot and
-# ``NONCE RC`` to a file instead: the session goes on in a new shell as if nothing had happened.
-# Every loop statement is a ``builtin``: a command's ``cd``/``read``/``printf`` functions do not
-# reach it. Options are saved as $SHELLOPTS/$BASHOPTS, two strings: ``set +o``/``shopt -p`` would
-# write ~80 lines, each a system call, after every command.
+# The resident shell of a session. It is started with fd 0 its end of a Unix socket pair whose
+# other end only the agent holds, fd 1 and fd 2 /dev/null; its first statement (the braces around
+# everything) moves that end to fd 10, a copy bash itself makes close-on-exec, and puts /dev/null
+# on fd 0 and fd 1: no program a command runs inherits the channel. Over it the agent sends one
+# line per command (its number, a fresh nonce, and "c" when a cwd file comes with it) and the
+# loop answers ``NONCE go`` when it took the line, ``NONCE RC`` after the command. A subshell a
+# command forks keeps fd 10 (a fork is the loop's copy): so the agent takes a line only from the
+# loop's own process, as the kernel attests it (SO_PASSCRED: every message arrives with its
+# sender's pid, and a stream never merges two senders' data), and treats anything else as an
+# impostor. A command is sourced in this very shell -- so its functions, aliases, plain
+# variables, options, cwd, traps and ``source``d environments stay -- with stdin from /dev/null
+# and its output into a FIFO of its own, named by its nonce (in a directory commands cannot
+# list); ``go`` is said once the FIFO is open (at fd 95 of the braces around the command, which
+# the command itself does not see), and the agent then removes its name, so a process that
+# learns it later cannot open it. Until the command's own redirections, stdout and stderr are
+# /dev/null: an xtrace of the loop's lines, or a DEBUG trap the session keeps (``.`` restores it
+# after each command), write nothing into the output. bash saves the loop's fds for the duration
+# (close-on-exec) and puts them back whatever ``exec`` redirection the command made.
+# Around each command the loop turns off (and then restores) the options that would break its
+# own statements (errexit, nounset, allexport, xtrace, verbose), writes a snapshot of the session
+# that a restarted shell sources, and only then reports the status. When the command ends the
+# shell (``exit``, ``set -e``, ``set -u``), the EXIT trap writes the snapshot and ``NONCE exit RC``
+# on the channel (at fd 10, or back at fd 0 where bash undid the braces' redirections first): the
+# session goes on in a new shell as if nothing had happened. Every loop statement is a
+# ``builtin``: a command's ``cd``/``read``/``printf`` functions do not reach it. Options are
+# saved as $SHELLOPTS/$BASHOPTS, two strings: ``set +o``/``shopt -p`` would write ~80 lines, each
+# a system call, after every command.
 LOOP = r"""
 ulimit -f "$TF_LIMIT_FSIZE_KB" 2>/dev/null
 ulimit -t "$TF_LIMIT_CPU_S" 2>/dev/null
@@ -91,6 +105,7 @@ ulimit -t "$TF_LIMIT_CPU_S" 2>/dev/null
 [ -n "$TF_LIMIT_NPROC" ] && ulimit -u "$TF_LIMIT_NPROC" 2>/dev/null
 unset TF_LIMIT_FSIZE_KB TF_LIMIT_CPU_S TF_LIMIT_AS_KB TF_LIMIT_NPROC
 shopt -s expand_aliases
+{
 if [ "$3" = restore ]; then
   builtin . "$2" </dev/null >/dev/null 2>&1
   builtin trap - DEBUG ERR RETURN
@@ -108,26 +123,30 @@ __tf_dir=$1 __tf_snap=$2 __tf_nonce=$4 __tf_f=$-
 __tf_save='{ builtin declare -p; builtin declare -f; builtin declare -F; builtin alias -p; builtin trap -p
 builtin umask -p; builtin printf "builtin cd -- %q\n__tf_so=%q __tf_bo=%q\n" "$PWD" "$SHELLOPTS" "$BASHOPTS"
 } >|"$__tf_snap" 2>/dev/null || :'
-builtin trap '__tf_rc=$?; builtin eval "$__tf_save"; builtin printf "%s %s\n" "$__tf_nonce" "$__tf_rc" >|"$__tf_snap.exit" 2>/dev/null' EXIT
+builtin trap '__tf_rc=$?; builtin eval "$__tf_save"; builtin trap "" PIPE; for __tf_o in 10 0; do [[ -S /proc/self/fd/$__tf_o ]] && { builtin printf "%s exit %s\n" "$__tf_nonce" "$__tf_rc" >&$__tf_o; builtin break; }; done 2>/dev/null' EXIT
 builtin set +euavx --
 builtin export -n __tf_dir __tf_snap __tf_nonce __tf_f __tf_save __tf_all __tf_o 2>/dev/null
-builtin printf '%s ready\n' "$__tf_nonce"
-while IFS=' ' builtin read -r __tf_n __tf_nonce __tf_cwd; do
+builtin printf '%s ready\n' "$__tf_nonce" >&10
+while IFS=' ' builtin read -r -u 10 __tf_n __tf_nonce __tf_cwd; do
   if [[ $__tf_cwd == c ]]; then
     IFS= builtin read -r -d '' __tf_cwd <"$__tf_dir/c$__tf_n.cwd"
     if ! builtin cd -- "$__tf_cwd" 2>/dev/null; then
-      builtin printf '%s cwd\n' "$__tf_nonce"
+      builtin printf '%s cwd\n' "$__tf_nonce" >&10
       builtin continue
     fi
   fi
-  [[ -n ${__tf_f//[!euavx]/} ]] && builtin set -"${__tf_f//[!euavx]/}"
-  builtin . "$__tf_dir/c$__tf_n.sh" </dev/null >"$__tf_dir/o$__tf_n" 2>&1
+  {
+    builtin printf '%s go\n' "$__tf_nonce" >&10
+    [[ -n ${__tf_f//[!euavx]/} ]] && builtin set -"${__tf_f//[!euavx]/}"
+    builtin . "$__tf_dir/c$__tf_n.sh" >&95 2>&1 95>&-
+  } 95>"$__tf_dir/o$__tf_nonce" </dev/null >/dev/null 2>/dev/null
   __tf_rc=$? __tf_f=$-
   builtin eval "$__tf_save"
   builtin set +euavx
   builtin export -n __tf_n __tf_nonce __tf_cwd __tf_rc __tf_f __tf_dir __tf_snap __tf_save 2>/dev/null
-  builtin printf '%s %s\n' "$__tf_nonce" "$__tf_rc"
+  builtin printf '%s %s\n' "$__tf_nonce" "$__tf_rc" >&10
 done
+} 0</dev/null 1>/dev/null
 """
 
 # A command can read the loop's nonce (it runs in the loop's shell) and write the status line
@@ -135,6 +154,31 @@ done
 _OVERRAN = (
     "\n[the command before this one reported its end early (it wrote the shell's status line "
     "itself) and went on running in the shell until now]\n"
+)
+# A process other than the shell wrote on the shell's channel (a job a command left, or a
+# program given a copy of the channel): what this command reports cannot be trusted.
+_INTERFERED = (
+    "\n[a process other than the shell (pid %d) wrote on the shell's channel to the exec agent: it "
+    "was killed, and so were the shell and what this command started; this command's exit code and "
+    "output are not reported (it may have been interfered with); the next command runs in a new "
+    "shell with the session as it was before this command]\n"
+)
+_INTRUDED = (
+    "[a process other than the shell (pid %d) wrote on the shell's channel to the exec agent since "
+    "the last command: it was killed, and this command runs in a new shell with the session as it "
+    "was after the last command]\n"
+)
+# The shell never took the command (stopped, still running an earlier one, or its request was
+# taken by another process): whatever reached the command's output was not the command's.
+_NOT_STARTED = (
+    "\n[the shell did not start this command within its timeout (a process stopped it or took its "
+    "request, or the command before this one was still running in it): nothing that reached its "
+    "output is reported; the shell was restarted: the next command runs with the session as it "
+    "was before this command]\n"
+)
+_RESTARTED = (
+    "\n[the shell was restarted: the next command runs with the session as it was before this "
+    "command]\n"
 )
 _RESTORE_S = 10.0  # how long a restored shell may take to source its snapshot
 _GRACE_S = 0.2  # how long to keep reading after the command exits while a background job holds the pipe
@@ -147,6 +191,7 @@ _IOPRIO_GET = {"x86_64": 252, "aarch64": 31}
 _KEYCTL_GET_KEYRING_ID, _KEYCTL_JOIN_SESSION_KEYRING, _KEYCTL_READ = 0, 1, 11
 _KEY_SPEC_USER, _KEY_SPEC_USER_SESSION = -4, -5
 _FS_IOC_GETFLAGS, _FS_IOC_SETFLAGS = 0x80086601, 0x40086602
+_CREDS_SPACE = _socket.CMSG_SPACE(12)  # struct ucred: pid, uid, gid
 
 
 class suppress:  # noqa: N801 (contextlib's name: that module imports collections and functools)
@@ -182,6 +227,12 @@ class OutputCap:
             self.tail += chunk
             if len(self.tail) > 2 * self.tail_cap:  # trim rarely, keep it amortised O(1)
                 del self.tail[: len(self.tail) - self.tail_cap]
+
+    def clear(self) -> None:
+        """Forget what was fed so far (it was not the command's)."""
+        self.head.clear()
+        self.tail.clear()
+        self.total = 0
 
     def render(self) -> tuple[str, bool]:
         tail = bytes(self.tail[-self.tail_cap :]) if self.tail_cap > 0 else b""
@@ -485,36 +536,63 @@ class Baseline:
 
 
 class Shell:
-    """The session's resident ``bash`` (see :data:`LOOP`): its pid, the write end of its control
-    pipe and the read end of its status pipe, and what it has said so far."""
+    """The session's resident ``bash`` (see :data:`LOOP`): its pid, our end of its channel, and
+    what it has said so far. Only what the kernel says the shell's own process sent counts; the
+    pids of any other sender are kept in ``intruders``."""
 
-    def __init__(self, pid: int, control: int, status: int, restored: bool) -> None:
+    def __init__(self, pid: int, channel: Any, restored: bool) -> None:
         self.pid = pid
-        self.control = control
-        self.status = status
+        self.channel = channel  # a _socket.socket with SO_PASSCRED, non-blocking
+        self.fd = channel.fileno()
         self.restored = restored
-        self.pending = b""  # status bytes read past the last full line
+        self.pending = b""  # the shell's bytes read past its last full line
         self.exit_code: int | None = None
-        self.eof = False  # no writer of the status pipe is left
+        self.exited = False  # seen exited, not yet reaped: its pid cannot be anyone else's yet
+        self.eof = False  # no holder of the shell's end is left
+        self.intruders: list[int] = []
 
     def lines(self) -> list[str]:
-        """Status lines the shell has written since the last call (non-blocking). A command that
-        writes junk to the status pipe only adds lines without the current nonce: ignored."""
+        """Lines the shell has written since the last call (non-blocking). A command that writes
+        junk on the channel from the shell itself only adds lines without the current nonce:
+        ignored. Data from any other process is dropped and its sender noted."""
         lines: list[str] = []
         while True:
             try:
-                chunk = os.read(self.status, 65536)
+                data, ancillary, _, _ = self.channel.recvmsg(65536, _CREDS_SPACE)
             except BlockingIOError:
                 break
-            if not chunk:  # every writer is gone: the shell exited, was replaced (``exec``), or a
-                self.eof = True  # command closed its copy (it can never report: its timeout ends it)
+            except OSError:
+                self.eof = True
                 break
-            self.pending += chunk
+            if not data:  # every holder of the shell's end is gone: the shell exited, was
+                self.eof = True  # replaced (``exec``), or a command closed its copy
+                break
+            sender = _sender(ancillary)
+            if sender != self.pid:
+                if sender not in self.intruders:
+                    self.intruders.append(sender)
+                continue
+            self.pending += data
         if b"\n" in self.pending:
             *done, self.pending = self.pending.split(b"\n")
             lines = [line.decode("ascii", "replace") for line in done]
         self.pending = self.pending[-4096:]
         return lines
+
+    def send(self, data: bytes) -> None:
+        _write_all(self.fd, data)
+
+    def ended(self) -> bool:
+        """Whether the shell has exited, without reaping it: while it is a zombie its pid stays
+        its own, so what it said before it died can still be told from anyone else's."""
+        if self.exited or self.exit_code is not None:
+            return True
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # reaped elsewhere (``_reap``)
+            info = True
+        self.exited = bool(info) and getattr(info, "si_pid", 1) != 0
+        return self.exited
 
     def poll(self, block: bool = False) -> int | None:
         """The shell's exit code once it has exited (negative: the signal), else None."""
@@ -523,9 +601,16 @@ class Shell:
         return self.exit_code
 
     def close(self) -> None:
-        for fd in (self.control, self.status):
-            with suppress(OSError):
-                os.close(fd)
+        with suppress(OSError):
+            self.channel.close()
+
+
+def _sender(ancillary: list[tuple[int, int, bytes]]) -> int:
+    """The pid the kernel attached to a message (SCM_CREDENTIALS), or 0."""
+    for level, kind, data in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_CREDENTIALS and len(data) >= 4:
+            return int.from_bytes(data[:4], sys.byteorder, signed=True)
+    return 0
 
 
 class Agent:
@@ -568,11 +653,14 @@ class Agent:
 
     def _session_dirs(self, base: str) -> tuple[str, str]:
         """Command files and output FIFOs are made by us in a directory commands cannot write
-        (the FIFOs then belong to the commands' uid, to be opened by their shell); the shell's
+        or list (the FIFOs stay ours: their shell may write them, no one else of its uid may read
+        them); the shell's
         snapshot is written by the shell into a directory of its own, and only a shell of the
         same uid ever reads it: we never parse what a command could have written."""
         cmd_dir, out_dir = os.path.join(base, "cmd"), os.path.join(base, "out")
-        for path, mode in ((base, 0o755), (cmd_dir, 0o755), (out_dir, 0o700)):
+        # cmd: searchable, not listable: a command's output FIFO is named by its nonce, which only
+        # its shell is told (as root no process of the commands' uid can list the directory)
+        for path, mode in ((base, 0o755), (cmd_dir, 0o711), (out_dir, 0o700)):
             os.makedirs(path, mode=mode, exist_ok=True)
             os.chmod(path, mode)
         if self.run_as is not None:
@@ -722,8 +810,10 @@ class Agent:
         return self._spawn_shell(restore=False), ""
 
     def _spawn_shell(self, restore: bool) -> Shell:
-        control_r, control_w = os.pipe()
-        status_r, status_w = os.pipe()
+        ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+        # Before the shell exists: every message on our end then carries its sender's pid.
+        ours.setsockopt(_socket.SOL_SOCKET, _socket.SO_PASSCRED, 1)
+        ours.setblocking(False)
         null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         nonce = os.urandom(16).hex()
         # A restored shell starts from nothing but the snapshot (it exports what was exported,
@@ -741,16 +831,14 @@ class Agent:
             nonce,
         ]
         try:
-            pid = _start(argv, self.workdir, env, self.run_as, status_w, stdin=control_r, errput=null)
+            pid = _start(argv, self.workdir, env, self.run_as, null, stdin=theirs.fileno(), errput=null)
         except BaseException:
-            for fd in (control_w, status_r):
-                os.close(fd)
+            ours.close()
             raise
         finally:
-            for fd in (control_r, status_w, null):
-                os.close(fd)
-        os.set_blocking(status_r, False)
-        shell = Shell(pid, control_w, status_r, restore)
+            theirs.close()
+            os.close(null)
+        shell = Shell(pid, ours, restore)
         self.groups.add(pid)
         # A restored shell must say its loop runs: a snapshot may break it.
         if restore and not self._await_line(shell, f"{nonce} ready", time.monotonic() + _RESTORE_S):
@@ -768,7 +856,7 @@ class Agent:
                 return True
             if shell.eof or shell.poll() is not None:
                 return False
-            select.select([shell.status], [], [], min(0.05, max(0.0, deadline - time.monotonic())))
+            select.select([shell.fd], [], [], min(0.05, max(0.0, deadline - time.monotonic())))
         return False
 
     def exec(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -834,6 +922,11 @@ class Agent:
             if "\0" in cwd or (os.path.isabs(cwd) and not os.path.isdir(cwd)):
                 return self._answer(req, 1, f"cwd does not exist: {cwd!r}".encode(), started, cap)
             _write_new(os.path.join(self.cmd_dir, f"c{self.counter}.cwd"), os.fsencode(cwd) + b"\0")
+        if self.shell is not None and self.shell.poll() is None:
+            self.shell.lines()  # whatever the shell said between commands is not this command's
+            if self.shell.intruders:  # someone else wrote on its channel: a new shell
+                note = _INTRUDED % self._kill_intruders(self.shell) + note
+                self._forget_shell()
         if self.shell is None or self.shell.poll() is not None:
             if self.shell is not None:
                 self._forget_shell()
@@ -844,16 +937,16 @@ class Agent:
                 self.shell, said = self._start_shell()
             note = said + note
         shell = self.shell
-        fifo = os.path.join(self.cmd_dir, f"o{self.counter}")
-        reader, holder = _open_fifo(fifo, self.run_as)
         nonce = os.urandom(16).hex()
-        shell.lines()  # whatever the shell said between commands is not this command's
+        fifo = os.path.join(self.cmd_dir, f"o{nonce}")
+        reader, holder = _open_fifo(fifo, self.run_as)
+        shell.lines()  # a fresh shell's "ready"
         last_pid = _last_pid()
         with suppress(OSError):  # the shell is gone already: its exit is read below
-            _write_all(shell.control, f"{self.counter} {nonce} {'c' if cwd is not None else '-'}\n".encode())
+            shell.send(f"{self.counter} {nonce} {'c' if cwd is not None else '-'}\n".encode())
         try:
-            code, timed_out, said = self._collect_session(
-                shell, nonce, reader, holder, cap, started + timeout, last_pid
+            code, timed_out, said, foreign = self._collect_session(
+                shell, nonce, fifo, reader, holder, cap, started + timeout, last_pid
             )
         finally:
             _unlink(fifo)
@@ -861,55 +954,76 @@ class Agent:
                 _unlink(os.path.join(self.cmd_dir, f"c{self.counter}.cwd"))
         if code == "cwd":
             return self._answer(req, 1, f"cwd does not exist: {cwd!r}".encode(), started, cap)
+        if foreign:  # what reached the FIFO is not the command's
+            cap.clear()
         note += said
         if self._near_process_limit():
             note += self._kill_everything()
         if note:
             cap.feed(note.encode())
-        return self._answer(req, None if timed_out else int(code), None, started, cap, timed_out)
+        return self._answer(req, None if code is None else int(code), None, started, cap, timed_out)
 
     def _collect_session(
         self,
         shell: Shell,
         nonce: str,
+        fifo: str,
         reader: int,
         holder: int | None,
         cap: OutputCap,
         deadline: float,
         last_pid: int,
-    ) -> tuple[int | str, bool, str]:
+    ) -> tuple[int | str | None, bool, str, bool]:
         """Read the command's output from its FIFO until the shell reports ``NONCE RC`` (or exits,
         or the deadline passes: then the command and the shell are killed); then what is still in
-        the FIFO, as :meth:`_collect` does for a pipe. (exit code or "cwd", timed out, note)."""
+        the FIFO, as :meth:`_collect` does for a pipe. Returns (the exit code, "cwd", or None
+        when there is none to report; timed out; the note; whether what reached the FIFO is to be
+        dropped: the shell never started the command, or another process wrote on its channel)."""
         prefix = nonce + " "
         previous, self.previous_nonce = self.previous_nonce, nonce
         code: int | str | None = None
         note = ""
-        timed_out = False
+        done = foreign = started = overran = timed_out = exiting = False
         done_at: float | None = None
         eof = False
+
+        def take(lines: list[str]) -> None:
+            nonlocal code, note, started, overran, exiting
+            for line in lines:
+                if line.startswith(prefix):
+                    word = line[len(prefix) :]
+                    if word == "go":  # the shell has its FIFO open: no one else may open it now
+                        if not started:
+                            _unlink(fifo)
+                        started = True
+                        continue
+                    if word.startswith("exit "):  # from its EXIT trap: the shell is going
+                        word, exiting = word[5:], True
+                    code = int(word) if word.lstrip("-").isdigit() else word
+                elif previous and line.startswith(previous + " "):
+                    note, overran = _OVERRAN, True  # its real end: that one's line was forged
+
         while True:
             now = time.monotonic()
             if done_at is None:
-                for line in shell.lines():
-                    if line.startswith(prefix):
-                        word = line[len(prefix) :]
-                        code = int(word) if word.lstrip("-").isdigit() else word
-                    elif previous and line.startswith(previous + " "):
-                        note = _OVERRAN  # its real end: that one's status line was forged
-                if code is None and shell.poll() is not None:
-                    code, ended = self._shell_exited(shell, nonce, previous)
-                    note = ended if ended.startswith(_OVERRAN) else note + ended
-                elif code is None and now >= deadline:
-                    timed_out = True
+                take(shell.lines())
+                if code is None and not shell.intruders and shell.ended():
+                    take(shell.lines())  # what it said before it died is all there now
+                    if code is None and not shell.intruders:
+                        code, ended = self._shell_exited(shell, overran and not started)
+                        note = ended if ended.startswith(_OVERRAN) else note + ended
+                        done = True
+                if shell.intruders:
+                    note = _INTERFERED % self._kill_intruders(shell)
                     self._kill_command(shell, last_pid)
                     self._after_shell_died()
-                    code = -9
-                    note = (
-                        "\n[the shell was restarted: the next command runs with the session as it was "
-                        "before this command]\n"
-                    )
-                if code is not None:
+                    code, foreign, done = None, True, True
+                elif code is None and not done and now >= deadline:
+                    self._kill_command(shell, last_pid)
+                    self._after_shell_died()
+                    note = _RESTARTED if started else _NOT_STARTED
+                    foreign, timed_out, done = not started, True, True
+                if code is not None or done:
                     done_at = time.monotonic()
                     if holder is not None:  # from now on EOF means every writer is done
                         os.close(holder)
@@ -918,8 +1032,8 @@ class Agent:
             elif now - done_at > _GRACE_S:
                 break
             wait = 0.05 if done_at is not None else min(0.05, max(0.0, deadline - now))
-            # Once the status pipe is at EOF it is always "readable": watch the output alone then.
-            watch = [reader] if done_at is not None or shell.eof else [reader, shell.status]
+            # Once the channel is at EOF it is always "readable": watch the output alone then.
+            watch = [reader] if done_at is not None or shell.eof else [reader, shell.fd]
             ready, _, _ = select.select(watch, [], [], wait)
             if reader in ready:
                 try:
@@ -942,30 +1056,32 @@ class Agent:
                 _thread.start_new_thread(_drain_forever, (reader,))
             except RuntimeError:
                 os.close(reader)
-        assert code is not None
-        if not timed_out and shell.exit_code is None:
-            self.restorable = True  # the loop wrote the snapshot before it answered
+        if code is not None and self.shell is shell and shell.exit_code is None:
+            self.restorable = True  # the loop (or its EXIT trap) wrote the snapshot before it answered
             shell.restored = False  # a restored shell that got through a command works
-        return code, timed_out, note
+            if exiting:  # its EXIT trap has saved the session: the next command gets a new shell
+                self._forget_shell()
+        return code, timed_out, note, foreign
 
-    def _shell_exited(self, shell: Shell, nonce: str, previous: str | None) -> tuple[int, str]:
-        """The shell ended during the command: its exit code, and what the model is told. When
-        its EXIT trap saved the session (``exit``, ``set -e``, ``set -u``), the next command
-        simply gets a new shell from that snapshot, as if the shell had never gone; otherwise
-        (``exec``, a signal, a command that replaced the trap) from the one taken before this
-        command, and the note says so."""
-        exited = _read_own_file(self.snapshot + ".exit", self.run_as) or b""
-        _unlink(self.snapshot + ".exit")
-        word = exited.decode("ascii", "replace").strip()
-        saved = word.startswith(nonce + " ") and word[len(nonce) + 1 :].lstrip("-").isdigit()
-        if saved:
-            shell.restored = False  # it got through a command: its snapshot works
-        self._after_shell_died()
-        if saved:
-            self.restorable = True
-            return int(word[len(nonce) + 1 :]), ""
+    def _kill_intruders(self, shell: Shell) -> int:
+        """Kill every process that wrote on the shell's channel but the shell; the first's pid."""
+        for pid in shell.intruders:
+            if pid > 1 and pid not in (os.getpid(), shell.pid):
+                with suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        return shell.intruders[0]
+
+    def _shell_exited(self, shell: Shell, overran: bool) -> tuple[int, str]:
+        """The shell ended during the command without reporting it (its EXIT trap reports the
+        end of an ``exit``, ``set -e``, ``set -u``: then the next command simply gets a new shell
+        from that snapshot). Its exit code, and what the model is told: when the command before
+        this one ended the shell before this one started (``overran``), that this one did not
+        run; otherwise (``exec``, a signal, a command that replaced the trap) that the next
+        command runs with the session from before this command."""
+        shell.poll(block=True)  # everything it said has been read: its pid may go now
         code = shell.exit_code if shell.exit_code is not None else 0
-        if previous and word.startswith(previous + " "):
+        self._after_shell_died()
+        if overran:
             self.restorable = True
             return code, _OVERRAN + "[... and then ended the shell: this command did not run]\n"
         return code, (
@@ -1078,25 +1194,6 @@ class ShellFailed(Exception):
     """A restored shell did not come up (its snapshot breaks it)."""
 
 
-def _read_own_file(path: str, run_as: tuple[int, int] | None, limit: int = 4096) -> bytes | None:
-    """A small regular file's bytes (at most ``limit``), never through a link, and when we run
-    the commands as another uid only if that uid owns it (we may be uid 0: a planted symlink or
-    FIFO must not make us read, or wait on, anything else)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or (run_as is not None and st.st_uid != run_as[0]):
-            return None
-        return os.read(fd, limit)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def _write_new(path: str, data: bytes) -> None:
     """Write a file of ours, never through a link (the directory is ours alone)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -1107,16 +1204,17 @@ def _write_new(path: str, data: bytes) -> None:
 
 
 def _open_fifo(path: str, run_as: tuple[int, int] | None) -> tuple[int, int]:
-    """A command's output FIFO, in our own directory and owned by the commands' uid (its shell
-    opens it for writing): our read end, and a write end we hold until the command is over, so
-    that until then the reader never sees EOF (the shell has not opened it yet, or reopened it)."""
+    """A command's output FIFO, in our own directory: our read end, and a write end we hold until
+    the command is over, so that until then the reader never sees EOF (the shell has not opened it
+    yet, or reopened it). With ``run_as`` it stays ours and only writable for others: its shell
+    opens it for writing, no process of the commands' uid can open it for reading."""
     try:
         os.mkfifo(path, 0o600)
     except FileExistsError:  # left by an agent that died mid-command (never by a command: our dir)
         _unlink(path)
         os.mkfifo(path, 0o600)
     if run_as is not None:
-        os.chown(path, *run_as)
+        os.chmod(path, 0o602)
     reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     holder = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     return reader, holder
