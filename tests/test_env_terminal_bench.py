@@ -18,6 +18,7 @@ import pytest
 
 from trajforge.envs import BaseEnv, RolloutBackends, Rollouts, load_env
 from trajforge.envs.agents import NothingModel, OracleModel, nothing_model_for, oracle_model_for
+from trajforge.envs.base import EnvDataError
 from trajforge.envs.library.dockerfile import parse_dockerfile, rewrite_paths
 from trajforge.envs.library.terminal_bench import TerminalBenchConfig, TerminalBenchEnv, shipped_dir
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
@@ -335,3 +336,70 @@ async def test_editing_the_inputs_wins_nothing(task_id, command, factory):
     ep = await _rollouts(ENV, factory, model=model).episode(task)
     assert ep.status == "completed" and ep.reward_error is None, ep.reason
     assert ep.reward == 0.0, ep.reward_reason
+
+
+# Ways a test.sh writes its verdict, each the task passing: test.sh's own shell writes it
+# (directly, from a subshell, through a redirected program, from its EXIT trap after `exit`,
+# with its own fds 3 and 10 in use), so each pays 1.0; a program that opens the file itself
+# (`tee`, python's open()) is not test.sh's shell: 0, and the reason says how to write it.
+VERDICT_WRITERS = {
+    "echo": ("echo 1 > /logs/verifier/reward.txt\n", 1.0),
+    "a subshell": (
+        "x=$(echo 1 > /logs/verifier/reward.txt; echo done)\n( echo 1 > /logs/verifier/reward.txt )\n",
+        1.0,
+    ),
+    "a redirected program": ("python3 -c 'print(1)' > /logs/verifier/reward.txt\n", 1.0),
+    "reward.json by printf": ("printf '{\"reward\": 1.0}' > /logs/verifier/reward.json\n", 1.0),
+    "an EXIT trap after exit": ("r=1\ntrap 'echo $r > /logs/verifier/reward.txt' EXIT\nexit 0\n", 1.0),
+    "an EXIT trap after set -e": (
+        "set -e\nr=1\ntrap 'echo $r > /logs/verifier/reward.txt' EXIT\nfalse\n",
+        1.0,
+    ),
+    "its own fds": (
+        "exec 3>&1 10>/dev/null\necho noted >&3\necho 1 > /logs/verifier/reward.txt\nexec 3>&- 10>&-\n",
+        1.0,
+    ),
+    "a program test.sh runs and waits for": (
+        "sleep 0.2 & wait $!\necho 1 > /logs/verifier/reward.txt\n",
+        1.0,
+    ),
+    "tee": ("echo 1 | tee /logs/verifier/reward.txt\n", 0.0),
+    "python's open()": (
+        "python3 -c \"open('/logs/verifier/reward.txt', 'w').write('1')\"\n",
+        0.0,
+    ),
+}
+
+
+@pytest.mark.parametrize("how", list(VERDICT_WRITERS))
+async def test_the_ways_test_sh_writes_its_verdict(how, tmp_path, factory):
+    test_sh, want = VERDICT_WRITERS[how]
+    _task_dir(tmp_path, "verdict", "FROM x\nWORKDIR /app\n", test_sh="#!/bin/bash\n" + test_sh)
+    env = TerminalBenchEnv(TerminalBenchConfig(tasks_dir=str(tmp_path)))
+    ep = await _rollouts(env, factory).episode(env.eval_items(1)[0])
+    assert ep.reward == want and ep.reward_error is None, ep.reward_reason
+    if want == 0.0:
+        assert "wrote no verdict" in ep.reward_reason and "only test.sh's own shell" in ep.reward_reason
+
+
+def test_the_guard_compiles_without_a_warning():
+    from trajforge.envs.library.tb_guard import build_guard
+
+    assert build_guard(("-Werror", "-Wshadow", "-Wformat=2"))[:4] == b"\x7fELF"
+
+
+async def test_without_a_compiler_the_env_refuses_and_scores_nothing(monkeypatch, tmp_path, factory):
+    """No C compiler, no guard: the env says what to install at setup, and a reward asked for
+    anyway is 0 with that reason -- never a verdict the tests' programs could have written."""
+    from trajforge.envs.library import tb_guard
+
+    import trajforge.envs.library.terminal_bench as tb
+
+    monkeypatch.setattr(tb_guard, "compiler", lambda: None)
+    monkeypatch.setattr(tb, "build_guard", tb_guard.build_guard.__wrapped__)  # not the cached build
+    _task_dir(tmp_path, "verdict", "FROM x\nWORKDIR /app\n")
+    env = TerminalBenchEnv(TerminalBenchConfig(tasks_dir=str(tmp_path)))
+    with pytest.raises(EnvDataError, match="apt-get install gcc"):
+        await env.setup()
+    ep = await _rollouts(env, factory).episode(env.eval_items(1)[0])
+    assert ep.reward == 0.0 and "apt-get install gcc" in (ep.reward_reason or ""), ep.reward_reason

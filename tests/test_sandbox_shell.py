@@ -152,8 +152,9 @@ async def test_a_fresh_command_sees_none_of_the_session(sandbox):
 
 
 async def test_a_command_that_closes_the_loops_own_fds_costs_only_its_shell(sandbox):
-    """The loop's control and status pipes are fds of the shell the command runs in (bash keeps
-    them above 9 while the command runs): closing them all leaves a shell that can never report.
+    """The loop's channel to the agent is an fd of the shell the command runs in (fd 10, and bash
+    keeps its saved fds above it while the command runs): closing them all leaves a shell that can
+    never report.
     The command's timeout ends it like any other, and the session goes on from its snapshot."""
     await _out(sandbox, "f() { echo f; }")
     # Before: the agent waited for the mute shell to exit (sleep 1000), past the command's

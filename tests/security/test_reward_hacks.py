@@ -277,12 +277,13 @@ _FORGE = (
 )
 # every ancestor up to the verifier's own wrapper (a python3): test.sh, and the subshell of a $(...)
 _ANCESTORS = (
-    "p=$PPID; while [ \"$p\" -gt 1 ]; do c=$(cat /proc/$p/comm 2>/dev/null); case \"$c\" in python*|'') break;; esac; "
+    'p=$PPID; while [ "$p" -gt 1 ]; do c=$(cat /proc/$p/comm 2>/dev/null); case "$c" in python*|\'\') break;; esac; '
     'q=$(cut -d" " -f4 /proc/$p/stat); echo $p; p=$q; done'
 )
 VERDICT_ATTACKS = {
     # the issue's first break: the tests' own `echo 0 > reward.txt` fails with EACCES
-    "read-only": _FORGE + f'; for d in {_VDIRS}; do chmod 444 "$d"/reward.*; chmod 555 "$d"; done 2>/dev/null',
+    "read-only": _FORGE
+    + f'; for d in {_VDIRS}; do chmod 444 "$d"/reward.*; chmod 555 "$d"; done 2>/dev/null',
     "a directory in its place": (
         f'for d in {_VDIRS}; do for f in reward.txt reward.json; do rm -f "$d/$f"; mkdir -p "$d/$f/x"; '
         'echo 1 > "$d/$f/x/reward.txt"; done; done 2>/dev/null'
@@ -404,6 +405,7 @@ async def test_terminal_bench_the_shipped_suite_pays_nothing_to_what_the_tests_r
     assert {"greet-tool", "fix-backup-script"} <= set(attacked), (attacked, untouched)
     assert len(attacked) >= 15, (len(attacked), untouched)
     paid = {tid: r for tid, r in attacked.items() if r[0] != 0.0}
+    print(f"{attack}: {len(paid)} of them paid: {sorted(paid)}")
     assert not paid, paid
 
 

@@ -179,7 +179,7 @@ async def test_nothing_a_rollout_leaves_in_its_shell_reaches_the_next_one(mode, 
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_command_cannot_forge_its_end(mode, tmp_path):
-    """The end of a command is ``NONCE RC`` on the status pipe, the nonce fresh per command: the
+    """The end of a command is ``NONCE RC`` on the shell's channel, the nonce fresh per command: the
     status line's format in the output, nonces the command could guess, writes to every fd of the
     shell (from the shell and from a child), and reading stdin all leave the call to last the
     command's whole second and report its own exit code."""

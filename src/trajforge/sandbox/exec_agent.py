@@ -19,9 +19,10 @@ The session is one resident ``bash`` (:data:`LOOP`), started at the first comman
 uid in a session of its own, that sources each command in itself: functions, aliases, plain and
 exported variables, options, traps, the cwd and a ``source``d virtualenv all stay, as in a
 terminal. Each command's output goes to a FIFO of its own (capped here); its end is the shell's
-``NONCE RC`` line on a separate status pipe, the nonce fresh per command, so no output can end a
-command early. At its timeout the command's processes and the shell are killed and the next
-command gets a new shell sourced from the snapshot the loop writes after every command; the same
+``NONCE RC`` line on the shell's channel, a socket pair apart from the output, the nonce fresh per
+command, so no output can end a command early, and only the shell's own process (the kernel says
+which process sent each line) can end it at all. At its timeout the command's processes and the
+shell are killed and the next command gets a new shell sourced from the snapshot the loop writes after every command; the same
 when a command ends the shell (``exit``, ``set -e``: the EXIT trap snapshots it first; ``exec``,
 a signal: the note says the session is the one from before the command). A reset kills the shell
 with everything else: each rollout starts with a new ``bash`` from the start environment.
@@ -177,8 +178,7 @@ _NOT_STARTED = (
     "was before this command]\n"
 )
 _RESTARTED = (
-    "\n[the shell was restarted: the next command runs with the session as it was before this "
-    "command]\n"
+    "\n[the shell was restarted: the next command runs with the session as it was before this command]\n"
 )
 _RESTORE_S = 10.0  # how long a restored shell may take to source its snapshot
 _GRACE_S = 0.2  # how long to keep reading after the command exits while a background job holds the pipe
@@ -590,8 +590,9 @@ class Shell:
         try:
             info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:  # reaped elsewhere (``_reap``)
-            info = True
-        self.exited = bool(info) and getattr(info, "si_pid", 1) != 0
+            self.exited = True
+            return True
+        self.exited = info is not None and info.si_pid != 0
         return self.exited
 
     def poll(self, block: bool = False) -> int | None:
@@ -654,9 +655,8 @@ class Agent:
     def _session_dirs(self, base: str) -> tuple[str, str]:
         """Command files and output FIFOs are made by us in a directory commands cannot write
         or list (the FIFOs stay ours: their shell may write them, no one else of its uid may read
-        them); the shell's
-        snapshot is written by the shell into a directory of its own, and only a shell of the
-        same uid ever reads it: we never parse what a command could have written."""
+        them); the shell's snapshot is written by the shell into a directory of its own, and only
+        a shell of the same uid ever reads it: we never parse what a command could have written."""
         cmd_dir, out_dir = os.path.join(base, "cmd"), os.path.join(base, "out")
         # cmd: searchable, not listable: a command's output FIFO is named by its nonce, which only
         # its shell is told (as root no process of the commands' uid can list the directory)

@@ -35,6 +35,7 @@ their links were still in place.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -136,10 +137,8 @@ def start_tests(test_sh: str, files: dict[str, int], guard: str) -> tuple[int, i
             keep = {0, 1, 2, READY_FD, *VERDICT_FDS.values()}
             for fd in [int(n) for n in os.listdir("/proc/self/fd")]:
                 if fd not in keep:
-                    try:
+                    with contextlib.suppress(OSError):
                         os.close(fd)
-                    except OSError:
-                        pass
             os.execvpe("bash", ["bash", test_sh], env)
         finally:
             os._exit(127)
@@ -148,7 +147,7 @@ def start_tests(test_sh: str, files: dict[str, int], guard: str) -> tuple[int, i
 
 
 def await_guard(pid: int, ready: int) -> str:
-    """"ok" once test.sh's guard said it took; otherwise why not (bash is then killed)."""
+    """``ok`` once test.sh's guard said it took; otherwise why not (bash is then killed)."""
     got, deadline = b"", time.monotonic() + _GUARD_WAIT_S
     try:
         while b"\n" not in got:
@@ -167,10 +166,8 @@ def await_guard(pid: int, ready: int) -> str:
             why = f"it answered {got[:40]!r}"
     finally:
         os.close(ready)
-    try:
+    with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
     return f"the verdict guard did not take in test.sh's shell: {why}"
 
 
@@ -203,10 +200,8 @@ def _wait(pid: int, deadline: float) -> tuple[int | None, int | None, int | None
 
 
 def _kill_and_reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
     while True:
         try:
             if os.waitpid(pid, 0)[0] == pid:

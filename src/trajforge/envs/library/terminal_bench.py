@@ -67,9 +67,9 @@ from trajforge.envs.agents import write_files_command
 from trajforge.envs.base import BaseEnv, EnvDataError
 from trajforge.envs.config import EnvConfig
 from trajforge.envs.library import tb_verify
-from trajforge.envs.library.tb_guard import GuardUnavailableError, build_guard
 from trajforge.envs.library.dockerfile import NEEDS_MORE, DockerPlan, parse_dockerfile, rewrite_paths
 from trajforge.envs.library.harbor_task import HarborTaskConfig, literal_env, strip_canary
+from trajforge.envs.library.tb_guard import GuardUnavailableError, build_guard
 from trajforge.envs.library.trusted_run import run_trusted
 from trajforge.envs.types import Item, RewardBreakdown
 from trajforge.sandbox.confined import DataPathError, HostPath
@@ -494,7 +494,8 @@ def _verdict(data: dict[str, Any], named: tuple[str, ...], output: str) -> Rewar
     texts: dict[str, Any] = files if isinstance(files, dict) else {}
     reward, source = _read_reward({n: t if isinstance(t := texts.get(n), str) else None for n in named})
     if reward is None and named:
-        links = data.get("links") if isinstance(data.get("links"), dict) else {}
+        given = data.get("links")
+        links: dict[str, Any] = given if isinstance(given, dict) else {}
         moved = [n for n in named if links.get(n) is False]
         how = (
             f" ({', '.join(moved)} in the verifier directory was replaced or removed by a process the "
