@@ -382,18 +382,21 @@ async def test_the_ways_test_sh_writes_its_verdict(how, tmp_path, factory):
         assert "wrote no verdict" in ep.reward_reason and "only test.sh's own shell" in ep.reward_reason
 
 
-def test_the_guard_compiles_without_a_warning():
+def test_the_guard_compiles_without_a_warning_and_ships_with_the_package():
+    import tomllib
+
     from trajforge.envs.library.tb_guard import build_guard
 
     assert build_guard(("-Werror", "-Wshadow", "-Wformat=2"))[:4] == b"\x7fELF"
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert "envs/library/*.c" in pyproject["tool"]["setuptools"]["package-data"]["trajforge"]
 
 
 async def test_without_a_compiler_the_env_refuses_and_scores_nothing(monkeypatch, tmp_path, factory):
     """No C compiler, no guard: the env says what to install at setup, and a reward asked for
     anyway is 0 with that reason -- never a verdict the tests' programs could have written."""
-    from trajforge.envs.library import tb_guard
-
     import trajforge.envs.library.terminal_bench as tb
+    from trajforge.envs.library import tb_guard
 
     monkeypatch.setattr(tb_guard, "compiler", lambda: None)
     monkeypatch.setattr(tb, "build_guard", tb_guard.build_guard.__wrapped__)  # not the cached build
