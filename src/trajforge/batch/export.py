@@ -341,12 +341,37 @@ def _prompt_of(line: Mapping[str, Any]) -> str:
     return next((t["value"] for t in line["conversations"] if t["from"] == "human"), "")
 
 
-def _pair_row(chosen: Sample, rejected: Sample, run: RunInfo) -> dict[str, Any]:
+NOT_A_MODEL_FORK = "the two answers part at a tool result, not at a model turn"
+
+
+def fork(chosen: list[dict[str, Any]], rejected: list[dict[str, Any]]) -> int | None:
+    """Where two conversations of one prompt part: the index of the first message that differs,
+    when it is an assistant turn in both (None: they part elsewhere, or one holds the other)."""
+    n = 0
+    while n < len(chosen) and n < len(rejected) and chosen[n] == rejected[n]:
+        n += 1
+    if n >= len(chosen) or n >= len(rejected):
+        return None
+    if chosen[n]["role"] != "assistant" or rejected[n]["role"] != "assistant":
+        return None
+    return n
+
+
+def _pair_row(chosen: Sample, rejected: Sample, run: RunInfo) -> dict[str, Any] | None:
+    """One DPO row of agent trajectories: the prompt is all the two share (the system prompt, the
+    user's turn, and the turns both took alike, tool results included), the completions are the
+    one assistant turn where each went its own way. A completion is only ever the model's tokens:
+    DPO scores every completion token as the policy's choice, and a tool result or the loop's
+    "could not be parsed" turn is not (docs/formats.md, ``dpo``). None: the two part at a tool
+    result (the same call answered differently), where no model turn is to prefer."""
     c, r = chosen.line, rejected.line
+    at = fork(chosen.chat.messages, rejected.chat.messages)
+    if at is None:
+        return None
     return {
-        "prompt": [*_system(c), {"role": "user", "content": _prompt_of(c)}],
-        "chosen": chosen.chat.messages[1:],
-        "rejected": rejected.chat.messages[1:],
+        "prompt": [*_system(c), *chosen.chat.messages[:at]],
+        "chosen": [chosen.chat.messages[at]],
+        "rejected": [rejected.chat.messages[at]],
         "tools": run.tools_for(c["toolsets_used"]),
         "prompt_index": c.get("prompt_index"),
         "chosen_key": c.get("key"),
@@ -355,6 +380,7 @@ def _pair_row(chosen: Sample, rejected: Sample, run: RunInfo) -> dict[str, Any]:
         "rejected_reward": r.get("reward"),
         "rejected_status": r.get("status"),
         "rejected_reason": r.get("reason"),
+        "shared_turns": at,
     }
 
 
@@ -407,7 +433,14 @@ def dpo_pairs(
     stats.lines = len(lines)
     if len(answered) < len(lines):
         stats.notes.append(f"{len(lines) - len(answered)} line(s) without a model answer left out")
-    rows = [_pair_row(by_id[id(c)], by_id[id(r)], run) for c, r in pairs]
+    rows = []
+    for c, r in pairs:
+        row = _pair_row(by_id[id(c)], by_id[id(r)], run)
+        if row is None:
+            stats.pairs -= 1
+            stats.pairs_left_out[NOT_A_MODEL_FORK] = stats.pairs_left_out.get(NOT_A_MODEL_FORK, 0) + 1
+            continue
+        rows.append(row)
     return rows, stats
 
 

@@ -85,7 +85,7 @@ def export(
     Also the reference's padded format (hermes); docs/formats.md has each trainer's config."""
     from pydantic import ValidationError
 
-    from trajforge.batch.export import ExportError, ExportOptions
+    from trajforge.batch.export import NOT_A_MODEL_FORK, ExportError, ExportOptions
     from trajforge.batch.export import export as run_export
     from trajforge.trajectory.selection import STATUSES, Selection
 
@@ -138,7 +138,10 @@ def export(
             + f"); details in {report.sidecar}"
         )
         for why, n in p.pairs_left_out.items():
-            typer.echo(f"pairs left out {n}: the better-rewarded answer may not be chosen: {why}")
+            if why == NOT_A_MODEL_FORK:
+                typer.echo(f"pairs left out {n}: {why}")
+            else:
+                typer.echo(f"pairs left out {n}: the better-rewarded answer may not be chosen: {why}")
         for note in p.notes:
             typer.echo(f"note: {note}")
 
