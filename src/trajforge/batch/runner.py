@@ -31,7 +31,7 @@ from trajforge.batch.prepare import Prepared, prepare, unimplemented_tools
 from trajforge.batch.processes import WorkerPool, partition, worker_pool
 from trajforge.batch.progress import NullProgress, ProgressSink
 from trajforge.batch.ray_backend import run_on_ray
-from trajforge.batch.run_file import check_same_run, write_run_file
+from trajforge.batch.run_file import check_same_run, recorded_model, write_run_file
 from trajforge.batch.scheduler import WorkerSpec, run_worker
 from trajforge.batch.writer import (
     SHARDS_DIR,
@@ -119,8 +119,12 @@ async def _run_batch(
     check_run_dir(cfg)
     check_output_dir(cfg)
     _warn_unimplemented(registry, prep, announce)
+    if cfg.resume:
+        check_same_run(cfg, cfg.run_dir)  # changed settings are refused before "nothing to do" is said
     if cfg.resume and await asyncio.to_thread(_nothing_left, cfg, prep):
         announce(f"every sample of {cfg.run_dir} is done: nothing to do (no model server started)")
+        # no server started: the statistics keep naming the model that wrote the samples
+        cfg = cfg.model_copy(update={"model": cfg.model or recorded_model(cfg.run_dir)})
         return await _run_locked(cfg, prep, registry, progress, None)
     async with contextlib.AsyncExitStack() as stack:
         pool = None

@@ -151,7 +151,9 @@ class Worker:
 
     async def _run_sample(self, sample: Sample) -> None:
         seed = derive_seed(self.cfg.seed, sample.key)
-        toolsets = draw_toolsets(seed, distribution=self._dist, enabled=self.cfg.toolsets)
+        drawn = draw_toolsets(seed, distribution=self._dist, enabled=self.cfg.toolsets)
+        # recorded as offered: a drawn toolset with no tool configured here gave the model nothing
+        toolsets = [t for t in drawn if self.registry.for_toolsets([t])]
         agent = seeded(self.agent_config, seed)
         self.writer.started(sample.key)
         started = time.time()
