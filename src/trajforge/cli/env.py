@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from trajforge.cli import complete
 from trajforge.cli.errors import fail
 from trajforge.cli.vocab import renamed
 
@@ -65,7 +66,9 @@ def list_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON."))
 
 @env_app.command("show")
 def show_cmd(
-    env: str = typer.Argument(..., help="Env name or path/to/file.py:ClassName."),
+    env: str = typer.Argument(
+        ..., help="Env name or path/to/file.py:ClassName.", autocompletion=complete.env_names
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """An env's default config and an example item."""
@@ -109,7 +112,9 @@ _AGENTS = ("model", "oracle", "none")
 
 @env_app.command("eval", cls=renamed(EVAL_RENAMES))
 def eval_cmd(
-    env: str = typer.Argument(..., help="Env name or path/to/file.py:ClassName."),
+    env: str = typer.Argument(
+        ..., help="Env name or path/to/file.py:ClassName.", autocompletion=complete.env_names
+    ),
     model: str | None = typer.Option(
         None, "--model", help="Endpoint model name (omit with --base-url for embedded)."
     ),

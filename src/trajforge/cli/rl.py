@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from trajforge.cli import complete
 from trajforge.cli.errors import fail
 from trajforge.cli.vocab import renamed
 
@@ -45,7 +46,9 @@ def _manager(runs_dir: Path) -> Any:
 
 @rl_app.command("start", cls=renamed(START_RENAMES))
 def start_cmd(
-    env: str = typer.Argument(..., help="Env name or path/to/file.py:ClassName."),
+    env: str = typer.Argument(
+        ..., help="Env name or path/to/file.py:ClassName.", autocompletion=complete.env_names
+    ),
     model: Path | None = typer.Option(
         None, "--model-path", help="Local model directory (default: the embedded policy)."
     ),
@@ -128,7 +131,9 @@ RL_KINDS = ("rl run", "rl train", "rl demo")
 @rl_app.command("status", cls=renamed(RUNS_RENAMES))
 def status_cmd(
     run_id: str | None = typer.Argument(
-        None, help="Run id (`trajforge rl list`); none: one line per run under --output-dir."
+        None,
+        autocompletion=complete.run_ids,
+        help="Run id (`trajforge rl list`); none: one line per run under --output-dir.",
     ),
     runs_dir: Path = RunsDir,
     json_out: bool = JsonOut,
@@ -159,7 +164,7 @@ def status_cmd(
 
 @rl_app.command("stop", cls=renamed(RUNS_RENAMES))
 def stop_cmd(
-    run_id: str = typer.Argument(..., help="Run id (`trajforge rl list`)."),
+    run_id: str = typer.Argument(..., autocompletion=complete.run_ids, help="Run id (`trajforge rl list`)."),
     runs_dir: Path = RunsDir,
     grace: float = typer.Option(10.0, "--grace", help="Seconds between SIGTERM and SIGKILL."),
     json_out: bool = JsonOut,
@@ -190,7 +195,9 @@ def _results(runs_dir: Path, run_id: str, kind: str) -> Any:
 @rl_app.command("results", cls=renamed(RUNS_RENAMES))
 def results_cmd(
     run_id: str | None = typer.Argument(
-        None, help="Run id (`trajforge rl list`); none: one line per run under --output-dir."
+        None,
+        autocompletion=complete.run_ids,
+        help="Run id (`trajforge rl list`); none: one line per run under --output-dir.",
     ),
     runs_dir: Path = RunsDir,
     json_out: bool = JsonOut,
@@ -236,7 +243,7 @@ def list_cmd(runs_dir: Path = RunsDir, json_out: bool = JsonOut) -> None:
 
 @rl_app.command("logs", cls=renamed(RUNS_RENAMES))
 def logs_cmd(
-    run_id: str = typer.Argument(..., help="Run id (`trajforge rl list`)."),
+    run_id: str = typer.Argument(..., autocompletion=complete.run_ids, help="Run id (`trajforge rl list`)."),
     runs_dir: Path = RunsDir,
     process: str | None = typer.Option(None, "--process", help="One process (default: all)."),
     lines: int = typer.Option(50, "--lines", min=1, help="Last lines of each log."),

@@ -16,6 +16,7 @@ from typing import Any
 
 import typer
 
+from trajforge.cli import complete
 from trajforge.cli.errors import fail
 from trajforge.cli.vocab import renamed
 
@@ -50,7 +51,9 @@ def run_dir(output_dir: Path | None, run_name: str | None, default_name: str) ->
 
 
 def train_cmd(
-    env: str = typer.Argument(..., help="Env name or path/to/file.py:ClassName."),
+    env: str = typer.Argument(
+        ..., help="Env name or path/to/file.py:ClassName.", autocompletion=complete.env_names
+    ),
     model: Path | None = typer.Option(
         None, "--model-path", help="Local model directory to start from (default: the embedded policy)."
     ),
