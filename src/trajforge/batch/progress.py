@@ -10,6 +10,7 @@ the ETA jump for the rest of the run.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections import deque
@@ -53,27 +54,64 @@ class Snapshot:
 
 
 RATE_WINDOW_S = 60.0
+RATE_MIN_SHARE = 0.1  # a rate is over at least this share of the total (and RATE_MIN_COUNT things)
+RATE_MIN_COUNT = 5
+
+
+class RateEstimate:
+    """Things per second, and the ETA from it, over the most recent stretch that holds both at
+    least ``window_s`` seconds and at least ``min_share`` of the total (``min_count`` at least).
+
+    Why both: completions come in bursts (a batch of rollouts finishing together), so a rate over
+    a fixed minute swings with each burst -- an ETA of 20m, then 4m50, then 44m in one run. Over
+    a stretch that always holds a tenth of the work a burst moves it little, and it still follows
+    a run that really speeds up or slows down. The rate is measured up to *now*, not the last
+    completion, so a stall lowers it as it goes on; and from the first point counted (a batch
+    counts from its first completion: the start-up before it is no part of the rate)."""
+
+    def __init__(
+        self,
+        window_s: float = RATE_WINDOW_S,
+        min_share: float = RATE_MIN_SHARE,
+        min_count: int = RATE_MIN_COUNT,
+    ) -> None:
+        self._window = window_s
+        self._min_share = min_share
+        self._min_count = min_count
+        self._points: deque[tuple[float, int]] = deque()
+
+    def add(self, now: float, done: int, total: int) -> tuple[float, float | None]:
+        """(rate, eta_s) with ``done`` of ``total`` at time ``now`` counted in."""
+        if not self._points or done != self._points[-1][1]:
+            self._points.append((now, done))
+        need = max(self._min_count, math.ceil(self._min_share * total))
+        while (
+            len(self._points) > 2
+            and now - self._points[1][0] >= self._window
+            and done - self._points[1][1] >= need
+        ):
+            self._points.popleft()
+        t0, d0 = self._points[0]
+        rate = (done - d0) / (now - t0) if now - t0 >= 1.0 and done > d0 else 0.0
+        remaining = total - done
+        return rate, (remaining / rate if rate > 0 and remaining > 0 else None)
 
 
 class RateWindow:
-    """Samples per second over the last ``window_s`` seconds of snapshots (the whole session's
-    rate until the window holds two points), and the ETA from it."""
+    """A batch's rate and ETA (:class:`RateEstimate`) from its snapshots, counted from the
+    session's first completion; until there are two, the session's own average."""
 
     def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
-        self._window = window_s
-        self._points: deque[tuple[float, int]] = deque()
+        self._estimate = RateEstimate(window_s)
 
     def add(self, snap: Snapshot) -> tuple[float, float | None]:
         """(rate, eta_s) with ``snap`` counted in."""
-        now = snap.elapsed_s
-        self._points.append((now, snap.session_done))
-        while len(self._points) > 2 and now - self._points[1][0] >= self._window:
-            self._points.popleft()
-        (t0, d0), (t1, d1) = self._points[0], self._points[-1]
-        rate = (d1 - d0) / (t1 - t0) if t1 - t0 >= 1.0 and d1 > d0 else snap.rate
-        remaining = snap.total - snap.done
-        eta = remaining / rate if rate > 0 and remaining > 0 else None
-        return rate, eta
+        if snap.session_done == 0:
+            return snap.rate, snap.eta_s
+        rate, eta = self._estimate.add(
+            snap.elapsed_s, snap.session_done, snap.session_done + snap.total - snap.done
+        )
+        return (rate, eta) if rate > 0 else (snap.rate, snap.eta_s)
 
 
 def _eta_text(eta_s: float | None) -> str:
