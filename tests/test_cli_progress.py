@@ -179,3 +179,39 @@ def test_live_bar_keeps_its_numbers_whole_on_an_80_column_terminal(monkeypatch: 
     live.close()
     last = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", out.getvalue()).split("\r")[-1].rstrip("\n")
     assert len(last) <= 80 and " 6/12 " in last and re.search(r" \d+:\d\d:\d\d ", last), last
+
+
+def test_batch_notes_print_above_the_live_bar_whole() -> None:
+    """The "No --model/--base-url given" note came out over the live bar, half a line of each (issue
+    43): notes now go through the display, which prints them above itself."""
+    import re
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    bar = RichProgress("run", 0, console=Console(file=buf, force_terminal=True, width=80))
+    bar.phase("starting the model server (embedded policy)")
+    note = "No --model/--base-url given: using the embedded tiny policy served on loopback."
+    bar.note(note)
+    bar.update(_snap(5, 6.0))
+    bar.close(_snap(5, 6.0))
+    lines = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", buf.getvalue()).replace("\r", "\n").splitlines()
+    assert note in [line.strip() for line in lines], lines
+
+
+def test_plain_heartbeat_speaks_while_work_reports_nothing() -> None:
+    """Work that reports rarely (rl train's first step: a minute on a CPU) says its phase and how
+    long it has been in it, every few seconds, instead of nothing."""
+    import time
+
+    out = io.StringIO()
+    live = LiveProgress("rl train", unit="steps", mode="plain", stream=out, quiet_s=0, heartbeat_s=0.05)
+    live.phase("starting: loading the policy")
+    for _ in range(400):  # until the heartbeat spoke twice (at most 20 s on a loaded machine)
+        if out.getvalue().count("[rl train] starting: loading the policy (") >= 2:
+            break
+        time.sleep(0.05)
+    live.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "[rl train] starting: loading the policy"
+    assert sum(line.startswith("[rl train] starting: loading the policy (") for line in lines) >= 2, lines

@@ -143,6 +143,9 @@ def compact_text(snap: Snapshot, rate: float | None = None, eta_s: float | None 
 
 
 class ProgressSink(Protocol):
+    def note(self, text: str) -> None:
+        """A line worth keeping (the embedded model is used, a warning): above a live bar, whole."""
+
     def phase(self, text: str) -> None:
         """What the run is doing before samples complete (shown until the first one is done)."""
         ...
@@ -153,6 +156,9 @@ class ProgressSink(Protocol):
 
 
 class NullProgress:
+    def note(self, text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
     def phase(self, text: str) -> None:
         pass
 
@@ -173,6 +179,9 @@ class PlainProgress:
         self._last = 0.0
         self._phase = "starting"
         self._rate = RateWindow()
+
+    def note(self, text: str) -> None:
+        print(text, file=self._stream, flush=True)
 
     def phase(self, text: str) -> None:
         if text != self._phase:
@@ -224,6 +233,10 @@ class RichProgress:
         if not self._started:
             self._progress.start()
             self._started = True
+
+    def note(self, text: str) -> None:
+        # printed through the live display's console: above the bar, never over it
+        self._progress.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     def phase(self, text: str) -> None:
         self._start()

@@ -10,6 +10,7 @@ display (batch/progress.py, fed from the ledger); this one is fed by the command
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Literal, TextIO
@@ -43,9 +44,12 @@ class LiveProgress:
         every_s: float = 5.0,
         quiet_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        heartbeat_s: float | None = None,
     ) -> None:
         self._name, self._unit, self._every = name, unit, every_s
         self._clock = clock
+        self._started = clock()
+        self._lock = threading.Lock()
         self._speak_at = clock() + quiet_s
         self._stream = stream or sys.stderr
         if mode == "auto":
@@ -61,6 +65,20 @@ class LiveProgress:
         self._task: Any = None
         self._words: Any = None  # the rich columns of the words, sized to the terminal as drawn
         self._note_column: Any = None
+        self._beat: threading.Thread | None = None
+        self._stop = threading.Event()
+        if heartbeat_s is not None and self._mode == "plain":
+            self._beat = threading.Thread(target=self._heartbeat, args=(heartbeat_s,), daemon=True)
+            self._beat.start()
+
+    def _heartbeat(self, every: float) -> None:
+        """Plain mode, for work that reports rarely (a training step of a minute): a line when
+        nothing was printed for ``every`` seconds, so a log never goes silent while work goes on."""
+        while not self._stop.wait(every):
+            if self._clock() - self._last_line >= every and self._phase:
+                waited = self._clock() - self._started
+                text = self.line() if self._total else f"{self._phase} ({waited:.0f}s)"
+                self._print(f"[{self._name}] {text}")
 
     # ------------------------------------------------------------------ reporting
     def phase(self, text: str) -> None:
@@ -154,12 +172,18 @@ class LiveProgress:
         )
 
     def close(self) -> None:
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join()
+            self._beat = None
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
 
     def _print(self, text: str) -> None:
-        print(text, file=self._stream, flush=True)
+        with self._lock:  # the heartbeat prints from its own thread
+            self._last_line = self._clock()
+            print(text, file=self._stream, flush=True)
 
     def __enter__(self) -> LiveProgress:
         return self
