@@ -215,3 +215,43 @@ def test_plain_heartbeat_speaks_while_work_reports_nothing() -> None:
     lines = out.getvalue().splitlines()
     assert lines[0] == "[rl train] starting: loading the policy"
     assert sum(line.startswith("[rl train] starting: loading the policy (") for line in lines) >= 2, lines
+
+
+async def test_before_the_first_sample_is_done_the_display_says_what_the_rollouts_did(
+    tmp_path: Path, scripted_batch_config: Any
+) -> None:
+    """``make demo`` printed "0/20 first samples in flight" alone for its first 37 s (issue 43):
+    the in-process worker counts model calls and tokens as they come, and the display says them."""
+    import asyncio
+
+    from trajforge.batch.runner import run_batch
+    from trajforge.testing.scripted_server import Reply, ScriptedServer
+
+    gate = asyncio.Event()
+
+    async def policy(body: dict[str, Any]) -> Reply:
+        if any(m["role"] == "assistant" for m in body["messages"]):
+            await gate.wait()  # the second call of each sample waits: none can finish yet
+            return Reply(content="done", reasoning="r")
+        return Reply(reasoning="r", tool_calls=[_ls()])
+
+    out = io.StringIO()
+    sink = PlainProgress("demo", stream=out, every_s=0)
+    async with ScriptedServer(policy, api_key="k") as srv:
+        cfg = scripted_batch_config([{"prompt": f"p{i}"} for i in range(3)], srv.base_url, progress="plain")
+        run = asyncio.create_task(run_batch(cfg, progress=sink))
+        for _ in range(1200):  # until the display says it (at most a minute on a loaded machine)
+            if "3 model calls answered" in out.getvalue():
+                break
+            await asyncio.sleep(0.05)
+        gate.set()
+        await run
+    waiting = [line for line in out.getvalue().splitlines() if "model calls answered" in line]
+    assert waiting and waiting[-1].startswith("[demo] 0/3 first samples in flight: 3 model calls answered, ")
+    assert " tokens generated (" in waiting[-1]
+
+
+def _ls() -> Any:
+    from trajforge.testing.scripted_server import ToolCallSpec
+
+    return ToolCallSpec("terminal", {"command": "ls"})

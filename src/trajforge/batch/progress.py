@@ -31,6 +31,7 @@ class Snapshot:
     session_done: int
     elapsed_s: float
     tokens: int
+    activity: str = ""  # what the rollouts did so far, before any is done (in-process workers)
 
     @property
     def done(self) -> int:
@@ -127,6 +128,12 @@ def _eta_text(eta_s: float | None) -> str:
     )
 
 
+def _waiting(phase: str, snap: Snapshot) -> str:
+    """Before the first sample is done: the phase, what the rollouts did so far, how long."""
+    doing = f": {snap.activity}" if snap.activity else ""
+    return f"{phase}{doing} ({snap.elapsed_s:.0f}s)"
+
+
 def _short(n: float) -> str:
     return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e4 else f"{n:.0f}"
 
@@ -197,7 +204,7 @@ class PlainProgress:
 
     def _emit(self, snap: Snapshot, rate_eta: tuple[float, float | None] | None = None) -> None:
         if snap.session_done == 0 and snap.done < snap.total:  # nothing finished yet: say what goes on
-            text = f"{self._phase} ({snap.elapsed_s:.0f}s)"
+            text = _waiting(self._phase, snap)
         else:
             rate, eta = rate_eta or (snap.rate, snap.eta_s)
             text = (
@@ -248,7 +255,7 @@ class RichProgress:
         self._start()
         rate, eta = self._rate.add(snap)
         waiting = snap.session_done == 0 and snap.done < snap.total
-        counts = f"{self._phase} ({snap.elapsed_s:.0f}s)" if waiting else compact_text(snap, rate, eta)
+        counts = _waiting(self._phase, snap) if waiting else compact_text(snap, rate, eta)
         self._progress.update(self._task, completed=snap.done, total=snap.total, counts=counts)
 
     def close(self, snap: Snapshot | None) -> None:
