@@ -350,8 +350,10 @@ def overview(path: Path, kind: RunKind) -> RunOverview:
         status = "finished" if summary else "incomplete"
         done, total = progress.get("finished"), progress.get("total")
         detail = f"{done}/{total} episodes" if done is not None else ""
-        if isinstance(summary.get("mean_reward"), int | float):
-            detail += f", mean reward {summary['mean_reward']:.3f}"
+        for key, label in (("mean_reward", "mean reward"), ("pass_at_1", "pass@1")):
+            figure = summary.get(key)  # {"value", "low", "high"} (envs.summary)
+            if isinstance(figure, dict) and isinstance(figure.get("value"), int | float):
+                detail += f", {label} {figure['value']:.3f}"
     elif kind == "batch":
         stats = _json_object(path / "statistics.json")
         done, total = stats.get("total_done"), stats.get("total_prompts")
