@@ -7,20 +7,31 @@ raises when the consumer would refuse it:
 * TRL's chat templates (``trl/chat_templates``, put into a tiny tokenizer built here) through
   ``apply_chat_template`` with the ``tools`` column, tokenized;
 * LLaMA-Factory (0.9.5): ``SharegptDatasetConverter`` on the ``dataset_info.json`` entry
-  docs/formats.md gives, then its ``qwen`` template's formatters (built as ``template.py``
-  registers them: its template registry imports torchaudio, which this project does not install)
-  applied in the order ``Template._encode`` applies them, tokenized;
+  docs/formats.md gives, then the ``qwen`` template's formatters -- built by evaluating
+  LLaMA-Factory's own ``register_template(name="qwen", ...)`` call in ``data/template.py``, with
+  its own formatter classes and ``register_template``'s own defaults -- applied in the order
+  ``Template._encode`` applies them, tokenized;
 * Axolotl (0.19): the ``chat_template`` prompt strategy's ``tokenize_prompt``.
 
 LLaMA-Factory and Axolotl pin library versions this project cannot install next to TRL 1.16 and
-datasets 5.2, so their wheels are installed without dependencies (Makefile) and only the
-converter code is imported: LLaMA-Factory's ``data/converter.py`` and ``data/formatter.py``
-(loaded without ``llamafactory/data/__init__.py``, which pulls torchaudio and gradio), Axolotl's
-``prompt_strategies/chat_template.py`` (needs only colorama and addict besides our stack).
+datasets 5.2, so their wheels are installed without dependencies (Makefile), and what the tests
+import of them are their data converters. Axolotl's ``prompt_strategies/chat_template.py``
+imports the normal way (it needs only colorama and addict besides our stack, both in the ``dev``
+extra). LLaMA-Factory's top-level package and ``llamafactory.extras`` import the normal way too;
+``llamafactory/data/__init__.py`` cannot: it imports every data module, among them the
+multimodal plugin (``mm_plugin.py``), which imports ``torchaudio`` at module level, and no
+``torchaudio`` exists for torch 2.13 (the newest, 2.11.1, pins torch 2.11 and its native library
+does not load against 2.13). No small pure-Python package fixes that (``omegaconf``, the other
+import a user meets, is only ``llamafactory.hparams``'s, which the converter does not use). So the
+``llamafactory.data`` package is entered at its directory without running its ``__init__``
+(:func:`llamafactory`), and ``converter.py``, ``formatter.py``, ``data_utils.py`` and
+``tool_utils.py`` are imported as LLaMA-Factory ships them: nothing of theirs, and no third-party
+module, is stubbed or copied.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import sys
@@ -56,30 +67,63 @@ def render(tok: Any, messages: list[dict[str, Any]], tools: Any) -> list[int]:
 
 
 def llamafactory() -> tuple[Any, Any]:
-    """LLaMA-Factory's converter and formatter modules (skips when it is not installed)."""
-    loaded = sys.modules.get("llamafactory")
-    if loaded is not None:  # already stubbed (below) by an earlier call
-        root = list(loaded.__path__)[0]
-    else:
-        spec = importlib.util.find_spec("llamafactory")
-        if spec is None or not spec.submodule_search_locations:
-            pytest.skip(
-                "llamafactory is not installed: pip install --no-deps llamafactory==0.9.5 (make test does)"
-            )
-        root = spec.submodule_search_locations[0]
-    for name, sub in (
-        ("llamafactory", ""),
-        ("llamafactory.data", "/data"),
-        ("llamafactory.extras", "/extras"),
-    ):
-        if name not in sys.modules:
-            module = types.ModuleType(name)
-            module.__path__ = [root + sub]
-            sys.modules[name] = module
+    """LLaMA-Factory's converter and formatter modules (skips when it is not installed). The
+    package ``llamafactory.data`` is entered at its directory, its ``__init__`` not run (module
+    docstring: it imports torchaudio, which torch 2.13 has none of)."""
+    spec = importlib.util.find_spec("llamafactory")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip(
+            "llamafactory is not installed: pip install --no-deps llamafactory==0.9.5 (make test does)"
+        )
+    importlib.import_module("llamafactory")  # its own __init__: light, imported as it ships
+    importlib.import_module("llamafactory.extras")
+    if "llamafactory.data" not in sys.modules:
+        data = types.ModuleType("llamafactory.data")
+        data.__path__ = [str(Path(spec.submodule_search_locations[0]) / "data")]
+        data.__package__ = "llamafactory.data"
+        sys.modules["llamafactory.data"] = data
     return (
         importlib.import_module("llamafactory.data.converter"),
         importlib.import_module("llamafactory.data.formatter"),
     )
+
+
+def llamafactory_template(name: str = "qwen") -> dict[str, Any]:
+    """The formatters and words LLaMA-Factory registers for template ``name``: its own
+    ``register_template(name=..., ...)`` call in ``data/template.py``, evaluated with its own
+    formatter classes, and ``register_template``'s own defaults for what the call leaves out."""
+    _, fmt = llamafactory()
+    source = Path(fmt.__file__).with_name("template.py").read_text()
+    tree = ast.parse(source)
+    classes = {
+        c: getattr(fmt, c)
+        for c in ("StringFormatter", "FunctionFormatter", "ToolFormatter", "EmptyFormatter")
+    }
+
+    def value(node: ast.expr) -> Any:
+        return eval(compile(ast.Expression(node), "llamafactory/data/template.py", "eval"), classes)  # noqa: S307
+
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "register_template"
+        and any(
+            k.arg == "name" and isinstance(k.value, ast.Constant) and k.value.value == name
+            for k in node.keywords
+        )
+    ]
+    assert len(calls) == 1, f"LLaMA-Factory registers template {name!r} {len(calls)} times"
+    found = {k.arg: value(k.value) for k in calls[0].keywords if k.arg and k.arg != "name"}
+    register = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "register_template")
+    defaults = {  # `thought_words or (...)`: the tuple after `or` in the Template it builds
+        k.arg: value(k.value.values[1])
+        for node in ast.walk(register)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "template_class"
+        for k in node.keywords
+        if k.arg in ("thought_words", "tool_call_words") and isinstance(k.value, ast.BoolOp)
+    }
+    return {**defaults, **found}
 
 
 def llamafactory_dataset_attr() -> Any:
@@ -105,28 +149,23 @@ def llamafactory_dataset_attr() -> Any:
 
 
 class LlamaFactoryQwen:
-    """LLaMA-Factory's converter and its ``qwen`` template's formatters, in ``Template._encode``'s order."""
-
-    THOUGHT = ("<think>\n", "\n</think>\n\n")
-    TOOL_CALL = ("<tool_call>", "</tool_call>")
+    """LLaMA-Factory's converter and its ``qwen`` template's formatters (:func:`llamafactory_template`),
+    in ``Template._encode``'s order."""
 
     def __init__(self) -> None:
-        converter, fmt = llamafactory()
+        converter, _ = llamafactory()
         self.convert = converter.SharegptDatasetConverter(
             llamafactory_dataset_attr(), types.SimpleNamespace(media_dir="")
         )
-        self.user = fmt.StringFormatter(
-            slots=["<|im_start|>user\n{{content}}<|im_end|>\n<|im_start|>assistant\n"]
-        )
-        self.assistant = fmt.StringFormatter(slots=["{{content}}<|im_end|>\n"])
-        self.system = fmt.StringFormatter(slots=["<|im_start|>system\n{{content}}<|im_end|>\n"])
-        self.function = fmt.FunctionFormatter(slots=["{{content}}<|im_end|>\n"], tool_format="qwen")
-        self.observation = fmt.StringFormatter(
-            slots=[
-                "<|im_start|>user\n<tool_response>\n{{content}}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
-            ]
-        )
-        self.tools = fmt.ToolFormatter(tool_format="qwen")
+        template = llamafactory_template("qwen")
+        self.user = template["format_user"]
+        self.assistant = template["format_assistant"]
+        self.system = template["format_system"]
+        self.function = template["format_function"]
+        self.observation = template["format_observation"]
+        self.tools = template["format_tools"]
+        self.THOUGHT = template["thought_words"]
+        self.TOOL_CALL = template["tool_call_words"]
 
     def converted(self, row: dict[str, Any]) -> dict[str, Any]:
         """The converter's output; raises when it would skip the row as "abnormal"."""

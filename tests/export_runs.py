@@ -79,6 +79,15 @@ MALFORMED: dict[str, list[Reply]] = {
         ),
         Reply(content="you are in the sandbox"),
     ],
+    # a call that ran, its reasoning holding an unclosed call of its own (a T=1.5 run of the
+    # embedded model wrote this): the loop ran the real one; the SFT text would teach the other
+    "markup in reasoning": [
+        Reply(
+            reasoning='I will list <tool_call>{"name": "terminal", "argu',
+            tool_calls=[ToolCallSpec("terminal", {"command": "ls"})],
+        ),
+        Reply(content="the directory is empty"),
+    ],
     "string arguments": [
         Reply(tool_calls=[ToolCallSpec("terminal", '{"command": "ls"')]),
         Reply(content="gave up on ls"),
@@ -92,6 +101,7 @@ MALFORMED_KIND = {
     "broken markup": "unparsed_call",
     "markup as text": "unparsed_call",
     "markup beside a call": "call_markup_in_text",
+    "markup in reasoning": "call_markup_in_text",
     "string arguments": "non_object_arguments",
     "list arguments": "non_object_arguments",
 }

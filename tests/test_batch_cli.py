@@ -123,7 +123,7 @@ def test_config_file_run_and_export(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     result = runner.invoke(app, ["export", str(run_dir), "--format", "nope"])
     assert result.exit_code == 2 and "unknown format" in result.output
     result = runner.invoke(app, ["export", str(tmp_path), "--format", "messages"])
-    assert result.exit_code == 2 and "not a trajforge batch run" in result.output
+    assert result.exit_code == 2 and "is not a run directory trajforge wrote" in result.output
 
 
 def test_unimplemented_toolsets_are_announced(tmp_path):

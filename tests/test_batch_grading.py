@@ -125,8 +125,11 @@ async def test_dpo_export_pairs_samples_of_a_prompt_by_reward(
     report = export(summary.run_dir, "dpo")
     assert report.rows == 8  # per prompt: 2 right x 2 wrong
     pairs = [orjson.loads(x) for x in report.path.read_bytes().splitlines()]  # noqa: ASYNC240
-    assert all("The answer is 0." not in str(p["chosen"]) for p in pairs)
-    assert all("The answer is 0." in str(p["rejected"]) for p in pairs)
+    # the two part at their first model turn, the call (docs/formats.md, "dpo"): the wrong sample
+    # computed 0 there; nothing after it (its result, its answer) is a completion token
+    assert all(p["shared_turns"] == 1 and len(p["chosen"]) == len(p["rejected"]) == 1 for p in pairs)
+    assert all("print(0)" not in str(p["chosen"]) for p in pairs)
+    assert all("print(0)" in str(p["rejected"]) for p in pairs)
 
 
 async def test_a_bad_env_reference_fails_before_anything_starts(

@@ -154,6 +154,7 @@ def test_modernize_rewrites_both_forms_and_stops_at_the_double_dash() -> None:
 def test_an_old_spelling_works_with_one_note_on_stderr(
     tmp_path: Path, argv: list[str], old: str, new: str
 ) -> None:
+    _env_run(tmp_path)  # env resize takes an env eval run
     result = CliRunner().invoke(app, [a.replace("{tmp}", str(tmp_path)) for a in argv])
     assert result.exit_code == 0, result.output
     notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
@@ -163,7 +164,13 @@ def test_an_old_spelling_works_with_one_note_on_stderr(
     assert again.exit_code == 0 and "note:" not in again.stderr
 
 
+def _env_run(run_dir: Path) -> None:
+    """An env eval run's directory as it is a moment after the eval started."""
+    (run_dir / "run.json").write_text('{"env": "tiny_tasks", "n": 1, "group_size": 1, "config": {}}')
+
+
 def test_an_old_spelling_reaches_the_option_it_was_renamed_to(tmp_path: Path) -> None:
+    _env_run(tmp_path)
     result = CliRunner().invoke(
         app, ["env", "resize", str(tmp_path), "--rollouts", "3", "--tools=2", "--json"]
     )

@@ -76,7 +76,7 @@ def test_env_eval_errors_say_what_to_do(tmp_path: Path) -> None:
     out = runner.invoke(app, ["env", "eval", "terminal_test", "--tasks", str(tmp_path)])
     assert out.exit_code == 2 and "does not read a task directory" in out.output
     out = runner.invoke(app, ["env", "rescore", str(tmp_path)])
-    assert out.exit_code == 2 and "not an env run directory" in out.output
+    assert out.exit_code == 2 and "is not a run directory trajforge wrote" in out.output
 
 
 class _Gauge:

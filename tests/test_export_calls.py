@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from export_runs import MALFORMED, MALFORMED_KIND, SCRIPTS, SYSTEM, mixed_run, read_jsonl
 from trajforge.agent.config import AgentConfig
 from trajforge.agent.loop import AgentLoop
-from trajforge.batch.export import ExportOptions, export
+from trajforge.batch.export import ExportOptions, export, markup_check
 from trajforge.cli.main import app
 from trajforge.testing.scripted_model import ScriptedModel
 from trajforge.tools.base import ToolContext
@@ -58,7 +58,8 @@ async def test_malformed_calls_are_text_never_calls(run_dir: Path) -> None:
     lines = _lines(run_dir)
     assert set(lines) == set(SCRIPTS) | set(MALFORMED)
     for prompt, line in lines.items():
-        chat = to_messages(line["conversations"], ended_on_answer=line["termination"] == "final_answer")
+        ended = line["termination"] == "final_answer"
+        chat = to_messages(line["conversations"], ended_on_answer=ended, markup=markup_check(None))
         calls = _calls(chat.messages)
         kinds = {m.kind for m in chat.malformed}
         assert kinds == ({MALFORMED_KIND[prompt]} if prompt in MALFORMED else set()), prompt
@@ -132,3 +133,25 @@ async def test_the_cli_says_what_it_left_out_and_how_to_keep_it(run_dir: Path) -
     assert "--malformed-calls text" in result.output
     bad = CliRunner().invoke(app, ["export", str(run_dir), "--malformed-calls", "maybe"])
     assert bad.exit_code == 2 and "skip or text" in bad.output
+
+
+async def test_a_completed_line_with_a_dangling_closing_tag_is_left_out_of_every_sft_format(
+    run_dir: Path,
+) -> None:
+    """Lines written before the loop checked closing tags (issue 43: 6 of 46 rows of a T=1.5 run)
+    end "completed" on an answer with a dangling ``</tool_call>``: no SFT format holds them, unless
+    asked for with --malformed-calls text."""
+    path = run_dir / "trajectories.jsonl"
+    lines = read_jsonl(path)
+    done = next(line for line in lines if line["conversations"][1]["value"] == "list files")
+    done["conversations"][-1]["value"] += "\n</tool_call>"
+    path.write_bytes(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+    for fmt in ("messages", "llamafactory", "axolotl", "sharegpt", "hermes", "parquet"):
+        report = export(run_dir, fmt, run_dir / "out" / f"{fmt}.data")
+        assert report.rows == len(SCRIPTS) - 1, (fmt, report.left_out)
+        markup = sum(kind == "call_markup_in_text" for kind in MALFORMED_KIND.values())
+        assert report.left_out["malformed tool call (call_markup_in_text)"] == markup + 1, report.left_out
+    kept = export(
+        run_dir, "messages", run_dir / "out" / "text.jsonl", options=ExportOptions(malformed_calls="text")
+    )
+    assert kept.rows == len(SCRIPTS) + len(MALFORMED)

@@ -263,3 +263,62 @@ def test_dpo_pairs_of_a_hot_run_tokenize_in_trls_dpo_data_path_with_their_tools(
         prompt = tok.decode(row["prompt_ids"])
         assert '"name": "terminal"' in prompt  # the tools column was rendered into the prompt
         assert row["chosen_ids"] and row["rejected_ids"]
+
+
+def test_a_hot_run_exports_no_call_markup_and_parquet_gives_trl_the_messages_tokens(
+    hot_run: Path, tmp_path: Path
+) -> None:
+    """Issue 43's "must show", as a test: no row of an SFT format holds call markup (answers ending in
+    a dangling ``</tool_call>``, reasoning with an unclosed ``<tool_call>{...``), and TRL's SFT
+    trainer makes the same tokens of every Parquet row as of its ``messages`` row."""
+    from transformers import AutoModelForCausalLM
+    from trl import SFTConfig, SFTTrainer
+
+    from trajforge.llm.parsers.markup import call_tags
+    from trajforge.testing.tiny import build_tiny_model
+
+    tags = call_tags()
+
+    def marked(text: Any) -> bool:
+        return isinstance(text, str) and any(tag in text for tag in tags)
+
+    paths = {
+        fmt: export(hot_run, fmt, tmp_path / f"{fmt}.{'parquet' if fmt == 'parquet' else 'jsonl'}").path
+        for fmt in ("messages", "axolotl", "parquet", "llamafactory")
+    }
+    for fmt in ("messages", "axolotl", "parquet"):
+        ds = load(paths[fmt], tmp_path / "hf")
+        bad = [
+            row["key"]
+            for row in ds
+            if any(
+                marked(m.get("content")) or marked(m.get("reasoning_content"))
+                for m in row["messages"]
+                if m["role"] == "assistant"
+            )
+        ]
+        assert bad == [], (fmt, bad)
+    for row in load(paths["llamafactory"], tmp_path / "hf"):
+        texts = [t["value"] if t["from"] == "gpt" else t["value"].rpartition("\n</think>\n\n")[0]
+                 for t in row["conversations"] if t["from"] in ("gpt", "function_call")]  # fmt: skip
+        assert not any(marked(t) for t in texts), row["key"]
+    tok = chat_tokenizer(tmp_path, "qwen2_5")
+    build_tiny_model(tmp_path / "model", tok)
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "model"))
+
+    def trl_ids(path: Path, name: str) -> tuple[list[str], list[list[int]]]:
+        ds = load(path, tmp_path / "hf")
+        args = SFTConfig(
+            output_dir=str(tmp_path / name),
+            report_to=[],
+            use_cpu=True,
+            max_length=None,
+            dataset_num_proc=None,
+        )
+        trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok)
+        return ds["key"], [list(r["input_ids"]) for r in trainer.train_dataset]
+
+    keys, messages = trl_ids(paths["messages"], "m")
+    parquet_keys, parquet = trl_ids(paths["parquet"], "p")
+    assert parquet_keys == keys and len(keys) > 0
+    assert [k for k, a, b in zip(keys, messages, parquet, strict=True) if a != b] == []

@@ -475,5 +475,20 @@ async def test_report_of_an_env_run_in_chromium(env_run: Path, browser: Any, tmp
     title = await page.locator("#tf-detail h3").inner_text()
     assert title in {f"{e['item_id']} · rollout {e['rollout']} · arithmetic" for e in episodes}
     labels = await page.eval_on_selector_all("#tf-rows td.lbl", "ts => ts.map(t => t.textContent)")
-    assert sorted(labels) == sorted(e["item_id"] for e in episodes)
+    assert sorted(labels) == sorted(f"{e['item_id']} #{e['rollout']}" for e in episodes)
+    assert len(set(labels)) == len(episodes)  # two rollouts of an item are two rows that read apart
+
+    # the reward boxes apply as they are typed in (no Enter, no leaving the box)
+    await page.fill("#f-rmin", "1")
+    await expect(page.locator("#tf-rows tr")).to_have_count(3)
+    assert (
+        await page.locator("#tf-detail .kv").inner_text() != ""
+        and "reward\t1" in await page.locator("#tf-detail .kv").inner_text()
+    )
+    # a filter nothing matches shows no trajectory, not the last one that matched something
+    await page.fill("#f-rmin", "5")
+    await expect(page.locator("#tf-rows tr")).to_have_count(0)
+    await expect(page.locator("#tf-detail")).to_have_text("no embedded trajectory matches the filters")
+    await page.fill("#f-rmin", "")
+    await expect(page.locator("#tf-rows tr")).to_have_count(len(episodes))
     assert problems == []

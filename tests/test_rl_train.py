@@ -325,8 +325,10 @@ def test_trl_without_kl_prints_live_lines_and_a_resumed_run_continues(
     assert "step 1/1 reward " in first.output and " kl - " in first.output and "eta " in first.output
     assert "it/s" not in first.output and "%|" not in first.output and "{'loss'" not in first.output
     assert _metrics(out)[0]["kl"] is None
+    # the phase is said before anything else (issue 43: a minute of silence, then step lines)
+    assert first.output.startswith("[rl train] starting: loading the policy"), first.output[:200]
     second = _train(_args(tiny_model, out, 2, "--trainer", "trl"))
-    assert "step 2/2 reward " in second.output
+    assert "step 2/2 reward " in second.output and "[rl train] resuming:" in second.output
     lines = _metrics(out)
     assert [m["step"] for m in lines] == [1, 2] and lines[1]["resumed_from"] == 1
     assert json.loads((out / "state.json").read_text())["step"] == 2

@@ -46,6 +46,21 @@ def test_unknown_parser_lists_the_known_ones(model_dir: Path) -> None:
     assert result.exit_code == 2 and "hermes" in _stderr(result)
 
 
+def test_a_busy_port_is_said_before_the_model_loads(tmp_path: Path) -> None:
+    """The port is checked first (issue 43: "address in use" came after 16 s of loading): the model
+    here could not load at all, and the error is still the port's."""
+    import socket
+
+    (tmp_path / "config.json").write_text("{}")  # a model directory that would fail to load
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = CliRunner().invoke(app, ["serve", "--model-path", str(tmp_path), "--port", str(port)])
+    assert result.exit_code == 2, result.output
+    assert f"port {port} on 127.0.0.1 is in use" in _stderr(result) and "--port 0" in _stderr(result)
+
+
 async def test_local_server_runs_trajforge_serve_as_a_child(model_dir: Path, tmp_path: Path) -> None:
     log = tmp_path / "serve.log"
     server = LocalServer(model_dir, max_batch=4, device="cpu", log_path=log)

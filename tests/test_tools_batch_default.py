@@ -160,3 +160,27 @@ async def test_default_distribution_offers_and_uses_every_toolset(tmp_path, scri
     assert "name = Ada" in text  # the form was filled and submitted through snapshot refs
     assert "images/a-lighthouse-at-dusk-1.png" in text and "references_failed" in text
     assert len(images.requests) == 2 and len(aggregator.requests) == 2
+
+
+async def test_a_plain_batch_records_the_toolsets_it_offered_not_every_one_drawn(
+    tmp_path, scripted_batch_config
+) -> None:
+    """Nothing configured but the local tools: the ``default`` distribution still draws vision,
+    image_gen and moa, and a line once said so in ``toolsets``/``toolsets_used`` (7 toolsets
+    where 3 were offered, issue 43). A toolset is recorded when one of its tools was offered."""
+    from trajforge.batch.runner import run_batch
+    from trajforge.testing.scripted_server import ScriptedServer
+
+    rows = [{"prompt": f"say {i}"} for i in range(6)]
+    async with ScriptedServer(lambda body: Reply(content="ok", reasoning="r"), api_key="k") as srv:
+        cfg = scripted_batch_config(rows, srv.base_url, toolsets=None, distribution="default")
+        await run_batch(cfg)
+    lines = [orjson.loads(x) for x in (cfg.run_dir / "trajectories.jsonl").read_bytes().splitlines()]
+    assert len(lines) == 6
+    drawn_unconfigured = 0
+    for line in lines:
+        assert line["toolsets"] == line["toolsets_used"]
+        for toolset in line["toolsets"]:
+            assert set(TOOLSETS[toolset]) & set(line["tools"]), (toolset, line["tools"])
+        drawn_unconfigured += not ({"vision", "image_gen", "moa"} & set(line["toolsets"]))
+    assert drawn_unconfigured == 6  # none of the three, though the distribution draws them often

@@ -4,6 +4,7 @@ start of a batch run), `trajforge tools list` and `trajforge tools check` agains
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import orjson
@@ -206,3 +207,22 @@ async def test_tools_check_probes_each_configured_backend(tmp_path, scripted_ser
     assert not results["moa reference 2"]["ok"] and "cannot reach" in results["moa reference 2"]["detail"]
     assert results["moa aggregator"]["ok"] and "NOT listed" in results["moa aggregator"]["detail"]
     assert results["browser"]["ok"] and "Chromium" in results["browser"]["detail"]  # it really launched
+
+
+def test_tools_list_prints_a_reason_as_written_brackets_and_all(tmp_path):
+    """A reason's brackets are text, not rich markup: without playwright the browser's reason is
+    "pip install 'trajforge[tools]'", and the table once printed "pip install 'trajforge'"."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['playwright'] = None\n"  # playwright not installed
+        "from trajforge.cli.main import app\n"
+        "app(['tools', 'list', '--output-dir', sys.argv[1]])\n"
+    )
+    env = {**os.environ, "COLUMNS": "300"}
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'trajforge[tools]'" in out.stdout, out.stdout

@@ -16,7 +16,8 @@ import orjson
 
 from trajforge.agent.config import AgentConfig
 from trajforge.agent.result import AgentResult, Termination, ToolErrorRecord, ToolStat
-from trajforge.llm.parsers import ToolCallParser, get_parser
+from trajforge.llm.parsers import get_parser
+from trajforge.llm.parsers.markup import find_call_markup
 from trajforge.llm.types import AssistantTurn, ModelError, ModelErrorKind, ToolCall
 from trajforge.protocols import ChatModel
 from trajforge.sandbox.errors import SandboxUnavailableError
@@ -37,8 +38,8 @@ class AgentLoop:
         self.ctx = ctx
         self.config = config or AgentConfig()
         self._tool_slots = asyncio.Semaphore(self.config.max_parallel_tools)
-        name = self.config.unexecuted_call_parser
-        self._markup_parser: ToolCallParser | None = get_parser(name) if name and self.schemas else None
+        if self.config.unexecuted_call_parser:  # an unknown name fails here, not at the first answer
+            get_parser(self.config.unexecuted_call_parser)
 
     async def run(self, messages: list[dict[str, Any]]) -> AgentResult:
         """Run until a final answer, the turn budget, a fatal model error or the deadline."""
@@ -146,21 +147,26 @@ class AgentLoop:
             result.token_traces.append(turn.token_trace)
 
     def _unexecuted_calls(self, turn: AssistantTurn) -> list[str]:
-        """Tool-call markup in what would be the final answer: the endpoint returned the model's
-        call as text instead of parsing it. Saving it as an answer would make a "completed"
-        trajectory end in a call that never ran (and a DPO "chosen" reply that teaches it)."""
-        if not turn.content or not self.schemas or self._markup_parser is None:
+        """Tool-call markup in what would be the final answer, or in its reasoning: a call the
+        endpoint returned as text instead of parsing it, a dangling closing tag, a call written in
+        the thought. Ending on it would make a "completed" trajectory hold a call that never ran
+        (and an SFT row or a DPO "chosen" reply that teaches it). What counts is
+        :func:`~trajforge.llm.parsers.markup.find_call_markup`'s, shared with the exports."""
+        parser = self.config.unexecuted_call_parser
+        if not self.schemas or parser is None:
             return []
-        found = self._markup_parser.parse(turn.content, self.schemas)
-        offered = {t["function"]["name"] for t in self.schemas}
-        named = [c.name for c in found.calls if c.name in offered]
-        if not named and not found.errors:
-            return []
-        what = f"a call to {named[0]!r}" if named else "tool-call markup"
-        return [
-            f"your reply contains {what} as plain text; it was not run. Emit tool calls in the "
-            "tool-call format (not inside the answer text), or answer without call markup."
-        ]
+        for where, text, tools in (
+            ("reply", turn.content, self.schemas),
+            ("reasoning", turn.reasoning, None),
+        ):
+            what = find_call_markup(text, parser=parser, tools=tools)
+            if what is not None:
+                return [
+                    f"your {where} contains {what} as plain text; it was not run. Emit tool calls in "
+                    "the tool-call format (not inside the answer or the reasoning), or answer without "
+                    "call markup."
+                ]
+        return []
 
     def _report_parse_errors(
         self, turn: AssistantTurn, turn_index: int, history: list[dict[str, Any]], result: AgentResult

@@ -12,12 +12,18 @@ from trajforge.batch.config import BatchConfig
 from trajforge.batch.errors import RunError
 from trajforge.batch.ledger import LEDGER_FILE
 from trajforge.batch.writer import output_error
+from trajforge.record.runs import kind_problem, run_kind
 
 
 def check_run_dir(cfg: BatchConfig) -> None:
     """A new run needs a new (or empty) directory; an existing run continues only with --resume."""
     run_dir = cfg.run_dir
-    if cfg.resume or not run_dir.exists():
+    if not run_dir.exists():
+        return
+    kind = run_kind(run_dir)
+    if kind is not None and kind != "batch":  # never write a batch's files into another run
+        raise RunError(kind_problem(run_dir, ("batch",), "choose another --run-name / --output-dir") or "")
+    if cfg.resume:
         return
     if (run_dir / LEDGER_FILE).exists():
         raise RunError(

@@ -57,12 +57,14 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from trajforge.llm.parsers.markup import find_call_markup
 from trajforge.record import Record, RecordError
 from trajforge.record import load as load_record
+from trajforge.record.runs import kind_problem
 from trajforge.record.views import reference_view
 from trajforge.tools.toolsets import TOOLSETS
 from trajforge.trajectory import system_prompt
-from trajforge.trajectory.calls import Conversation, to_messages
+from trajforge.trajectory.calls import Conversation, MarkupCheck, to_messages
 from trajforge.trajectory.grounding import check_answer
 from trajforge.trajectory.pairs import (
     PairStats,
@@ -149,10 +151,13 @@ class RunInfo:
 
 def load_run(run_dir: Path) -> RunInfo:
     run_file = Path(run_dir) / "run.json"
+    problem = kind_problem(Path(run_dir), ("batch", "env eval"), "export reads the samples of")
+    if problem is not None:
+        raise ExportError(problem)
     try:
         info = orjson.loads(run_file.read_bytes())
     except FileNotFoundError:
-        raise ExportError(f"{run_dir} is not a trajforge batch run (no run.json)") from None
+        raise ExportError(f"{run_dir} is a run without its run.json: it cannot be exported") from None
     except orjson.JSONDecodeError as exc:
         raise ExportError(f"{run_file} is damaged: {exc}") from None
     env_run = (Path(run_dir) / ENV_FILE).exists() and not any(
@@ -195,6 +200,16 @@ def export_view(record: Record, run: RunInfo) -> dict[str, Any]:
 
 
 # -- one sample ---------------------------------------------------------------------------------
+def markup_check(tools: list[dict[str, Any]] | None) -> MarkupCheck:
+    """The agent loop's markup check for a sample offered ``tools``: a turn's text (calls to those
+    tools written as text included) and its reasoning (tags)."""
+
+    def markup(text: str | None, reasoning: str | None) -> str | None:
+        return find_call_markup(text, tools=tools) or find_call_markup(reasoning)
+
+    return markup
+
+
 @dataclass
 class Sample:
     """A run line and its conversation as OpenAI messages (calls told apart from text)."""
@@ -203,10 +218,13 @@ class Sample:
     chat: Conversation
 
     @classmethod
-    def of(cls, line: dict[str, Any]) -> Sample:
+    def of(cls, line: dict[str, Any], tools: list[dict[str, Any]] | None = None) -> Sample:
+        """``tools``: the schemas the sample was offered (a call to one of them written as text
+        in an answer is markup, as the agent loop counts it)."""
         termination = line.get("termination")
         ended = None if termination is None else termination == "final_answer"
-        return cls(line, to_messages(line.get("conversations") or [], ended_on_answer=ended))
+        chat = to_messages(line.get("conversations") or [], ended_on_answer=ended, markup=markup_check(tools))
+        return cls(line, chat)
 
     @property
     def answered(self) -> bool:
@@ -341,12 +359,37 @@ def _prompt_of(line: Mapping[str, Any]) -> str:
     return next((t["value"] for t in line["conversations"] if t["from"] == "human"), "")
 
 
-def _pair_row(chosen: Sample, rejected: Sample, run: RunInfo) -> dict[str, Any]:
+NOT_A_MODEL_FORK = "the two answers part at a tool result, not at a model turn"
+
+
+def fork(chosen: list[dict[str, Any]], rejected: list[dict[str, Any]]) -> int | None:
+    """Where two conversations of one prompt part: the index of the first message that differs,
+    when it is an assistant turn in both (None: they part elsewhere, or one holds the other)."""
+    n = 0
+    while n < len(chosen) and n < len(rejected) and chosen[n] == rejected[n]:
+        n += 1
+    if n >= len(chosen) or n >= len(rejected):
+        return None
+    if chosen[n]["role"] != "assistant" or rejected[n]["role"] != "assistant":
+        return None
+    return n
+
+
+def _pair_row(chosen: Sample, rejected: Sample, run: RunInfo) -> dict[str, Any] | None:
+    """One DPO row of agent trajectories: the prompt is all the two share (the system prompt, the
+    user's turn, and the turns both took alike, tool results included), the completions are the
+    one assistant turn where each went its own way. A completion is only ever the model's tokens:
+    DPO scores every completion token as the policy's choice, and a tool result or the loop's
+    "could not be parsed" turn is not (docs/formats.md, ``dpo``). None: the two part at a tool
+    result (the same call answered differently), where no model turn is to prefer."""
     c, r = chosen.line, rejected.line
+    at = fork(chosen.chat.messages, rejected.chat.messages)
+    if at is None:
+        return None
     return {
-        "prompt": [*_system(c), {"role": "user", "content": _prompt_of(c)}],
-        "chosen": chosen.chat.messages[1:],
-        "rejected": rejected.chat.messages[1:],
+        "prompt": [*_system(c), *chosen.chat.messages[:at]],
+        "chosen": [chosen.chat.messages[at]],
+        "rejected": [rejected.chat.messages[at]],
         "tools": run.tools_for(c["toolsets_used"]),
         "prompt_index": c.get("prompt_index"),
         "chosen_key": c.get("key"),
@@ -355,6 +398,7 @@ def _pair_row(chosen: Sample, rejected: Sample, run: RunInfo) -> dict[str, Any]:
         "rejected_reward": r.get("reward"),
         "rejected_status": r.get("status"),
         "rejected_reason": r.get("reason"),
+        "shared_turns": at,
     }
 
 
@@ -368,7 +412,7 @@ def dpo_pairs(
     favour of the grounded answer); any answered sample may be rejected. A line whose sample never
     got a model answer (failed before the first reply) can be neither; it is left out and counted."""
     options = options or ExportOptions()
-    samples = [Sample.of(line) for line in lines]
+    samples = [Sample.of(line, run.tools_for(line["toolsets_used"])) for line in lines]
     answered = [s for s in samples if s.answered]
     by_id = {id(s.line): s for s in answered}
     grounded: dict[int, bool | None] = {}
@@ -407,7 +451,14 @@ def dpo_pairs(
     stats.lines = len(lines)
     if len(answered) < len(lines):
         stats.notes.append(f"{len(lines) - len(answered)} line(s) without a model answer left out")
-    rows = [_pair_row(by_id[id(c)], by_id[id(r)], run) for c, r in pairs]
+    rows = []
+    for c, r in pairs:
+        row = _pair_row(by_id[id(c)], by_id[id(r)], run)
+        if row is None:
+            stats.pairs -= 1
+            stats.pairs_left_out[NOT_A_MODEL_FORK] = stats.pairs_left_out.get(NOT_A_MODEL_FORK, 0) + 1
+            continue
+        rows.append(row)
     return rows, stats
 
 
@@ -480,7 +531,7 @@ class _Kept:
 
     def _eligible(self, *, count: bool) -> Iterator[Sample]:
         for line in self._lines(report=count):
-            sample = Sample.of(line)
+            sample = Sample.of(line, self.run.tools_for(line["toolsets_used"]))
             why = left_out_reason(sample, self.options)
             if count:
                 self.read += 1

@@ -9,6 +9,12 @@ with zero rows still has its columns (``load_dataset("parquet", ..., streaming=T
 zero-row split in datasets 5.x, whatever the format). ``malformed_calls`` names the kinds of
 malformed tool call a row holds (empty unless the export kept them as text).
 
+The reference's ShareGPT turns travel as ``sharegpt``, never as ``conversations``: a column of that
+name is a conversation to every trainer that reads one. TRL's ``maybe_convert_to_chatml`` renames
+``conversations`` to ``messages`` over the real messages (every row trained on the reference's
+text with ``human``/``gpt`` roles no template knows), and LLaMA-Factory and Axolotl look for it
+by default. ``messages`` is the only conversation in the file (tests/test_export_consumers_agree.py).
+
 The table is written with pyarrow itself, not ``Dataset.to_parquet``, which draws a progress bar
 on the terminal of whoever runs ``trajforge export``; the file is the same (the features travel in
 the schema's ``huggingface`` metadata either way).
@@ -43,7 +49,7 @@ def features() -> Any:
     spec: dict[str, Any] = {"messages": List(Json()), "tools": List(Json())}
     spec.update({name: Value(kind) for name, kind in _SCALARS})
     spec["toolsets_used"] = List(Value("string"))
-    spec["conversations"] = List({"from": Value("string"), "value": Value("string")})
+    spec["sharegpt"] = List({"from": Value("string"), "value": Value("string")})
     spec["malformed_calls"] = List(Value("string"))
     spec.update({name: Json() for name in _JSON_FIELDS})
     return Features(spec)
@@ -62,8 +68,9 @@ def write_parquet(rows: Iterable[tuple[dict[str, Any], dict[str, Any], list[str]
         columns["messages"].append(chat["messages"])
         columns["tools"].append(chat["tools"])
         columns["malformed_calls"].append(malformed)
+        columns["sharegpt"].append(line.get("conversations"))
         for name in feats:
-            if name not in ("messages", "tools", "malformed_calls"):
+            if name not in ("messages", "tools", "malformed_calls", "sharegpt"):
                 columns[name].append(line.get(name))
         count += 1
     table = Dataset.from_dict(columns, features=feats).data.table

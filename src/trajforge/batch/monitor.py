@@ -20,7 +20,9 @@ STATS_FILE = "statistics.json"
 class Monitor:
     """Reads durable progress from the ledger; writes statistics.json; feeds the display."""
 
-    def __init__(self, cfg: BatchConfig, total: int, session: int, progress: ProgressSink) -> None:
+    def __init__(
+        self, cfg: BatchConfig, total: int, session: int, progress: ProgressSink, activity: Any = None
+    ) -> None:
         self.stats_path = cfg.run_dir / STATS_FILE
         self.label = RunLabel(cfg.run_name, cfg.model, cfg.distribution_name, cfg.toolsets)
         self.total = total
@@ -29,6 +31,7 @@ class Monitor:
         self.started = time.monotonic()
         self.ledger = open_ledger(cfg.run_dir)
         self.last: Snapshot | None = None
+        self.activity = activity  # scheduler.Activity of an in-process worker, else None
         # A refresh cancelled mid-way keeps running in its thread; the final one waits for it.
         self._lock = threading.Lock()
 
@@ -46,6 +49,7 @@ class Monitor:
         )
         write_atomic(self.stats_path, orjson.dumps(stats, option=orjson.OPT_INDENT_2))
         self.last = _snapshot(agg, session, self.total, elapsed)
+        self.last.activity = self.activity.text() if self.activity is not None else ""
         self.progress.update(self.last)
         return stats
 

@@ -10,6 +10,7 @@ the ETA jump for the rest of the run.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections import deque
@@ -30,6 +31,7 @@ class Snapshot:
     session_done: int
     elapsed_s: float
     tokens: int
+    activity: str = ""  # what the rollouts did so far, before any is done (in-process workers)
 
     @property
     def done(self) -> int:
@@ -53,27 +55,64 @@ class Snapshot:
 
 
 RATE_WINDOW_S = 60.0
+RATE_MIN_SHARE = 0.1  # a rate is over at least this share of the total (and RATE_MIN_COUNT things)
+RATE_MIN_COUNT = 5
+
+
+class RateEstimate:
+    """Things per second, and the ETA from it, over the most recent stretch that holds both at
+    least ``window_s`` seconds and at least ``min_share`` of the total (``min_count`` at least).
+
+    Why both: completions come in bursts (a batch of rollouts finishing together), so a rate over
+    a fixed minute swings with each burst -- an ETA of 20m, then 4m50, then 44m in one run. Over
+    a stretch that always holds a tenth of the work a burst moves it little, and it still follows
+    a run that really speeds up or slows down. The rate is measured up to *now*, not the last
+    completion, so a stall lowers it as it goes on; and from the first point counted (a batch
+    counts from its first completion: the start-up before it is no part of the rate)."""
+
+    def __init__(
+        self,
+        window_s: float = RATE_WINDOW_S,
+        min_share: float = RATE_MIN_SHARE,
+        min_count: int = RATE_MIN_COUNT,
+    ) -> None:
+        self._window = window_s
+        self._min_share = min_share
+        self._min_count = min_count
+        self._points: deque[tuple[float, int]] = deque()
+
+    def add(self, now: float, done: int, total: int) -> tuple[float, float | None]:
+        """(rate, eta_s) with ``done`` of ``total`` at time ``now`` counted in."""
+        if not self._points or done != self._points[-1][1]:
+            self._points.append((now, done))
+        need = max(self._min_count, math.ceil(self._min_share * total))
+        while (
+            len(self._points) > 2
+            and now - self._points[1][0] >= self._window
+            and done - self._points[1][1] >= need
+        ):
+            self._points.popleft()
+        t0, d0 = self._points[0]
+        rate = (done - d0) / (now - t0) if now - t0 >= 1.0 and done > d0 else 0.0
+        remaining = total - done
+        return rate, (remaining / rate if rate > 0 and remaining > 0 else None)
 
 
 class RateWindow:
-    """Samples per second over the last ``window_s`` seconds of snapshots (the whole session's
-    rate until the window holds two points), and the ETA from it."""
+    """A batch's rate and ETA (:class:`RateEstimate`) from its snapshots, counted from the
+    session's first completion; until there are two, the session's own average."""
 
     def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
-        self._window = window_s
-        self._points: deque[tuple[float, int]] = deque()
+        self._estimate = RateEstimate(window_s)
 
     def add(self, snap: Snapshot) -> tuple[float, float | None]:
         """(rate, eta_s) with ``snap`` counted in."""
-        now = snap.elapsed_s
-        self._points.append((now, snap.session_done))
-        while len(self._points) > 2 and now - self._points[1][0] >= self._window:
-            self._points.popleft()
-        (t0, d0), (t1, d1) = self._points[0], self._points[-1]
-        rate = (d1 - d0) / (t1 - t0) if t1 - t0 >= 1.0 and d1 > d0 else snap.rate
-        remaining = snap.total - snap.done
-        eta = remaining / rate if rate > 0 and remaining > 0 else None
-        return rate, eta
+        if snap.session_done == 0:
+            return snap.rate, snap.eta_s
+        rate, eta = self._estimate.add(
+            snap.elapsed_s, snap.session_done, snap.session_done + snap.total - snap.done
+        )
+        return (rate, eta) if rate > 0 else (snap.rate, snap.eta_s)
 
 
 def _eta_text(eta_s: float | None) -> str:
@@ -87,6 +126,12 @@ def _eta_text(eta_s: float | None) -> str:
         if minutes
         else f"{seconds}s"
     )
+
+
+def _waiting(phase: str, snap: Snapshot) -> str:
+    """Before the first sample is done: the phase, what the rollouts did so far, how long."""
+    doing = f": {snap.activity}" if snap.activity else ""
+    return f"{phase}{doing} ({snap.elapsed_s:.0f}s)"
 
 
 def _short(n: float) -> str:
@@ -105,6 +150,9 @@ def compact_text(snap: Snapshot, rate: float | None = None, eta_s: float | None 
 
 
 class ProgressSink(Protocol):
+    def note(self, text: str) -> None:
+        """A line worth keeping (the embedded model is used, a warning): above a live bar, whole."""
+
     def phase(self, text: str) -> None:
         """What the run is doing before samples complete (shown until the first one is done)."""
         ...
@@ -115,6 +163,9 @@ class ProgressSink(Protocol):
 
 
 class NullProgress:
+    def note(self, text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
     def phase(self, text: str) -> None:
         pass
 
@@ -136,6 +187,9 @@ class PlainProgress:
         self._phase = "starting"
         self._rate = RateWindow()
 
+    def note(self, text: str) -> None:
+        print(text, file=self._stream, flush=True)
+
     def phase(self, text: str) -> None:
         if text != self._phase:
             self._phase = text
@@ -150,7 +204,7 @@ class PlainProgress:
 
     def _emit(self, snap: Snapshot, rate_eta: tuple[float, float | None] | None = None) -> None:
         if snap.session_done == 0 and snap.done < snap.total:  # nothing finished yet: say what goes on
-            text = f"{self._phase} ({snap.elapsed_s:.0f}s)"
+            text = _waiting(self._phase, snap)
         else:
             rate, eta = rate_eta or (snap.rate, snap.eta_s)
             text = (
@@ -187,6 +241,10 @@ class RichProgress:
             self._progress.start()
             self._started = True
 
+    def note(self, text: str) -> None:
+        # printed through the live display's console: above the bar, never over it
+        self._progress.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
     def phase(self, text: str) -> None:
         self._start()
         self._phase = text
@@ -197,7 +255,7 @@ class RichProgress:
         self._start()
         rate, eta = self._rate.add(snap)
         waiting = snap.session_done == 0 and snap.done < snap.total
-        counts = f"{self._phase} ({snap.elapsed_s:.0f}s)" if waiting else compact_text(snap, rate, eta)
+        counts = _waiting(self._phase, snap) if waiting else compact_text(snap, rate, eta)
         self._progress.update(self._task, completed=snap.done, total=snap.total, counts=counts)
 
     def close(self, snap: Snapshot | None) -> None:

@@ -54,3 +54,19 @@ def write_run_file(cfg: BatchConfig, prep: Prepared, run_dir: Path) -> None:
         "total_samples": prep.dataset.total_rows,
     }
     write_atomic(run_dir / RUN_FILE, orjson.dumps(info, option=orjson.OPT_INDENT_2))
+
+
+def recorded_model(run_dir: Path) -> str | None:
+    """The model a run's samples came from, as its statistics (else its ``run.json``) name it: what a
+    resume that starts no model server (nothing left to run) keeps saying."""
+    for name in ("statistics.json", RUN_FILE):
+        try:
+            data = orjson.loads((run_dir / name).read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        model = data.get("model") if name != RUN_FILE else (data.get("config") or {}).get("model")
+        if isinstance(model, str) and model:
+            return model
+    return None

@@ -31,8 +31,8 @@ from trajforge.batch.prepare import Prepared, prepare, unimplemented_tools
 from trajforge.batch.processes import WorkerPool, partition, worker_pool
 from trajforge.batch.progress import NullProgress, ProgressSink
 from trajforge.batch.ray_backend import run_on_ray
-from trajforge.batch.run_file import check_same_run, write_run_file
-from trajforge.batch.scheduler import WorkerSpec, run_worker
+from trajforge.batch.run_file import check_same_run, recorded_model, write_run_file
+from trajforge.batch.scheduler import Activity, WorkerSpec, run_worker
 from trajforge.batch.writer import (
     SHARDS_DIR,
     OutputError,
@@ -119,8 +119,12 @@ async def _run_batch(
     check_run_dir(cfg)
     check_output_dir(cfg)
     _warn_unimplemented(registry, prep, announce)
+    if cfg.resume:
+        check_same_run(cfg, cfg.run_dir)  # changed settings are refused before "nothing to do" is said
     if cfg.resume and await asyncio.to_thread(_nothing_left, cfg, prep):
         announce(f"every sample of {cfg.run_dir} is done: nothing to do (no model server started)")
+        # no server started: the statistics keep naming the model that wrote the samples
+        cfg = cfg.model_copy(update={"model": cfg.model or recorded_model(cfg.run_dir)})
         return await _run_locked(cfg, prep, registry, progress, None)
     async with contextlib.AsyncExitStack() as stack:
         pool = None
@@ -210,14 +214,15 @@ async def _run_locked(
         progress.phase(
             "first samples in flight" if cfg.workers == 1 and cfg.backend == "local" else "starting workers"
         )
-        monitor = Monitor(cfg, session.total_rows, session.number, progress)
+        activity = Activity()  # counted by an in-process worker; the display's sign of life
+        monitor = Monitor(cfg, session.total_rows, session.number, progress, activity)
         merger = OutputMerger(cfg.run_dir, cfg.run_dir / LEDGER_FILE, min_interval_s=cfg.merge_interval)
         specs = [
             WorkerSpec(cfg, w, session.number, part, prep.run_tools, prep.prefill)
             for w, part in enumerate(partition(session.todo, cfg.workers))
             if part
         ]
-        await _run_workers(specs, backends, registry, monitor, merger, pool)
+        await _run_workers(specs, backends, registry, monitor, merger, pool, activity)
         counts, stats = await _finish(merger, monitor)
     return RunSummary(cfg.run_dir, stats, counts, session.number, session.truncated_bytes)
 
@@ -261,6 +266,7 @@ async def _run_workers(
     monitor: Monitor,
     merger: OutputMerger,
     pool: WorkerPool | None,
+    activity: Activity | None = None,
 ) -> None:
     """The workers (in-process on ``backends``, else spawned), with statistics and merged files
     kept current meanwhile. On any error the outputs are still brought up to date with what was
@@ -271,7 +277,7 @@ async def _run_workers(
             merging = tg.create_task(merger.keep_current())
             try:
                 if backends is not None and specs:
-                    await run_worker(specs[0], backends, registry)
+                    await run_worker(specs[0], backends, registry, activity)
                 elif specs and specs[0].config.backend == "ray":
                     await run_on_ray(specs)
                 elif specs and pool is not None:

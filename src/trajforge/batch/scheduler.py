@@ -31,6 +31,7 @@ from trajforge.distributions import derive_seed, get_distribution
 from trajforge.envs.catalog import load_grader
 from trajforge.envs.judge import EnvJudge, registry_tools
 from trajforge.envs.protocol import AgentEnv
+from trajforge.llm.types import AssistantTurn, SamplingParams
 from trajforge.protocols import ChatModel, SandboxFactory
 from trajforge.rollout import (
     Asked,
@@ -86,16 +87,65 @@ def build_agent_config(cfg: BatchConfig, prefill: list[dict[str, Any]]) -> Agent
     )
 
 
+@dataclass
+class Activity:
+    """What an in-process worker's rollouts have done so far, counted as it happens: model calls
+    answered and tokens generated. The display shows it while no sample is done yet (a batch on a
+    CPU model spends its first minute there; "0/20 first samples in flight" alone said nothing)."""
+
+    model_calls: int = 0
+    tokens: int = 0
+
+    def text(self) -> str:
+        if not self.model_calls:
+            return ""
+        return f"{self.model_calls} model calls answered, {self.tokens:,} tokens generated"
+
+
+class _Counted:
+    """``model`` with every answer counted into an :class:`Activity`; everything else its own."""
+
+    def __init__(self, model: ChatModel, activity: Activity) -> None:
+        self._model = model
+        self._activity = activity
+
+    @property
+    def name(self) -> str:
+        return self._model.name
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        sampling: SamplingParams | None = None,
+    ) -> AssistantTurn:
+        turn = await self._model.complete(messages, tools, sampling)
+        self._activity.model_calls += 1
+        self._activity.tokens += turn.usage.completion_tokens
+        return turn
+
+    async def aclose(self) -> None:
+        await self._model.aclose()
+
+    def __getattr__(self, name: str) -> Any:  # the token-level client's template, and the like
+        return getattr(self._model, name)
+
+
 class Worker:
     """Runs a list of samples; every one ends committed with a status, or stays pending if the
     worker is cancelled (and then runs again on resume)."""
 
     def __init__(
-        self, spec: WorkerSpec, backends: Backends, registry: ToolRegistry, writer: ShardWriter
+        self,
+        spec: WorkerSpec,
+        backends: Backends,
+        registry: ToolRegistry,
+        writer: ShardWriter,
+        activity: Activity | None = None,
     ) -> None:
         self.spec = spec
         self.cfg = spec.config
-        self.model: ChatModel = backends.model
+        self.model: ChatModel = backends.model if activity is None else _Counted(backends.model, activity)
         self.factory: SandboxFactory = backends.sandbox_factory
         if self.cfg.samples_per_prompt > 1 and supports_templates(self.factory):
             # The N samples of a row with a ``cwd`` fork from one template of that directory
@@ -151,7 +201,9 @@ class Worker:
 
     async def _run_sample(self, sample: Sample) -> None:
         seed = derive_seed(self.cfg.seed, sample.key)
-        toolsets = draw_toolsets(seed, distribution=self._dist, enabled=self.cfg.toolsets)
+        drawn = draw_toolsets(seed, distribution=self._dist, enabled=self.cfg.toolsets)
+        # recorded as offered: a drawn toolset with no tool configured here gave the model nothing
+        toolsets = [t for t in drawn if self.registry.for_toolsets([t])]
         agent = seeded(self.agent_config, seed)
         self.writer.started(sample.key)
         started = time.time()
@@ -243,15 +295,17 @@ def sample_item(sample: Sample) -> dict[str, Any]:
     return item
 
 
-async def run_worker(spec: WorkerSpec, backends: Backends, registry: ToolRegistry) -> int:
+async def run_worker(
+    spec: WorkerSpec, backends: Backends, registry: ToolRegistry, activity: Activity | None = None
+) -> int:
     """Run one worker to the end on ``backends`` (the caller's to close); returns how many
-    samples it committed."""
+    samples it committed. ``activity``: counted as the rollouts go (an in-process worker's)."""
     ledger = open_ledger(spec.config.run_dir)
     try:
         writer = ShardWriter(ledger, _shard(spec), spec.owner, fsync=spec.config.fsync)
         writer.sandbox_counts = functools.partial(factory_counts, backends.sandbox_factory)
         with rollout_gc():
-            await _run_with_writer(Worker(spec, backends, registry, writer), writer)
+            await _run_with_writer(Worker(spec, backends, registry, writer, activity), writer)
     finally:
         ledger.close()
     return writer.committed

@@ -138,7 +138,8 @@ def _run(cfg: BatchConfig) -> RunSummary:
 
     sink = None if cfg.progress == "none" else make_progress(cfg.progress, cfg.run_name, 0)
     try:
-        return asyncio.run(run_batch(cfg, progress=sink, announce=_say))
+        # notes go through the live display (above the bar), never over it
+        return asyncio.run(run_batch(cfg, progress=sink, announce=sink.note if sink is not None else _say))
     except RunError as exc:
         if sink is not None:
             sink.close(None)

@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from trajforge.cli import complete
 from trajforge.cli.errors import fail
 from trajforge.cli.vocab import renamed
 
@@ -65,7 +66,9 @@ def list_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON."))
 
 @env_app.command("show")
 def show_cmd(
-    env: str = typer.Argument(..., help="Env name or path/to/file.py:ClassName."),
+    env: str = typer.Argument(
+        ..., help="Env name or path/to/file.py:ClassName.", autocompletion=complete.env_names
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """An env's default config and an example item."""
@@ -109,7 +112,9 @@ _AGENTS = ("model", "oracle", "none")
 
 @env_app.command("eval", cls=renamed(EVAL_RENAMES))
 def eval_cmd(
-    env: str = typer.Argument(..., help="Env name or path/to/file.py:ClassName."),
+    env: str = typer.Argument(
+        ..., help="Env name or path/to/file.py:ClassName.", autocompletion=complete.env_names
+    ),
     model: str | None = typer.Option(
         None, "--model", help="Endpoint model name (omit with --base-url for embedded)."
     ),
@@ -177,6 +182,11 @@ def eval_cmd(
     instance = _load_for_eval(env, settings, config, tasks)
     size = group_size or instance.config.group_size
     run_dir = output_dir / (run_name or f"{instance.name}-n{n}-g{size}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if run_dir.exists():  # a resume: never an evaluation's files in another kind of run
+        from trajforge.record.runs import kind_problem, run_kind
+
+        if run_kind(run_dir) not in (None, "env eval"):
+            raise fail(kind_problem(run_dir, ("env eval",), "choose another --run-name / --output-dir") or "")
     run = _run_with_progress(instance, endpoint, run_dir, n, size, agent, (env, where), progress)
     _show_eval(run, run_dir, json_out)
 
@@ -364,10 +374,12 @@ def rescore_cmd(
     """Judge stored episodes again from what the env kept (final files, transcripts); no model."""
     from trajforge.envs import EnvConfigError, UnknownEnvError, load_env, read_episodes
     from trajforge.envs.runner import EPISODES_FILE, RUN_FILE, write_summary
+    from trajforge.record.runs import kind_problem
 
     run_file = run_dir / RUN_FILE
-    if not run_file.exists():
-        raise fail(f"{run_dir} is not an env run directory (no {RUN_FILE})")
+    problem = kind_problem(run_dir, ("env eval",), "env rescore judges the episodes of")
+    if problem is not None:
+        raise fail(problem)
     meta = orjson.loads(run_file.read_bytes())
     try:
         instance = load_env(env or meta["env"], meta.get("config") if env is None else None)
@@ -437,8 +449,11 @@ def resize_cmd(
 
     if rollouts is None and tools is None:
         raise fail("give --concurrency N and/or --max-parallel-tools N")
-    if not run_dir.is_dir():
-        raise fail(f"{run_dir} is not a run directory")
+    from trajforge.record.runs import kind_problem
+
+    problem = kind_problem(run_dir, ("env eval",), "env resize changes a running")
+    if problem is not None:
+        raise fail(problem)
     write_control(run_dir, max_concurrent_rollouts=rollouts, max_parallel_tools=tools)
     if json_out:
         data = {"run_dir": str(run_dir), "concurrency": rollouts, "max_parallel_tools": tools}

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import orjson
 import typer
 
+from trajforge.cli import complete
 from trajforge.cli.errors import fail
 from trajforge.cli.live import LiveProgress, silence_library_bars
 
@@ -26,8 +27,10 @@ def _names(value: str | None, flag: str, allowed: tuple[str, ...]) -> list[str] 
 
 
 def export(
-    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `trajforge batch`")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help=_FORMATS_HELP)] = "messages",
+    run_dir: Annotated[Path, typer.Argument(help="a batch or env eval run directory")],
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help=_FORMATS_HELP, autocompletion=complete.export_formats)
+    ] = "messages",
     output: Annotated[
         Path | None,
         typer.Option(
@@ -37,8 +40,9 @@ def export(
     include: Annotated[
         str | None,
         typer.Option(
+            autocompletion=complete.run_files,
             help="comma-separated outputs to export: trajectories,filtered,failed "
-            "(default: trajectories; dpo: all three; with --status: the files holding those statuses)"
+            "(default: trajectories; dpo: all three; with --status: the files holding those statuses)",
         ),
     ] = None,
     status: Annotated[
@@ -76,7 +80,11 @@ def export(
         ),
     ] = "skip",
     progress: Annotated[
-        str, typer.Option(help="auto|rich|plain|none (auto: rich on a terminal, plain lines otherwise)")
+        str,
+        typer.Option(
+            help="auto|rich|plain|none (auto: rich on a terminal, plain lines otherwise)",
+            autocompletion=complete.progress_modes,
+        ),
     ] = "auto",
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
@@ -85,7 +93,7 @@ def export(
     Also the reference's padded format (hermes); docs/formats.md has each trainer's config."""
     from pydantic import ValidationError
 
-    from trajforge.batch.export import ExportError, ExportOptions
+    from trajforge.batch.export import NOT_A_MODEL_FORK, ExportError, ExportOptions
     from trajforge.batch.export import export as run_export
     from trajforge.trajectory.selection import STATUSES, Selection
 
@@ -138,7 +146,10 @@ def export(
             + f"); details in {report.sidecar}"
         )
         for why, n in p.pairs_left_out.items():
-            typer.echo(f"pairs left out {n}: the better-rewarded answer may not be chosen: {why}")
+            if why == NOT_A_MODEL_FORK:
+                typer.echo(f"pairs left out {n}: {why}")
+            else:
+                typer.echo(f"pairs left out {n}: the better-rewarded answer may not be chosen: {why}")
         for note in p.notes:
             typer.echo(f"note: {note}")
 

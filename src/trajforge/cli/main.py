@@ -69,12 +69,25 @@ def load_command(name: str) -> Any:
 
 def quiet_switches(command: Any) -> None:
     """Show no value type for a switch: typer's help prints ``<bool>`` after ``--json``,
-    ``--network/--no-network`` and ``--help`` itself, although a switch takes no value."""
+    ``--network/--no-network`` and ``--help`` itself, although a switch takes no value. And
+    name arguments as usage lines do (``RUN_DIR``, ``[RUN_ID]``): typer 0.29 writes a required
+    one as ``{run_dir}``, which reads as a template left unfilled."""
     help_option = command.get_help_option(typer.Context(command, **(command.context_settings or {})))
     for param in [*command.params, *([help_option] if help_option is not None else [])]:
         _no_metavar(param)
+        if getattr(param, "param_type_name", "") == "argument":  # typer's own (vendored) click
+            _usage_name(param)
     for sub in getattr(command, "commands", {}).values():
         quiet_switches(sub)
+
+
+def _usage_name(param: Any) -> None:
+    name = (param.metavar or param.name or "arg").upper()
+    if param.metavar is None:
+        param.metavar = name
+    shown = name if param.required else f"[{name}]"
+    shown += "..." if param.nargs != 1 else ""
+    param.get_usage_pieces = lambda ctx: [shown]
 
 
 def _no_metavar(param: Any) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import typer
 
+from trajforge.cli import complete
 from trajforge.cli.errors import fail
 from trajforge.cli.vocab import renamed
 from trajforge.llm.parsers import get_parser, list_parsers
@@ -39,7 +40,11 @@ def _load_tools(path: Path) -> list[dict[str, Any]]:
 
 def parse(
     parser: str = typer.Option(
-        "auto", "--tool-call-parser", "-p", help=f"Tool-call format: {', '.join(list_parsers())}."
+        "auto",
+        "--tool-call-parser",
+        "-p",
+        help=f"Tool-call format: {', '.join(list_parsers())}.",
+        autocompletion=complete.parser_names,
     ),
     tools: Path | None = typer.Option(
         None, "--tools", help="JSON file with the OpenAI-style tools list (types string-carried values)."
@@ -56,7 +61,11 @@ def parse(
             "pipe the model output on stdin, e.g. trajforge parse --tool-call-parser hermes < output.txt"
         )
     result = tool_parser.parse(sys.stdin.read(), tool_list)
-    typer.echo(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode())
+    data = result.to_dict()
+    if data["parser"] is None:  # auto found no family's markup: say so, never "parser": null
+        data["parser"] = parser
+        data["note"] = "no tool-call markup of any family found: the whole text is content"
+    typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
 
 
 def register(app: typer.Typer) -> None:

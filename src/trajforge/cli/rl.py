@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from trajforge.cli import complete
 from trajforge.cli.errors import fail
 from trajforge.cli.vocab import renamed
 
@@ -45,7 +46,9 @@ def _manager(runs_dir: Path) -> Any:
 
 @rl_app.command("start", cls=renamed(START_RENAMES))
 def start_cmd(
-    env: str = typer.Argument(..., help="Env name or path/to/file.py:ClassName."),
+    env: str = typer.Argument(
+        ..., help="Env name or path/to/file.py:ClassName.", autocompletion=complete.env_names
+    ),
     model: Path | None = typer.Option(
         None, "--model-path", help="Local model directory (default: the embedded policy)."
     ),
@@ -87,15 +90,71 @@ def start_cmd(
         raise typer.Exit(1)
 
 
+def _overviews(runs_dir: Path) -> list[Any]:
+    """One overview per run under ``runs_dir``, of every kind trajforge writes (managed runs
+    reconciled with their processes first)."""
+    from trajforge.record.runs import runs_in
+    from trajforge.rl.runs.schema import RunError, managed_overview, overview
+
+    manager = _manager(runs_dir)
+    out = []
+    for path, kind in runs_in(runs_dir):
+        if kind == "rl run":
+            try:
+                out.append(managed_overview(asyncio.run(manager.status(path.name))))
+                continue
+            except (RunError, ValueError):  # a damaged state.json: shown as what its files say
+                pass
+        out.append(overview(path, kind))
+    return out
+
+
+def _kind_of(runs_dir: Path, run_id: str, accepts: tuple[str, ...], what: str) -> str:
+    """The kind of run ``run_id`` is, when ``accepts`` takes it; else the plain error."""
+    from trajforge.record.runs import kind_problem, run_kind
+
+    path = runs_dir / run_id
+    problem = kind_problem(path, accepts, what)  # type: ignore[arg-type]
+    if problem is not None:
+        if not path.exists():
+            known = ", ".join(o.id for o in _overviews(runs_dir)[-10:]) or "none"
+            problem = f"no run {run_id!r} in {runs_dir} (runs: {known})"
+        raise fail(problem)
+    kind = run_kind(path)
+    assert kind is not None
+    return kind
+
+
+RL_KINDS = ("rl run", "rl train", "rl demo")
+
+
 @rl_app.command("status", cls=renamed(RUNS_RENAMES))
 def status_cmd(
-    run_id: str = typer.Argument(..., help="Run id (`trajforge rl list`)."),
+    run_id: str | None = typer.Argument(
+        None,
+        autocompletion=complete.run_ids,
+        help="Run id (`trajforge rl list`); none: one line per run under --output-dir.",
+    ),
     runs_dir: Path = RunsDir,
     json_out: bool = JsonOut,
 ) -> None:
-    """A run's status: each process, how it ended and why."""
-    from trajforge.rl.runs.schema import RunError
+    """A run's status: each process, how it ended and why (an rl train or rl demo run: how far it got)."""
+    from trajforge.rl.runs.schema import RunError, overview
 
+    if run_id is None:
+        _print_overviews(_overviews(runs_dir), json_out)
+        return
+    kind = _kind_of(runs_dir, run_id, RL_KINDS, "rl status reads RL runs")
+    if kind != "rl run":
+        view = overview(runs_dir / run_id, kind)  # type: ignore[arg-type]
+        if json_out:
+            typer.echo(view.model_dump_json(indent=2))
+            return
+        typer.echo(
+            f"run {view.id} ({view.kind}): {view.status}  {view.dir}"
+            + (f"\n  {view.detail}" if view.detail else "")
+        )
+        return
     try:
         state = asyncio.run(_manager(runs_dir).status(run_id))
     except RunError as exc:
@@ -105,7 +164,7 @@ def status_cmd(
 
 @rl_app.command("stop", cls=renamed(RUNS_RENAMES))
 def stop_cmd(
-    run_id: str = typer.Argument(..., help="Run id (`trajforge rl list`)."),
+    run_id: str = typer.Argument(..., autocompletion=complete.run_ids, help="Run id (`trajforge rl list`)."),
     runs_dir: Path = RunsDir,
     grace: float = typer.Option(10.0, "--grace", help="Seconds between SIGTERM and SIGKILL."),
     json_out: bool = JsonOut,
@@ -113,6 +172,7 @@ def stop_cmd(
     """Stop a run: SIGTERM to each process group, then SIGKILL after --grace seconds."""
     from trajforge.rl.runs.schema import RunError
 
+    _kind_of(runs_dir, run_id, ("rl run",), "rl stop stops runs `trajforge rl start` made")
     try:
         state = asyncio.run(_manager(runs_dir).stop(run_id, grace_s=grace))
     except RunError as exc:
@@ -120,19 +180,41 @@ def stop_cmd(
     _print_state(state, json_out)
 
 
+def _results(runs_dir: Path, run_id: str, kind: str) -> Any:
+    from trajforge.rl.runs.schema import demo_results, train_results
+
+    if kind == "rl train":
+        return train_results(runs_dir / run_id)
+    if kind == "rl demo":
+        return demo_results(runs_dir / run_id)
+    manager = _manager(runs_dir)
+    asyncio.run(manager.status(run_id))
+    return manager.results(run_id)
+
+
 @rl_app.command("results", cls=renamed(RUNS_RENAMES))
 def results_cmd(
-    run_id: str = typer.Argument(..., help="Run id (`trajforge rl list`)."),
+    run_id: str | None = typer.Argument(
+        None,
+        autocompletion=complete.run_ids,
+        help="Run id (`trajforge rl list`); none: one line per run under --output-dir.",
+    ),
     runs_dir: Path = RunsDir,
     json_out: bool = JsonOut,
 ) -> None:
     """Metrics summary, the last metrics line and checkpoint paths of a run."""
     from trajforge.rl.runs.schema import RunError
 
-    manager = _manager(runs_dir)
+    if run_id is None:
+        views = _overviews(runs_dir)
+        if json_out:
+            typer.echo(json.dumps([v.model_dump(mode="json") for v in views], indent=2))
+            return
+        _print_overviews(views, False, title="results")
+        return
+    kind = _kind_of(runs_dir, run_id, RL_KINDS, "rl results reads RL runs")
     try:
-        asyncio.run(manager.status(run_id))
-        results = manager.results(run_id)
+        results = _results(runs_dir, run_id, kind)
     except RunError as exc:
         raise fail(str(exc)) from None
     if json_out:
@@ -140,7 +222,8 @@ def results_cmd(
         return
     console = Console()
     console.print(
-        f"run {results.run_id}: {results.status}" + (f" ({results.reason})" if results.reason else "")
+        f"run {results.run_id}: {results.status}" + (f" ({results.reason})" if results.reason else ""),
+        markup=False,
     )
     table = Table(
         "metric", "first", "last", "min", "max", "mean", title=f"{results.metric_lines} metric lines"
@@ -149,22 +232,18 @@ def results_cmd(
         table.add_row(name, *(f"{v:.4g}" for v in (m.first, m.last, m.min, m.max, m.mean)))
     console.print(table)
     for path in results.checkpoints:
-        console.print(f"checkpoint: {path}")
+        console.print(f"checkpoint: {path}", markup=False)
 
 
 @rl_app.command("list", cls=renamed(RUNS_RENAMES))
 def list_cmd(runs_dir: Path = RunsDir, json_out: bool = JsonOut) -> None:
-    """Every run with its status."""
-    states = asyncio.run(_manager(runs_dir).list_runs())
-    if json_out:
-        typer.echo(json.dumps([s.model_dump(mode="json") for s in states], indent=2))
-        return
-    print_runs(states)
+    """Every run under --output-dir with its kind and status (managed, rl train, rl demo, env eval, batch)."""
+    _print_overviews(_overviews(runs_dir), json_out)
 
 
 @rl_app.command("logs", cls=renamed(RUNS_RENAMES))
 def logs_cmd(
-    run_id: str = typer.Argument(..., help="Run id (`trajforge rl list`)."),
+    run_id: str = typer.Argument(..., autocompletion=complete.run_ids, help="Run id (`trajforge rl list`)."),
     runs_dir: Path = RunsDir,
     process: str | None = typer.Option(None, "--process", help="One process (default: all)."),
     lines: int = typer.Option(50, "--lines", min=1, help="Last lines of each log."),
@@ -173,6 +252,9 @@ def logs_cmd(
     """The last lines of a run's process logs."""
     from trajforge.rl.runs.schema import RunError
 
+    _kind_of(
+        runs_dir, run_id, ("rl run",), "rl logs reads the process logs of runs `trajforge rl start` made"
+    )
     try:
         logs = _manager(runs_dir).logs(run_id, process, lines)
     except RunError as exc:
@@ -182,6 +264,19 @@ def logs_cmd(
         return
     for name, text in logs.items():
         typer.echo(f"==> {name} <==\n{text}")
+
+
+def _print_overviews(views: list[Any], json_out: bool, title: str = "runs") -> None:
+    """One line per run: plain lines off a terminal (every run on one line, whatever the width)."""
+    if json_out:
+        typer.echo(json.dumps([v.model_dump(mode="json") for v in views], indent=2))
+        return
+    if not views:
+        typer.echo(f"no runs ({title})")
+        return
+    for v in views:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.created_at)) if v.created_at else "-"
+        typer.echo(f"{v.id}  {v.kind}  {v.status}  {started}" + (f"  {v.detail}" if v.detail else ""))
 
 
 def print_runs(states: list[Any], console: Console | None = None) -> None:

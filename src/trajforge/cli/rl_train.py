@@ -10,12 +10,12 @@ the new checkpoint, evaluate again, write the figures.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from trajforge.cli import complete
 from trajforge.cli.errors import fail
 from trajforge.cli.vocab import renamed
 
@@ -50,7 +50,9 @@ def run_dir(output_dir: Path | None, run_name: str | None, default_name: str) ->
 
 
 def train_cmd(
-    env: str = typer.Argument(..., help="Env name or path/to/file.py:ClassName."),
+    env: str = typer.Argument(
+        ..., help="Env name or path/to/file.py:ClassName.", autocompletion=complete.env_names
+    ),
     model: Path | None = typer.Option(
         None, "--model-path", help="Local model directory to start from (default: the embedded policy)."
     ),
@@ -92,6 +94,12 @@ def train_cmd(
         "--records",
         help="Train on this run directory's records (batch --env --tokenizer) instead of rollouts.",
     ),
+    progress: str = typer.Option(
+        "auto",
+        "--progress",
+        help="auto|rich|plain|none (auto: rich on a terminal, plain lines otherwise)",
+        autocompletion=complete.progress_modes,
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON.", metavar=""),
 ) -> None:
     """Train a policy with GRPO on ENV's rollouts (checkpoints + metrics.jsonl; resumable)."""
@@ -102,6 +110,14 @@ def train_cmd(
     problem = missing_ml("trajforge rl train")
     if problem:
         raise fail(problem)
+    if progress not in ("auto", "rich", "plain", "none"):
+        raise fail(f"--progress takes auto, rich, plain or none; got {progress!r}")
+    if records is not None:
+        from trajforge.record.runs import kind_problem
+
+        why = kind_problem(records, ("batch", "env eval"), "--records trains on the records of")
+        if why is not None:
+            raise fail(why)
     try:
         file_data = load_config_file(config) if config else {}
         if model is None and "model" not in file_data:
@@ -132,7 +148,15 @@ def train_cmd(
                 "records": records,
             },
         )
-        result = _train(cfg, typer.echo if not json_out else _stderr)
+        where = cfg.output_dir
+        if where.exists():  # a resume: never a trainer's files in another kind of run
+            from trajforge.record.runs import kind_problem, run_kind
+
+            if run_kind(where) not in (None, "rl train"):
+                raise fail(
+                    kind_problem(where, ("rl train",), "choose another --run-name / --output-dir") or ""
+                )
+        result = _train(cfg, progress)
     except (TrainConfigError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None
     summary = {
@@ -150,18 +174,34 @@ def train_cmd(
     typer.echo(f"metrics: {cfg.output_dir / 'metrics.jsonl'}")
 
 
-def _stderr(text: str) -> None:
-    typer.echo(text, err=True)
-
-
-def _train(cfg: object, echo: Callable[[str], None]) -> Any:
-    """Run the chosen trainer, echoing one live line per step (rl/progress.py)."""
+def _train(cfg: object, mode: str) -> Any:
+    """Run the chosen trainer with a live display on stderr: the phase and its elapsed time from
+    the start (loading the policy, starting its server and the first step's rollouts take a
+    minute on a CPU, and once printed nothing), then one line per step (rl/progress.py:
+    reward, pass rate, KL, clipping, s/step, ETA) with the bar's done/total, rate and ETA."""
+    from trajforge.cli.live import LiveProgress
     from trajforge.rl.config import TrainConfig
     from trajforge.rl.progress import StepProgress, quiet_third_party
 
     assert isinstance(cfg, TrainConfig)
-    progress = StepProgress(cfg.steps, echo)
-    with quiet_third_party():
+    live = LiveProgress(
+        "rl train",
+        unit="steps",
+        mode=mode,
+        every_s=float("inf"),
+        quiet_s=0,
+        heartbeat_s=5.0,  # type: ignore[arg-type]
+    )
+    lines = StepProgress(cfg.steps, live.note)
+    start = "resuming" if (cfg.output_dir / "state.json").exists() else "starting"
+    live.phase(f"{start}: loading the policy, its server, then step 1's rollouts")
+
+    def progress(line: dict[str, Any]) -> None:
+        lines(line)
+        live.phase("training")
+        live.advance(int(line.get("step", 0) or 0), cfg.steps)
+
+    with live, quiet_third_party():
         if cfg.records is not None:
             from trajforge.rl.offline import train_on_records
 

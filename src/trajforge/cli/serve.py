@@ -50,6 +50,7 @@ def serve(**options: Any) -> None:
         raise fail(problem)
     config = _config(options)
     _check_parser(config.parser)
+    _check_port(config.host, config.port)  # before the model loads (16 s on a CPU), not after
     _serve(config, exit_with_stdin=exit_with_stdin)
 
 
@@ -73,6 +74,33 @@ def _check_parser(name: str | None) -> None:
             get_parser(name)
         except ValueError as exc:
             raise fail(str(exc)) from None
+
+
+def _check_port(host: str, port: int) -> None:
+    """Fail now when ``host:port`` cannot be bound (another server holds it), as the server itself
+    would bind it (SO_REUSEADDR, every address ``host`` names). Port 0 is a free one: nothing to
+    check. A port taken between this check and the server's start still fails there, as before."""
+    import errno
+    import socket
+
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise fail(f"--host {host}: cannot resolve it ({exc.strerror})") from None
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise fail(
+                        f"port {port} on {host} is in use (another server?); pick another --port, "
+                        "or --port 0 for a free one"
+                    ) from None
+                raise fail(f"could not bind {host}:{port}: {exc.strerror or exc}") from None
 
 
 def _serve(config: ServeConfig, *, exit_with_stdin: bool = False) -> None:

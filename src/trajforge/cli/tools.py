@@ -66,6 +66,7 @@ def list_tools(
 
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from trajforge.tools.builtin import build_registry
     from trajforge.tools.probe import tools_status
@@ -86,7 +87,8 @@ def list_tools(
     table.add_column("ready here")
     for r in rows:
         text = ("yes" if r.status == "ready" else "no") + (f": {r.reason}" if r.reason else "")
-        table.add_row(r.name, r.toolset, text)
+        # plain text: a reason's own brackets ("pip install 'trajforge[tools]'") are not rich markup
+        table.add_row(Text(r.name), Text(r.toolset), Text(text))
     Console(file=sys.stdout, width=max(120, Console().width)).print(table)
 
 

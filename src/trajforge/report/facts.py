@@ -32,13 +32,16 @@ def as_dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def reason_kinds(status: str, reason: str) -> list[str]:
-    """The short kinds of a line's reason: ``"no_reasoning: ...; hallucinated_tool: ..."`` ->
-    both names; ``"timeout(...): detail"`` -> ``"timeout(...)"``."""
-    if not reason:
-        return ["unknown"]
-    parts = reason.split("; ") if status == "filtered" else [reason]
-    return [part.split(":", 1)[0].strip() or "unknown" for part in parts]
+def reason_key(record: Record) -> str:
+    """The key a record's reason is counted under: its ``reason_kind``, the one ``statistics.json``
+    counts (``filter_reasons``, ``failure_reasons``, ``partial_reasons``), so a sample is one
+    count. A reason's text is never split for kinds: it holds "; " and ":" of its own (a filter's
+    "tool 'x' not offered; assistant turn 3 reasoning: ..."). A line older than ``reason_kind``:
+    the reason's head before its first ":", else the termination."""
+    if record.reason_kind:
+        return record.reason_kind
+    reason = record.reason or record.termination or ""
+    return reason.split(":", 1)[0].strip() or "unknown"
 
 
 def finish_time(record: Record) -> float | None:
@@ -106,7 +109,7 @@ class RunFacts:
         self.status[status] += 1
         if status != "completed":
             counter = self.reasons.setdefault(status, Counter())
-            counter.update(reason_kinds(status, record.reason or record.termination or ""))
+            counter[reason_key(record)] += 1
         self.toolsets.update(record.toolsets)
         self._add_tools(record)
         self._add_numbers(record)

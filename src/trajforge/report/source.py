@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from trajforge.record.runs import kind_problem
+
 OUTPUT_FILES = ("trajectories.jsonl", "filtered.jsonl", "failed.jsonl", "episodes.jsonl")
 STATISTICS_FILE = "statistics.json"
 RUN_FILE = "run.json"
@@ -45,10 +47,9 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 def output_paths(run_dir: Path) -> list[Path | None]:
     """Each of OUTPUT_FILES under ``run_dir`` (None where absent); raises when none exists."""
-    if not run_dir.is_dir():
-        raise ReportError(
-            f"{run_dir} is not a directory; pass a run directory written by `trajforge batch` or an env run"
-        )
+    problem = kind_problem(run_dir, ("batch", "env eval"), "report reads the samples of")
+    if problem is not None:
+        raise ReportError(problem)
     paths = [run_dir / name if (run_dir / name).is_file() else None for name in OUTPUT_FILES]
     if not any(paths):
         raise ReportError(

@@ -221,13 +221,16 @@ class RecordBuilder:
         prompt = next((t[1][0]["text"] for t in turns if t[0] == "user" and t[1]), "")
         used, failed = tools_used(record)
         index = record.prompt_index
+        # a prompt's rollouts (env groups, batch --group-size) are told apart in the list itself:
+        # four rows of one item otherwise read alike
+        rollout = f" #{record.rollout}" if record.group_size > 1 else ""
         if record.item_id is not None:  # an env's item (env eval, batch --env): it and a rollout of it
-            label = record.item_id
-            title = f"{label} · rollout {record.rollout}" + (
+            label = record.item_id + rollout
+            title = f"{record.item_id} · rollout {record.rollout}" + (
                 f" · {record.category}" if record.category else ""
             )
         else:
-            label = "" if index is None else str(index)
+            label = "" if index is None else str(index) + rollout
             title = f"sample {label} · {record.key}" if label else record.key
         return {
             "i": index,

@@ -26,7 +26,7 @@ text in those messages, never a call. Whether such a sample is trained on is the
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -53,7 +53,9 @@ class Malformed:
 
     * ``unparsed_call``: the model's reply held a call the parser could not read (the loop told
       the model so in the next turn);
-    * ``call_markup_in_text``: call markup in a reply that was taken as text (a final answer);
+    * ``call_markup_in_text``: call markup (any call family's opening or closing tag, or a call
+      the parser reads) in a turn's text or reasoning, taken as text: the agent loop's own check,
+      handed in as ``markup``;
     * ``non_object_arguments``: a call whose arguments were not a JSON object (the loop refused
       to run it); the whole turn and its results become text;
     * ``unmatched_results``: tool results that do not line up with the calls before them."""
@@ -169,10 +171,18 @@ def _cut(text: str, n: int = 200) -> str:
     return text if len(text) <= n else text[:n] + "…"
 
 
+MarkupCheck = Callable[[str | None, str | None], str | None]
+"""(a turn's text, its reasoning) -> what in them is call markup, or None: the agent loop's own
+check (``llm.parsers.markup.find_call_markup``), handed in by the caller, which sits above."""
+
+
 class _Builder:
-    def __init__(self, turns: Sequence[Mapping[str, Any]], ended_on_answer: bool | None) -> None:
+    def __init__(
+        self, turns: Sequence[Mapping[str, Any]], ended_on_answer: bool | None, markup: MarkupCheck | None
+    ) -> None:
         self.turns = turns
         self.ended_on_answer = ended_on_answer
+        self.markup = markup
         self.messages: list[dict[str, Any]] = []
         self.malformed: list[Malformed] = []
 
@@ -213,10 +223,11 @@ class _Builder:
             )
             return self._as_text(i, reasoning, body, uses_tool_turn)
         content = text.strip()
+        found = self.markup(content, reasoning) if self.markup is not None else None
         if self._followed_by_parse_error(i):
             self._flag(i, "unparsed_call", _cut(content))
-        elif CALL_OPEN.strip() in content:
-            self._flag(i, "call_markup_in_text", _cut(content))
+        elif found is not None:
+            self._flag(i, "call_markup_in_text", f"{found}: {_cut(content or reasoning or '')}")
         msg: dict[str, Any] = {"role": "assistant", "content": content}
         if reasoning is not None:
             msg["reasoning_content"] = reasoning
@@ -273,12 +284,19 @@ class _Builder:
         return Conversation(self.messages, self.malformed)
 
 
-def to_messages(turns: Sequence[Mapping[str, Any]], *, ended_on_answer: bool | None = None) -> Conversation:
+def to_messages(
+    turns: Sequence[Mapping[str, Any]],
+    *,
+    ended_on_answer: bool | None = None,
+    markup: MarkupCheck | None = None,
+) -> Conversation:
     """ShareGPT turns (as a batch line keeps them) -> OpenAI messages without the system turn.
 
     Calls that ran become ``tool_calls`` with object ``arguments`` and ``tool`` messages with
     their ids; a malformed call stays the assistant's text and is listed in ``malformed``.
     ``ended_on_answer`` is whether the sample ended on a final answer (``termination ==
     "final_answer"``): then its last turn is text whatever it holds; unknown (None) or False, the
-    last turn's trailing call blocks are calls that were cut off before their results."""
-    return _Builder(turns, ended_on_answer).build()
+    last turn's trailing call blocks are calls that were cut off before their results.
+    ``markup``: what counts as call markup left in an assistant turn's text or reasoning (a
+    ``call_markup_in_text`` malformed call); None: not looked for."""
+    return _Builder(turns, ended_on_answer, markup).build()

@@ -50,6 +50,11 @@
       return true;
     });
     page = 0;
+    if (shown.indexOf(selected) < 0) {  // the trajectory shown no longer matches: show one that does
+      selected = shown.length ? shown[0] : null;
+      if (selected) renderDetail(selected);
+      else $("tf-detail").replaceChildren(el("p", "empty", "no embedded trajectory matches the filters"));
+    }
     renderList();
   }
   function fmt(v) { return v === null || v === undefined ? "" : (typeof v === "number" && v % 1 ? v.toFixed(3) : String(v)); }
@@ -119,7 +124,9 @@
     });
   }
   var timer = null;
-  $("f-q").addEventListener("input", function () { clearTimeout(timer); timer = setTimeout(applyFilters, 120); });
+  function soon() { clearTimeout(timer); timer = setTimeout(applyFilters, 120); }
+  // typed boxes apply as you type (as the search does), not only on Enter or leaving the box
+  ["f-q", "f-rmin", "f-rmax"].forEach(function (id) { $(id).addEventListener("input", soon); });
   ["f-status", "f-toolset", "f-tool", "f-rmin", "f-rmax", "f-hasr"].forEach(function (id) { $(id).addEventListener("change", applyFilters); });
   $("tf-prev").addEventListener("click", function () { if (page > 0) { page--; renderList(); } });
   $("tf-next").addEventListener("click", function () { if ((page + 1) * PAGE < shown.length) { page++; renderList(); } });

@@ -43,6 +43,7 @@ import aiohttp
 import orjson
 import yaml
 
+from trajforge.record.runs import kind_problem
 from trajforge.rl.runs import procs
 from trajforge.rl.runs.schema import (
     CONFIG_FILE,
@@ -51,7 +52,6 @@ from trajforge.rl.runs.schema import (
     RUN_ID,
     SECRET_NAME,
     STATE_FILE,
-    MetricSummary,
     ProcessSpec,
     ProcessState,
     ReadyCheck,
@@ -60,7 +60,9 @@ from trajforge.rl.runs.schema import (
     RunSpec,
     RunState,
     find_checkpoints,
+    is_managed_run,
     log_tail,
+    metric_summaries,
     printed_address,
     read_exit,
     read_metrics,
@@ -85,12 +87,14 @@ class Manager:
         if not RUN_ID.fullmatch(run_id) or not (path / STATE_FILE).is_file():
             known = ", ".join(self.run_ids()[-10:]) or "none"
             raise RunError(f"no run {run_id!r} in {self.runs_dir} (runs: {known})")
+        if not is_managed_run(path):  # an `rl train` run's state.json is the trainer's
+            raise RunError(kind_problem(path, ("rl run",), "a run `trajforge rl start` made") or str(path))
         return path
 
     def run_ids(self) -> list[str]:
         if not self.runs_dir.is_dir():
             return []
-        ids = [p.name for p in self.runs_dir.iterdir() if (p / STATE_FILE).is_file()]
+        ids = [p.name for p in self.runs_dir.iterdir() if is_managed_run(p)]
         return sorted(ids, key=lambda i: (self.runs_dir / i / STATE_FILE).stat().st_mtime_ns)
 
     def read_state(self, run_id: str) -> RunState:
@@ -472,21 +476,13 @@ class Manager:
         state = self.read_state(run_id)
         run_dir = Path(state.dir)
         rows = read_metrics(run_dir / state.metrics_file)
-        series: dict[str, list[float]] = {}
-        for row in rows:
-            for key, value in row.items():
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    series.setdefault(key, []).append(float(value))
         return RunResults(
             run_id=run_id,
             status=state.status,
             reason=state.reason,
             metric_lines=len(rows),
             last=rows[-1] if rows else {},
-            metrics={
-                k: MetricSummary(first=v[0], last=v[-1], min=min(v), max=max(v), mean=sum(v) / len(v))
-                for k, v in series.items()
-            },
+            metrics=metric_summaries(rows),
             checkpoints=[str(p) for p in find_checkpoints(run_dir)],
             logs={p.name: str(run_dir / p.log) for p in state.processes},
         )

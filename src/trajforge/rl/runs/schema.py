@@ -5,6 +5,11 @@
 ``NAME.log`` and ``NAME.exit.json`` per process, the trainer's ``metrics.jsonl`` and
 ``checkpoints/``. The process control that writes them is :mod:`trajforge.rl.runs.manager`; a
 reader (``rl status``, the RL agent's tools, a report) needs only this module.
+
+The other runs an ``--output-dir`` holds (``rl train`` and ``rl demo`` runs, whose own
+``state.json`` is the trainer's; ``env eval`` and ``batch`` runs) are told apart by
+:mod:`trajforge.record.runs`, and read here as far as ``rl list``/``status``/``results`` show them
+(:func:`overview`, :func:`train_results`, :func:`demo_results`): never as a :class:`RunState`.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from trajforge.record.runs import RunKind, demo_stages, is_managed_state
 from trajforge.rl.runs import procs
 from trajforge.trajectory.save import read_complete_objects
 
@@ -194,7 +200,7 @@ class MetricSummary(BaseModel):
 
 class RunResults(BaseModel):
     run_id: str
-    status: RunStatus
+    status: str = Field(description="a managed run's RunStatus; finished/incomplete for other runs")
     reason: str | None
     metric_lines: int
     last: dict[str, Any] = Field(default_factory=dict)
@@ -252,3 +258,144 @@ def find_checkpoints(run_dir: Path) -> list[Path]:
                 if f.is_file():
                     found.add(f.parent)
     return sorted(found, key=lambda p: (p.stat().st_mtime_ns, str(p)))
+
+
+def metric_summaries(rows: list[dict[str, Any]]) -> dict[str, MetricSummary]:
+    """first/last/min/max/mean of every numeric field of metrics lines."""
+    series: dict[str, list[float]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                series.setdefault(key, []).append(float(value))
+    return {
+        k: MetricSummary(first=v[0], last=v[-1], min=min(v), max=max(v), mean=sum(v) / len(v))
+        for k, v in series.items()
+    }
+
+
+def is_managed_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` is the run manager's (its ``state.json`` a :class:`RunState`), not an
+    ``rl train`` run's, whose ``state.json`` is the trainer's resume point."""
+    try:
+        return is_managed_state(orjson.loads((run_dir / STATE_FILE).read_bytes()))
+    except (OSError, orjson.JSONDecodeError):
+        return False
+
+
+class RunOverview(BaseModel):
+    """One line about any run under ``--output-dir`` (``rl list``/``status``/``results``)."""
+
+    id: str
+    kind: str = Field(description="batch, env eval, rl train, rl demo, or rl run (KIND) for a managed run")
+    status: str
+    created_at: float | None = None
+    detail: str = Field("", description="the figure that says how far it got")
+    dir: str
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _created(path: Path) -> float | None:
+    try:
+        return min(p.stat().st_mtime for p in [path, *path.iterdir()])
+    except (OSError, ValueError):
+        return None
+
+
+def managed_overview(state: RunState) -> RunOverview:
+    reason = (state.reason or "").splitlines()[0][:80] if state.reason else ""
+    return RunOverview(
+        id=state.id,
+        kind=f"rl run ({state.kind})",
+        status=state.status,
+        created_at=state.created_at,
+        detail=reason,
+        dir=state.dir,
+    )
+
+
+def _train_detail(path: Path) -> tuple[str, str]:
+    state = _json_object(path / STATE_FILE)
+    config = _json_object(path / "config.json")
+    rows = read_metrics(path / METRICS_FILE)
+    steps = config.get("steps")
+    step = state.get("step", rows[-1].get("step", 0) if rows else 0)
+    status = "finished" if state.get("final") else "incomplete"
+    figures = [f"step {step}/{steps}" if steps else f"step {step}"]
+    last = rows[-1] if rows else {}
+    for key in ("reward_mean", "pass_rate"):
+        if isinstance(last.get(key), int | float):
+            figures.append(f"{key} {last[key]:.3f}")
+    return status, ", ".join(figures)
+
+
+def overview(path: Path, kind: RunKind) -> RunOverview:
+    """What a run that is not managed shows in ``rl list`` (a managed one: :func:`managed_overview`)."""
+    status, detail = "incomplete", ""
+    if kind == "rl train":
+        status, detail = _train_detail(path)
+    elif kind == "rl demo":
+        report = _json_object(path / "report.json")
+        status = "finished" if report else "incomplete"
+        detail = "stages: " + (", ".join(p.name for p in demo_stages(path)) or "none yet")
+    elif kind == "env eval":
+        summary = _json_object(path / "summary.json")
+        progress = _json_object(path / "status.json")
+        status = "finished" if summary else "incomplete"
+        done, total = progress.get("finished"), progress.get("total")
+        detail = f"{done}/{total} episodes" if done is not None else ""
+        for key, label in (("mean_reward", "mean reward"), ("pass_at_1", "pass@1")):
+            figure = summary.get(key)  # {"value", "low", "high"} (envs.summary)
+            if isinstance(figure, dict) and isinstance(figure.get("value"), int | float):
+                detail += f", {label} {figure['value']:.3f}"
+    elif kind == "batch":
+        stats = _json_object(path / "statistics.json")
+        done, total = stats.get("total_done"), stats.get("total_prompts")
+        status = "finished" if stats.get("finished") else "incomplete"
+        detail = f"{done}/{total} prompts done" if done is not None else ""
+    return RunOverview(
+        id=path.name, kind=kind, status=status, created_at=_created(path), detail=detail, dir=str(path)
+    )
+
+
+def train_results(path: Path) -> RunResults:
+    """An ``rl train`` run's results, as a managed run's read (its metrics and checkpoints)."""
+    rows = read_metrics(path / METRICS_FILE)
+    status, detail = _train_detail(path)
+    return RunResults(
+        run_id=path.name,
+        status=status,
+        reason=detail,
+        metric_lines=len(rows),
+        last=rows[-1] if rows else {},
+        metrics=metric_summaries(rows),
+        checkpoints=[str(p) for p in find_checkpoints(path)],
+        logs={p.stem: str(p) for p in sorted(path.glob("*.log"))},
+    )
+
+
+def demo_results(path: Path) -> RunResults:
+    """An ``rl demo`` run's results: its report's headline figures (none before it finished)."""
+    report = _json_object(path / "report.json")
+    headline = report.get("headline")
+    last = (
+        {k: v for k, v in headline.items() if isinstance(v, int | float)}
+        if isinstance(headline, dict)
+        else {}
+    )
+    stages = ", ".join(p.name for p in demo_stages(path)) or "none yet"
+    return RunResults(
+        run_id=path.name,
+        status="finished" if report else "incomplete",
+        reason=f"stages: {stages}" + ("" if report else "; no report.json yet"),
+        metric_lines=1 if last else 0,
+        last=last,
+        metrics=metric_summaries([last]) if last else {},
+        checkpoints=[str(p) for p in find_checkpoints(path)],
+    )
