@@ -43,8 +43,9 @@ _CONTEXT_PATTERNS = re.compile(
 )
 
 _VALIDATION_PATTERNS = re.compile(
-    r"\b\d+ validation errors? for \w+"  # pydantic's message, which some servers send as a 500
+    r"\b\d+ validation errors?(?: for \w+|:)"  # pydantic's / FastAPI's message, some servers send as a 500
     r"|\[type=[a-z_]+, input_value="  # pydantic v2's line for each failed field
+    r"|'type': '[a-z_]+', 'loc': \("  # FastAPI's RequestValidationError, str()-ed (llama-cpp-python)
     r"|\"detail\":\s*\[\s*\{\s*\"(?:type|loc|msg)\""  # FastAPI's 422 body
 )
 """A request the server's own validation rejected: the same request can never pass. llama-cpp-python
