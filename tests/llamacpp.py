@@ -250,9 +250,11 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path, timeout_s: f
 
 
 @contextlib.contextmanager
-def serve(kind: str, log_dir: Path, *, slots: int = 4, extra: tuple[str, ...] = ()) -> Iterator[str]:
+def serve(
+    kind: str, log_dir: Path, *, slots: int = 4, alias: str = "tiny", extra: tuple[str, ...] = ()
+) -> Iterator[str]:
     """Serve the tiny GGUF with ``kind`` (``llama-server`` or ``llama-cpp-python``) on a free loopback
-    port; yields the ``.../v1`` base URL. One thread each: the machine is shared."""
+    port as model ``alias``; yields the ``.../v1`` base URL. One thread each: the machine is shared."""
     b = built()
     port = free_port()
     if kind == "llama-server":
@@ -261,11 +263,11 @@ def serve(kind: str, log_dir: Path, *, slots: int = 4, extra: tuple[str, ...] = 
         # (flash attention and an f16 KV cache, measured: 1.1e-3 at worst over 30 episodes; 1.2e-5 without)
         argv = [str(b.llama_server), "-m", str(b.gguf), "--host", "127.0.0.1", "--port", str(port), "--jinja"]
         argv += ["-c", str(1024 * slots), "-np", str(slots), "-t", "1", "--no-webui"]
-        argv += ["-fa", "off", "-ctk", "f32", "-ctv", "f32", *extra]
+        argv += ["-fa", "off", "-ctk", "f32", "-ctv", "f32", "--alias", alias, *extra]
         ready = f"http://127.0.0.1:{port}/health"
     elif kind == "llama-cpp-python":
         argv = [str(b.python), "-m", "llama_cpp.server", "--model", str(b.gguf), "--host", "127.0.0.1"]
-        argv += ["--port", str(port), "--n_ctx", "1024", "--n_threads", "1", *extra]
+        argv += ["--port", str(port), "--n_ctx", "1024", "--n_threads", "1", "--model_alias", alias, *extra]
         ready = f"http://127.0.0.1:{port}/v1/models"
     else:
         raise ValueError(f"unknown llama.cpp server {kind!r}")

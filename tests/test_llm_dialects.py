@@ -196,6 +196,23 @@ async def test_a_server_that_drops_unknown_fields_gets_reasoning_inline(scripted
     assert second["content"] == ""
 
 
+async def test_llama_cpp_samplers_are_turned_off_unless_the_request_sets_them(
+    scripted_server, models
+) -> None:
+    """llama.cpp truncates the distribution by default (top_k 40, top_p 0.95, min_p 0.05): trajforge
+    asks for the model's own, as the other servers sample; a value the request sets is kept."""
+    srv = await scripted_server([Reply(content="a"), Reply(content="b")], identity=IDENTITIES["llamacpp"])
+    model = models(model_for(srv))
+    await model.complete(USER, sampling=SamplingParams(temperature=1.0))
+    await model.complete([{"role": "user", "content": "again"}], sampling=SamplingParams(top_p=0.5))
+    first, second = srv.requests
+    assert (first["top_k"], first["top_p"], first["min_p"]) == (0, 1.0, 0.0)
+    assert second["top_p"] == 0.5 and second["top_k"] == 0
+    vllm = await scripted_server([Reply(content="a")], identity=IDENTITIES["vllm"])
+    await models(model_for(vllm)).complete(USER)
+    assert not {"top_k", "min_p"} & set(vllm.requests[0])  # nothing sent a server did not need
+
+
 # --------------------------------------------------------------------------------------------
 # Calls returned as text
 
@@ -353,3 +370,94 @@ async def test_a_plain_500_is_still_retried(scripted_server, models) -> None:
     srv = await scripted_server([Reply.fail(500, "CUDA error: out of memory"), Reply(content="ok")])
     turn = await models(model_for(srv)).complete(USER)
     assert turn.content == "ok" and srv.counters["requests"] == 2
+
+
+# --------------------------------------------------------------------------------------------
+# Token level (tests/test_llamacpp_servers.py runs it against the real servers)
+
+
+def test_llama_servers_completion_logprobs_parse_into_the_trace() -> None:
+    from trajforge.llm.completion_wire import parse_response
+
+    body = {
+        "choices": [
+            {
+                "text": "hi",
+                "finish_reason": "stop",
+                "logprobs": {
+                    "content": [
+                        {"id": 17, "token": "hi", "bytes": [104, 105], "logprob": -0.25, "top_logprobs": []},
+                        {"id": 2, "token": "<|im_end|>", "bytes": [], "logprob": -0.01, "top_logprobs": []},
+                    ]
+                },
+            }
+        ]
+    }
+    sampled = parse_response("openai_completions", body)
+    assert (sampled.ids, sampled.logprobs, sampled.finish_reason) == ([17, 2], [-0.25, -0.01], "stop")
+
+
+async def _token_server(identity_owner: str, answer: tuple[int, Any]) -> Any:
+    """A server that names itself ``identity_owner`` and answers every completion with ``answer``."""
+    from aiohttp import web
+
+    app = web.Application()
+    seen: list[Any] = []
+
+    async def models_route(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "tiny", "owned_by": identity_owner}]})
+
+    async def completions(request: web.Request) -> web.Response:
+        seen.append(await request.json())
+        return web.json_response(answer[1], status=answer[0])
+
+    app.add_routes([web.get("/v1/models", models_route), web.post("/v1/completions", completions)])
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}", seen
+
+
+async def test_token_exact_preflight_refuses_a_server_without_token_id_prompts() -> None:
+    from trajforge.endpoint import EndpointConfig, build_token_model, embedded_weights, preflight_model
+
+    refusal = {"error": {"message": VALIDATION_500[0], "type": "internal_server_error"}}
+    runner, url, seen = await _token_server("me", (500, refusal))
+    model = build_token_model(EndpointConfig(model="tiny", base_url=url, tokenizer=str(embedded_weights())))
+    try:
+        with pytest.raises(ModelError) as info:
+            await preflight_model(model)
+    finally:
+        await model.aclose()
+        await runner.cleanup()
+    assert len(seen) == 1 and isinstance(seen[0]["prompt"], list)  # one short token-id request, no retry
+    assert seen[0]["max_tokens"] == 1
+    assert info.value.kind is ModelErrorKind.PERMANENT
+    assert "cannot sample from token ids" in str(info.value) and "takes no token-id prompts" in str(
+        info.value
+    )
+
+
+async def test_token_exact_preflight_passes_on_llama_server_and_says_so() -> None:
+    from trajforge.endpoint import EndpointConfig, build_token_model, embedded_weights, preflight_model
+
+    ok = {
+        "choices": [
+            {"text": "x", "finish_reason": "length", "logprobs": {"content": [{"id": 5, "logprob": -1.0}]}}
+        ]
+    }
+    runner, url, seen = await _token_server("llamacpp", (200, ok))
+    model = build_token_model(EndpointConfig(model="tiny", base_url=url, tokenizer=str(embedded_weights())))
+    lines: list[str] = []
+    try:
+        await preflight_model(model, lines.append)
+    finally:
+        await model.aclose()
+        await runner.cleanup()
+    assert (
+        len(lines) == 1
+        and "dialect llamacpp" in lines[0]
+        and "token-exact via openai_completions" in lines[0]
+    )
+    assert seen[0]["top_k"] == 0 and seen[0]["min_p"] == 0.0  # llama.cpp's samplers off here too
