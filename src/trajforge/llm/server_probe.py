@@ -118,6 +118,10 @@ def _first_int(values: Any) -> int | None:
     return None
 
 
+_MAX_ANSWER = 1 << 20
+"""Bytes of one probe answer read at most (llama-server's /props, the largest, is a few KiB)."""
+
+
 class _Getter:
     """GETs of JSON objects below one root, with the client's headers and a short timeout."""
 
@@ -128,12 +132,15 @@ class _Getter:
     async def get(self, path: str) -> tuple[Any, Mapping[str, str]] | None:
         """``(decoded JSON, headers)`` of a 200 answer, or None for anything else."""
         try:
-            async with self.session.get(self.root + path) as resp:
+            # No redirects: the key in the headers goes to the endpoint's own host and nowhere else.
+            async with self.session.get(self.root + path, allow_redirects=False) as resp:
                 if resp.status != 200:
                     return None
-                raw = await resp.read()
+                raw = await resp.content.read(_MAX_ANSWER + 1)
                 headers = dict(resp.headers)
         except (aiohttp.ClientError, TimeoutError):
+            return None
+        if len(raw) > _MAX_ANSWER:  # a self-description is a few KiB; this is something else
             return None
         try:
             return orjson.loads(raw), headers
