@@ -13,7 +13,7 @@ TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup demo-setup system-deps demo-system-deps test test-fast demo rl-demo lint bench clean docker-engine docker-engine-stop bench-venv
+.PHONY: setup demo-setup system-deps demo-system-deps test test-fast demo rl-demo lint bench clean docker-engine docker-engine-stop bench-venv llamacpp
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -45,8 +45,20 @@ system-deps: demo-system-deps
 	@# the docker backend's tests: Debian's engine and debootstrap for the locally built base image
 	@{ command -v dockerd && command -v debootstrap; } >/dev/null || { $(SUDO) apt-get update -qq && \
 		$(SUDO) apt-get install -y -qq --no-install-recommends docker.io debootstrap; }
+	@# llama.cpp's servers, built from source for tests/test_llamacpp_servers.py (make llamacpp)
+	@{ command -v cmake && command -v c++; } >/dev/null || { $(SUDO) apt-get update -qq && \
+		$(SUDO) apt-get install -y -qq --no-install-recommends cmake g++ ninja-build; }
 
 setup: system-deps $(STAMP)
+
+# llama.cpp's two servers for tests/test_llamacpp_servers.py (issue 37): llama-cpp-python's server
+# and llama-server, both built from PyPI's llama-cpp-python sdist (CPU, GGML_NATIVE=OFF), and the
+# embedded tiny policy converted to GGUF. Outputs and stamps live in ~/.cache/trajforge/llamacpp/
+# (or $$TRAJFORGE_LLAMACPP_HOME): only the first build on a machine pays (~40 min on two shared
+# cores; pip also keeps the wheel it built); later runs check the stamps and return. Where no
+# compiler or CMake exists, it records why and the tests skip saying so.
+llamacpp: setup
+	nice -n 10 $(PY) tests/llamacpp.py prepare
 
 # The published benchmark packages need Python >= 3.12 and trajforge runs on 3.11: they get a
 # virtualenv of their own, run as programs (never imported), seen read-only by the sandboxes
@@ -111,7 +123,7 @@ PYTHON_AGENT_TESTS ?= tests/test_sandbox_bwrap.py tests/test_sandbox_shell.py te
 	tests/test_sandbox_cancel.py tests/test_sandbox_templates.py tests/security/test_sandbox_attacks.py \
 	tests/security/test_broken_sandbox.py tests/test_verifier_terminal.py
 
-test: setup bench-venv
+test: setup bench-venv llamacpp
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 	$(PY) tests/docker_engine.py prepare

@@ -38,7 +38,9 @@ def make_loop(model, sandbox, registry, toolsets=("terminal", "file"), **cfg):
 async def test_tool_call_then_final_answer(sandbox, registry):
     turn = tool_turn(("terminal", {"command": "echo 6*7=$((6*7))"}), reasoning="compute it")
     turn.usage = Usage(prompt_tokens=10, completion_tokens=5, total_tokens=15)
-    model = ScriptedModel([turn, answer("42", reasoning="read the output")])
+    final = answer("42", reasoning="read the output")
+    final.usage = Usage(prompt_tokens=30, completion_tokens=2, total_tokens=32)
+    model = ScriptedModel([turn, final])
     loop = make_loop(model, sandbox, registry, system_prompt="be brief")
     result = await loop.run([{"role": "user", "content": "what is 6*7?"}])
 
@@ -51,7 +53,8 @@ async def test_tool_call_then_final_answer(sandbox, registry):
     assert orjson.loads(tool_msg["content"])["output"] == "6*7=42\n"
     assert tool_msg["tool_call_id"] == result.messages[2]["tool_calls"][0]["id"]
     assert result.tool_stats["terminal"].count == 1 and result.tool_stats["terminal"].success == 1
-    assert result.usage.total_tokens == 15
+    assert (result.usage.prompt_tokens, result.usage.total_tokens) == (40, 47)
+    assert result.usage.reasoning_tokens is None  # neither call said: unknown, not 0
     assert result.tools_offered == ["terminal", "process", "read_file", "write_file", "patch", "search_files"]
     # the model saw the tool schemas of exactly the offered tools
     assert [t["function"]["name"] for t in model.calls[0].tools] == result.tools_offered

@@ -104,11 +104,11 @@ def test_config_file_run_and_export(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         assert "5 built, 0 reused" in result.output  # the preflight's sandbox, then one per sample
         # the plain display names each phase before samples finish, never a bare frozen 0/4
         phases = [line for line in result.stderr.splitlines() if line.startswith("[fromyaml] ")]
-        assert phases[:3] == [
-            "[fromyaml] reading the dataset",
-            "[fromyaml] preflight: endpoint and sandbox",
-            "[fromyaml] first samples in flight",
-        ], phases
+        assert phases[:2] == ["[fromyaml] reading the dataset", "[fromyaml] preflight: endpoint and sandbox"]
+        # which server answers, and in which dialect it is spoken to (issue 37)
+        assert phases[2].startswith("[fromyaml] preflight: endpoint http://127.0.0.1:"), phases
+        assert "(dialect trajforge: /v1/models owned_by 'trajforge'" in phases[2], phases
+        assert phases[3] == "[fromyaml] first samples in flight", phases
         assert all(" 0/4 " not in line or "first samples in flight" in line for line in phases)
     run_dir = tmp_path / "data" / "fromyaml"
     saved = orjson.loads((run_dir / "run.json").read_bytes())

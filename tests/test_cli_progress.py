@@ -255,3 +255,14 @@ def _ls() -> Any:
     from trajforge.testing.scripted_server import ToolCallSpec
 
     return ToolCallSpec("terminal", {"command": "ls"})
+
+
+def test_the_activity_line_never_counts_unknown_usage_as_zero() -> None:
+    """An endpoint that reports no usage (llm.types.Usage: None is unknown) leaves the token count
+    unsaid, or a floor when some answers said it: never a total that passes for the whole."""
+    from trajforge.batch.scheduler import Activity
+
+    assert Activity(model_calls=2, tokens=40).text() == "2 model calls answered, 40 tokens generated"
+    assert Activity(model_calls=2, tokens_unknown=2).text() == "2 model calls answered"
+    some = Activity(model_calls=3, tokens=40, tokens_unknown=1).text()
+    assert some == "3 model calls answered, at least 40 tokens generated"

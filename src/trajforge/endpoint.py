@@ -16,13 +16,15 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trajforge.extras import missing_ml
 
 if TYPE_CHECKING:  # the client (and the openai SDK) load when one is built, not at CLI start-up
     from trajforge.llm.openai_client import OpenAIChatModel
     from trajforge.protocols import ChatModel
+
+CompletionEndpoint = Literal["auto", "openai_completions", "vllm_generate", "sglang_generate"]
 
 EMBEDDED_MODEL_NAME = "trajforge-tiny"
 # Package data of ``trajforge.models.tiny`` (its recipe writes them), located without importing it.
@@ -59,12 +61,35 @@ class EndpointConfig(BaseModel):
         "to a completions/generate endpoint as token ids and records carry exact tokens, masks and "
         "logprobs. 'auto' with the embedded policy: its own tokenizer",
     )
-    completion_endpoint: Literal["openai_completions", "vllm_generate", "sglang_generate"] = Field(
-        "vllm_generate", description="with tokenizer: which completion API the endpoint speaks"
+    completion_endpoint: CompletionEndpoint = Field(
+        "auto",
+        description="with tokenizer: which completion API the endpoint speaks (auto: its dialect's)",
     )
     tool_call_parser: str = Field(
-        "hermes", description="with tokenizer: tool-call parser of the model's text"
+        "auto",
+        description="tool-call format of the model's text (trajforge.llm.parsers; auto: detect it): parsed "
+        "by the token-level client, and on the chat path from calls the endpoint returned as text (auto: "
+        "where the dialect says the server may not parse them itself; none: never)",
     )
+    endpoint_dialect: str = Field(
+        "auto",
+        description="which server the endpoint is (llm/dialects.py: openai, vllm, sglang, llamacpp, "
+        "llamacpp_python, ollama, openrouter, trajforge); auto: probe what it says about itself",
+    )
+
+    @field_validator("endpoint_dialect")
+    @classmethod
+    def _known_dialect(cls, value: str) -> str:
+        from trajforge.llm.dialects import check_dialect_name
+
+        return check_dialect_name(value)
+
+    @field_validator("tool_call_parser")
+    @classmethod
+    def _known_parser(cls, value: str) -> str:
+        from trajforge.llm.parsers import check_parser_name
+
+        return check_parser_name(value)
 
     @property
     def embedded(self) -> bool:
@@ -102,6 +127,8 @@ def build_chat_model(cfg: EndpointConfig) -> OpenAIChatModel:
             request_timeout_s=cfg.request_timeout_s,
             max_retries=cfg.max_retries,
             backoff_base_s=cfg.backoff_base_s,
+            endpoint_dialect=cfg.endpoint_dialect,
+            tool_call_parser=cfg.tool_call_parser,
         )
     )
 
@@ -120,6 +147,7 @@ def build_token_model(cfg: EndpointConfig) -> ChatModel:
             tokenizer_path=cfg.tokenizer,
             base_url=cfg.base_url,
             endpoint=cfg.completion_endpoint,
+            endpoint_dialect=cfg.endpoint_dialect,
             model=cfg.model,
             parser=cfg.tool_call_parser,
             api_key_env=cfg.api_key_env,
@@ -165,6 +193,20 @@ async def open_chat_model(
             yield model
         finally:
             await model.aclose()
+
+
+async def preflight_model(model: ChatModel, announce: Callable[[str], None] = lambda _msg: None) -> None:
+    """Prove the endpoint answers (and, token level, samples from token ids) before any sample, and
+    say which server it is and in which dialect it is spoken to (``--endpoint-dialect``). A model
+    without a preflight (an in-process one) has nothing to prove. Raises what the check raised."""
+    from trajforge.protocols import SupportsPreflight
+
+    if not isinstance(model, SupportsPreflight):
+        return
+    await model.check()
+    summary = getattr(model, "endpoint_summary", None)
+    if isinstance(summary, str):
+        announce(summary)
 
 
 def embedded_weights() -> Path:

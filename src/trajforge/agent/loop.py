@@ -143,6 +143,8 @@ class AgentLoop:
         result.usage = result.usage + turn.usage
         result.model_time_s += turn.latency_s
         result.reasoning_per_turn.append(turn.reasoning or None)
+        if turn.calls_from_text:  # the client parsed them out of the text the endpoint returned
+            result.recovered_calls.extend(call.id for call in turn.tool_calls)
         if turn.token_trace is not None:
             result.token_traces.append(turn.token_trace)
 

@@ -67,7 +67,14 @@ class AgentResult(BaseModel):
     tool_stats: dict[str, ToolStat] = Field(default_factory=dict)
     tools_offered: list[str] = Field(default_factory=list)
     api_calls: int = 0
-    usage: Usage = Field(default_factory=Usage)
+    usage: Usage = Field(
+        default_factory=Usage.zero,
+        description="summed over the model calls; None: a call's endpoint did not say",
+    )
+    recovered_calls: list[str] = Field(
+        default_factory=list,
+        description="ids of the tool calls the client parsed out of text the endpoint returned as content",
+    )
     model_time_s: float = 0.0
     tool_time_s: float = 0.0
     wall_time_s: float = 0.0

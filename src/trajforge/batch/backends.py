@@ -66,6 +66,7 @@ def build_model(cfg: BatchConfig) -> ChatModel:
         tokenizer=cfg.tokenizer,
         completion_endpoint=cfg.completion_endpoint,
         tool_call_parser=cfg.tool_call_parser,
+        endpoint_dialect=cfg.endpoint_dialect,
     )
     try:
         return build_token_model(endpoint) if cfg.tokenizer else build_chat_model(endpoint)

@@ -14,6 +14,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trajforge.endpoint import pairing_problem
+from trajforge.llm.dialects import check_dialect_name
+from trajforge.llm.parsers import check_parser_name
 from trajforge.llm.types import SamplingParams
 from trajforge.sandbox.types import AgentKind, SandboxConfig, SandboxKind
 from trajforge.tools.config import ToolsConfig, ToolsConfigError, parse_tools_config
@@ -171,10 +173,20 @@ class BatchConfig(BaseModel):
         description="token level: LOCAL tokenizer dir of the model ('auto': the embedded policy's); calls "
         "go to a completions/generate endpoint and lines carry exact tokens, masks and logprobs",
     )
-    completion_endpoint: Literal["openai_completions", "vllm_generate", "sglang_generate"] = Field(
-        "vllm_generate", description="with --tokenizer: the endpoint's completion API"
+    completion_endpoint: Literal["auto", "openai_completions", "vllm_generate", "sglang_generate"] = Field(
+        "auto", description="with --tokenizer: the endpoint's completion API (auto: its dialect's)"
     )
-    tool_call_parser: str = Field("hermes", description="with --tokenizer: tool-call parser of the model")
+    tool_call_parser: str = Field(
+        "auto",
+        description="tool-call format of the model (auto: detect it; none: never parse text): the token-level "
+        "client parses with it, and calls an endpoint returned as text are run (auto: unless the dialect "
+        "says the server parses calls itself)",
+    )
+    endpoint_dialect: str = Field(
+        "auto",
+        description="which server --base-url is: openai, vllm, sglang, llamacpp, llamacpp_python, ollama, "
+        "openrouter, trajforge (docs/servers.md); auto: probe what it says about itself",
+    )
     # Not a flag of its own (a nested section): the YAML `tools:` section or --tools-config FILE.
     tools: ToolsConfig = Field(
         default_factory=ToolsConfig,
@@ -205,6 +217,8 @@ class BatchConfig(BaseModel):
             raise ValueError(
                 "--tokenizer auto is the embedded policy's tokenizer; give a directory with --base-url"
             )
+        check_dialect_name(self.endpoint_dialect)
+        check_parser_name(self.tool_call_parser)
         if self.api_key_env == "":  # `--api-key-env ''`: an endpoint that needs no key
             self.api_key_env = None
         if self.api_key_env is not None and not self.api_key_env.isidentifier():

@@ -3,24 +3,28 @@ backend that cannot start -- using the very model and factory the run goes on wi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from trajforge.batch.backends import Backends
 from trajforge.batch.config import BatchConfig
 from trajforge.batch.errors import RunError
-from trajforge.protocols import ChatModel, SandboxFactory, SupportsPreflight
+from trajforge.endpoint import preflight_model
+from trajforge.protocols import ChatModel, SandboxFactory
 
 PREFLIGHT_TASK_ID = "trajforge-preflight"
 
 
-async def preflight(backends: Backends, sandbox_kind: str) -> None:
-    await check_endpoint(backends.model)
+async def preflight(
+    backends: Backends, sandbox_kind: str, announce: Callable[[str], None] = lambda _msg: None
+) -> None:
+    """``announce`` gets the endpoint's line: which server, which dialect (``--endpoint-dialect``)."""
+    await check_endpoint(backends.model, announce)
     await check_sandbox(backends.sandbox_factory, sandbox_kind)
 
 
-async def check_endpoint(model: ChatModel) -> None:
-    if not isinstance(model, SupportsPreflight):
-        return
+async def check_endpoint(model: ChatModel, announce: Callable[[str], None] = lambda _msg: None) -> None:
     try:
-        await model.check()
+        await preflight_model(model, announce)
     except Exception as exc:
         raise RunError(f"endpoint check failed: {exc}") from None
 

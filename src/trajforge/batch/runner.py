@@ -191,12 +191,18 @@ async def _start(
     own (neither an HTTP client nor live sandboxes cross into a process)."""
     progress.phase("preflight: endpoint and sandbox")
     async with open_backends(cfg, model=model, sandbox_factory=sandbox_factory) as backends:
-        await preflight(backends, cfg.sandbox)
+        await preflight(backends, cfg.sandbox, announce=lambda line: _announce(progress, line))
         if cfg.workers == 1 and cfg.backend == "local":
             return await _run_locked(cfg, prep, registry, progress, backends)
         if pool is not None:  # the local worker processes run the agent the preflight built
             pool.sandbox_agent = getattr(backends.sandbox_factory, "agent_file", None)
     return await _run_locked(cfg, prep, registry, progress, None, pool)
+
+
+def _announce(progress: ProgressSink, line: str) -> None:
+    """The endpoint's preflight line (which server, which dialect), in the log and on the progress."""
+    log.info("%s", line)
+    progress.phase(f"preflight: {line}")
 
 
 async def _run_locked(

@@ -95,11 +95,16 @@ class Activity:
 
     model_calls: int = 0
     tokens: int = 0
+    #: answers whose endpoint did not say how many tokens it generated: the count is then a floor
+    tokens_unknown: int = 0
 
     def text(self) -> str:
         if not self.model_calls:
             return ""
-        return f"{self.model_calls} model calls answered, {self.tokens:,} tokens generated"
+        if self.tokens_unknown == self.model_calls:
+            return f"{self.model_calls} model calls answered"
+        at_least = "at least " if self.tokens_unknown else ""
+        return f"{self.model_calls} model calls answered, {at_least}{self.tokens:,} tokens generated"
 
 
 class _Counted:
@@ -121,7 +126,10 @@ class _Counted:
     ) -> AssistantTurn:
         turn = await self._model.complete(messages, tools, sampling)
         self._activity.model_calls += 1
-        self._activity.tokens += turn.usage.completion_tokens
+        if turn.usage.completion_tokens is None:  # unknown is not zero (llm.types.Usage)
+            self._activity.tokens_unknown += 1
+        else:
+            self._activity.tokens += turn.usage.completion_tokens
         return turn
 
     async def aclose(self) -> None:

@@ -42,7 +42,7 @@ class SampleSummary:
     toolsets: list[str]
     turns_with_reasoning: int
     turns_without_reasoning: int
-    usage: dict[str, int]  # token counts that are not zero
+    usage: dict[str, int]  # token counts that are known and not zero
     api_calls: int
     attempts: int
     wall_s: float
@@ -52,6 +52,7 @@ class SampleSummary:
     finished_at: float
     reward: float | None = None  # None: not graded (no --env)
     reward_error: bool = False
+    usage_unknown: bool = False  # it called the model, and an endpoint did not say how many tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,7 @@ class Aggregate:
     turns_with_reasoning: int = 0
     turns_without_reasoning: int = 0
     tokens: Counter[str] = field(default_factory=Counter)
+    usage_unknown: int = 0  # samples whose token total is unknown (left out of ``tokens``)
     api_calls: int = 0
     attempts: int = 0
     latency: Counter[int] = field(default_factory=Counter)  # bucket -> samples
@@ -106,6 +108,7 @@ class Aggregate:
         self.turns_with_reasoning += summary.turns_with_reasoning
         self.turns_without_reasoning += summary.turns_without_reasoning
         self.tokens.update(summary.usage)
+        self.usage_unknown += summary.usage_unknown
         self.api_calls += summary.api_calls
         self.attempts += summary.attempts
         self.latency[_bucket(summary.wall_s)] += 1
@@ -129,6 +132,7 @@ class Aggregate:
         self.turns_with_reasoning += other.turns_with_reasoning
         self.turns_without_reasoning += other.turns_without_reasoning
         self.tokens.update(other.tokens)
+        self.usage_unknown += other.usage_unknown
         self.api_calls += other.api_calls
         self.attempts += other.attempts
         self.latency.update(other.latency)
@@ -209,7 +213,8 @@ class Aggregate:
             "last_finish",
         ):
             setattr(agg, name, data[name])
-        for name in ("graded", "reward_sum", "solved", "reward_errors"):  # absent before grading
+        # absent in older runs: grading's (before --env), usage_unknown's (before unknown usage was kept)
+        for name in ("graded", "reward_sum", "solved", "reward_errors", "usage_unknown"):
             setattr(agg, name, data.get(name, 0))
         return agg
 
@@ -252,6 +257,7 @@ def build_statistics(
         "toolset_usage": dict(agg.toolsets),
         "reasoning_coverage": _reasoning_coverage(agg),
         "tokens": dict(agg.tokens),
+        "tokens_unknown_samples": agg.usage_unknown,
         "api_calls": agg.api_calls,
         "attempts": agg.attempts,
         "latency_s": _latency(agg),

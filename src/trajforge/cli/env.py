@@ -125,6 +125,18 @@ def eval_cmd(
         "--tokenizer",
         help="Token level: a local tokenizer dir (records carry tokens/masks/logprobs); 'auto' with the embedded policy.",
     ),
+    endpoint_dialect: str = typer.Option(
+        "auto",
+        "--endpoint-dialect",
+        help="Which server --base-url is: auto (probe it), openai, vllm, sglang, llamacpp, llamacpp_python, "
+        "ollama, openrouter, trajforge (docs/servers.md).",
+    ),
+    tool_call_parser: str = typer.Option(
+        "auto",
+        "--tool-call-parser",
+        help="Tool-call format of the model: calls the endpoint returned as text are parsed and run (auto: "
+        "detect; off where the server parses calls itself; none: never); with --tokenizer, the parser.",
+    ),
     n: int = typer.Option(20, "--max-samples", min=1, help="Held-out items."),
     group_size: int | None = typer.Option(
         None, "--group-size", min=1, help="Rollouts per item (default: env's)."
@@ -165,7 +177,7 @@ def eval_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Evaluate ENV: held-out items x group size, judged in their own sandboxes."""
-    endpoint = _endpoint(model, base_url, api_key_env, tokenizer)
+    endpoint = _endpoint(model, base_url, api_key_env, tokenizer, endpoint_dialect, tool_call_parser)
     if agent not in _AGENTS:
         raise fail(f"--agent must be model, oracle or none, not {agent!r}")
     if progress not in ("auto", "rich", "plain", "none"):
@@ -195,14 +207,35 @@ def _overrides(**flags: Any) -> dict[str, Any]:
     return {k: v for k, v in flags.items() if v is not None}
 
 
-def _endpoint(model: str | None, base_url: str | None, api_key_env: str | None, tokenizer: str | None) -> Any:
+def _endpoint(
+    model: str | None,
+    base_url: str | None,
+    api_key_env: str | None,
+    tokenizer: str | None,
+    endpoint_dialect: str = "auto",
+    tool_call_parser: str = "auto",
+) -> Any:
     """Which model answers: --model with --base-url, or neither for the embedded policy."""
     from trajforge.endpoint import EndpointConfig, pairing_problem
+    from trajforge.llm.dialects import check_dialect_name
+    from trajforge.llm.parsers import check_parser_name
 
     problem = pairing_problem(model, base_url)
     if problem:
         raise fail(problem)
-    return EndpointConfig(model=model, base_url=base_url, api_key_env=api_key_env, tokenizer=tokenizer)
+    try:
+        check_dialect_name(endpoint_dialect)
+        check_parser_name(tool_call_parser)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    return EndpointConfig(
+        model=model,
+        base_url=base_url,
+        api_key_env=api_key_env,
+        tokenizer=tokenizer,
+        endpoint_dialect=endpoint_dialect,
+        tool_call_parser=tool_call_parser,
+    )
 
 
 def _placement(
@@ -338,6 +371,13 @@ async def _eval(
             announce=announce,
         )
     async with open_rollout_backends(env, endpoint, agent, announce=announce) as backends:
+        from trajforge.endpoint import preflight_model
+        from trajforge.llm.types import ModelError
+
+        try:
+            await preflight_model(backends.model, announce)
+        except ModelError as exc:  # said once, before any episode (printed as a one-line error)
+            raise ValueError(f"endpoint check failed: {exc}") from None
         live.phase("rollouts")
         return await run_eval(
             env, backends, run_dir, n=n, group_size=group_size, agent=agent, on_episode=progress

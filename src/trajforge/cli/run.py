@@ -19,6 +19,8 @@ from trajforge.cli.errors import fail
 from trajforge.cli.vocab import renamed
 from trajforge.distributions import UnknownDistributionError, get_distribution, sample_toolsets
 from trajforge.endpoint import EndpointConfig, open_chat_model
+from trajforge.llm.dialects import check_dialect_name
+from trajforge.llm.parsers import check_parser_name
 from trajforge.llm.types import ModelError, SamplingParams
 from trajforge.sandbox import SandboxUnavailableError, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig, SandboxKind
@@ -57,6 +59,20 @@ Temperature = Annotated[float | None, typer.Option(help="Sampling temperature.")
 ReasoningEffort = Annotated[str | None, typer.Option(help="low|medium|high.")]
 NoReasoning = Annotated[bool, typer.Option("--no-reasoning", help="Ask the provider not to reason.")]
 Stream = Annotated[bool, typer.Option(help="Use SSE streaming.")]
+EndpointDialect = Annotated[
+    str,
+    typer.Option(
+        help="Which server --base-url is: auto (probe it), openai, vllm, sglang, llamacpp, llamacpp_python, "
+        "ollama, openrouter, trajforge (docs/servers.md)."
+    ),
+]
+ToolCallParser = Annotated[
+    str,
+    typer.Option(
+        help="Tool calls the endpoint returned as text are parsed with this family and run: auto (detect; "
+        "off where the server parses calls itself), a family (trajforge parse --help), or none."
+    ),
+]
 Timeout = Annotated[
     float,
     typer.Option(
@@ -109,6 +125,8 @@ def run(
     reasoning_effort: ReasoningEffort = None,
     no_reasoning: NoReasoning = False,
     stream: Stream = False,
+    endpoint_dialect: EndpointDialect = "auto",
+    tool_call_parser: ToolCallParser = "auto",
     timeout: Timeout = DEFAULT_SESSION_TIMEOUT_S,
     max_command_timeout: MaxCommandTimeout = DEFAULT_MAX_COMMAND_TIMEOUT_S,
     output: Output = None,
@@ -124,7 +142,16 @@ def run(
     try:
         box = SandboxConfig(kind=kind, network=network, command_timeout_s=min(60.0, max_command_timeout))
         chosen = choose_toolsets(toolsets, distribution, seed)
-        endpoint = EndpointConfig(model=model, base_url=base_url, api_key_env=api_key_env, stream=stream)
+        check_dialect_name(endpoint_dialect)
+        check_parser_name(tool_call_parser)
+        endpoint = EndpointConfig(
+            model=model,
+            base_url=base_url,
+            api_key_env=api_key_env,
+            stream=stream,
+            endpoint_dialect=endpoint_dialect,
+            tool_call_parser=tool_call_parser,
+        )
         sampling = SamplingParams(
             max_tokens=max_tokens,
             temperature=temperature,

@@ -35,7 +35,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import orjson
@@ -51,8 +51,9 @@ from trajforge.llm.completion_wire import (
     openai_finish_reason,
     parse_response,
 )
+from trajforge.llm.dialects import check_dialect_name, get_dialect
 from trajforge.llm.keys import redact, resolve_api_key
-from trajforge.llm.parsers import get_parser, to_tool_calls
+from trajforge.llm.parsers import ToolCallParser, get_parser, to_tool_calls
 from trajforge.llm.retry import (
     BackoffBase,
     BackoffMax,
@@ -61,9 +62,11 @@ from trajforge.llm.retry import (
     MaxRetryAfter,
     TransientError,
     call_with_retries,
+    exhausted_error,
     parse_retry_after,
     status_error,
 )
+from trajforge.llm.server_probe import ServerInfo, probe_server
 from trajforge.llm.types import AssistantTurn, ModelError, ModelErrorKind, SamplingParams, TokenTrace, Usage
 from trajforge.messages import content_text, message_reasoning, split_think
 
@@ -77,15 +80,22 @@ class CompletionModelConfig(BaseModel):
 
     tokenizer_path: str = Field(description="LOCAL directory with the model's tokenizer and chat template")
     base_url: str = Field(description="server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine)")
-    endpoint: EndpointKind = Field(
-        default="vllm_generate",
-        description="openai_completions (/v1/completions, prompt as ids, vLLM's return_tokens_as_token_ids), "
-        "vllm_generate (/generate with prompt_token_ids) or sglang_generate (/generate with input_ids)",
+    endpoint: EndpointKind | Literal["auto"] = Field(
+        default="auto",
+        description="openai_completions (/v1/completions, prompt as ids: vLLM with return_tokens_as_token_ids, "
+        "llama-server), vllm_generate (/generate with prompt_token_ids) or sglang_generate (/generate with "
+        "input_ids); auto: the one the server's dialect serves (vllm_generate for a server that does not "
+        "say what it is)",
+    )
+    endpoint_dialect: str = Field(
+        default="auto", description="which server this is (trajforge.llm.dialects); auto: probe it"
     )
     model: str | None = Field(
         default=None, description="model name sent to /v1/completions; default: dir name"
     )
-    parser: str = Field(default="hermes", description="tool-call parser name (trajforge.llm.parsers)")
+    parser: str = Field(
+        default="hermes", description="tool-call parser name (trajforge.llm.parsers); none: no parsing"
+    )
     api_key_env: str | None = Field(default=None, description="env var holding a key; None sends no auth")
     end_of_turn: str | None = Field(
         default=None, description="end-of-turn token; default tokenizer.eos_token"
@@ -111,8 +121,15 @@ class CompletionModelConfig(BaseModel):
         value = value.rstrip("/")
         return value[: -len("/v1")] if value.endswith("/v1") else value
 
-    def url(self) -> str:
-        return self.base_url + endpoint_path(self.endpoint)
+    @field_validator("endpoint_dialect")
+    @classmethod
+    def _known_dialect(cls, value: str) -> str:
+        return check_dialect_name(value)
+
+    def url(self, kind: EndpointKind | None = None) -> str:
+        """The route of ``kind`` (default: the configured one) below the server root."""
+        kind = kind or (None if self.endpoint == "auto" else self.endpoint)
+        return self.base_url + (endpoint_path(kind) if kind is not None else "")
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,12 +213,18 @@ class CompletionChatModel:
             end_of_turn=config.end_of_turn,
             template_kwargs=config.chat_template_kwargs,
         )
-        self.parser = get_parser(config.parser)
+        self.parser: ToolCallParser | None = None if config.parser == "none" else get_parser(config.parser)
         self._key = resolve_api_key(config.api_key_env, config.base_url) if config.api_key_env else None
         self._memory = _PrefixMemory(config.cache_size)
         self._semaphore = asyncio.Semaphore(config.max_concurrency)
         self._session: aiohttp.ClientSession | None = None
         self._site = CallSite("completion call", config.url(), repr(self.name))
+        # Which completion API: configured, or the server's dialect's (probed once, on first use).
+        self.server: ServerInfo | None = None
+        self._kind: EndpointKind | None = None if config.endpoint == "auto" else config.endpoint
+        self._probing = asyncio.Lock()
+        if config.endpoint_dialect != "auto":
+            self.server = ServerInfo(get_dialect(config.endpoint_dialect), "--endpoint-dialect")
 
     @property
     def name(self) -> str:
@@ -209,10 +232,78 @@ class CompletionChatModel:
 
     @property
     def endpoint(self) -> str:
-        return self.config.url()
+        return self.config.url(self._kind)
 
     def __repr__(self) -> str:
-        return f"CompletionChatModel({self.name!r} via {self.config.endpoint} at {self.endpoint})"
+        return (
+            f"CompletionChatModel({self.name!r} via {self._kind or self.config.endpoint} at {self.endpoint})"
+        )
+
+    async def kind(self) -> EndpointKind:
+        """The completion API requests go to: configured, or the one the server's dialect serves."""
+        if self._kind is None:
+            async with self._probing:
+                if self._kind is None:
+                    self._kind = await self._resolve_kind()
+                    self._site = CallSite("completion call", self.endpoint, repr(self.name))
+        return self._kind
+
+    async def _resolve_kind(self) -> EndpointKind:
+        if self.server is None:
+            headers = {}
+            if self._key is not None and self._key.secret is not None:
+                headers["Authorization"] = f"Bearer {self._key.secret.get_secret_value()}"
+            self.server = await probe_server(self.config.base_url, headers=headers)
+            log.info("%s", self.server.describe(self.config.base_url))
+        dialect = self.server.dialect
+        if not self.server.identified:
+            return "vllm_generate"  # the default before dialects: Atropos' vllm_api_server.py
+        # A server without a token-id API gets the OpenAI route: preflight shows how it refuses.
+        return dialect.token_endpoint or "openai_completions"
+
+    @property
+    def endpoint_summary(self) -> str | None:
+        """One line for preflight: which server, which dialect, which completion API."""
+        if self.server is None or self._kind is None:
+            return None
+        return f"{self.server.describe(self.config.base_url)}; token-exact via {self._kind} ({self.endpoint})"
+
+    async def check(self) -> None:
+        """Preflight: one short token-id request, so a server that cannot do token-exact sampling is
+        refused before any sample, with its reason, not after every sample's retries.
+
+        The prompt is a one-message conversation through the chat template; one token is sampled
+        and its id and logprob must come back in a shape this client reads."""
+        kind = await self.kind()
+        ids = await asyncio.to_thread(self.template.prompt_ids, [{"role": "user", "content": "ping"}], None)
+        body = self._with_defaults(build_body(kind, ids, SamplingParams(temperature=0.0), 1, self.name))
+        try:
+            await self._attempt(body)
+        except TransientError as exc:
+            raise self._refused(exhausted_error(self._site, exc, attempts=1)) from None
+        except ModelError as exc:
+            raise self._refused(exc) from None
+
+    def _with_defaults(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` with the dialect's sampling defaults where it sets nothing (llama.cpp's samplers
+        off: the logprobs and samples are the model's own distribution, as on the other servers)."""
+        defaults = self.server.dialect.sampling_defaults if self.server is not None else {}
+        return {**defaults, **body} if defaults else body
+
+    def _refused(self, exc: ModelError) -> ModelError:
+        server = self.server.dialect if self.server is not None else None
+        why = (
+            f" {server.server} takes no token-id prompts (dialect {server.name}); serve the model with "
+            "llama-server, vLLM, SGLang or trajforge serve for token-exact records, or drop --tokenizer"
+            if server is not None and server.token_endpoint is None and self.config.endpoint == "auto"
+            else ""
+        )
+        return ModelError(
+            f"token-exact preflight: {self.endpoint} cannot sample from token ids: {exc}.{why}",
+            kind=exc.kind,
+            endpoint=self.endpoint,
+            status=exc.status,
+        )
 
     async def complete(
         self,
@@ -225,7 +316,8 @@ class CompletionChatModel:
         recalled = self._recall(messages, seed)
         prompt_ids = await asyncio.to_thread(self._prompt_ids, messages, tools, recalled)
         max_tokens = self._max_tokens(len(prompt_ids), sampling)
-        body = build_body(self.config.endpoint, prompt_ids, sampling, max_tokens, self.name)
+        kind = self._kind or await self.kind()
+        body = self._with_defaults(build_body(kind, prompt_ids, sampling, max_tokens, self.name))
         started = time.perf_counter()
         sampled = await call_with_retries(lambda: self._attempt(body), self.config, self._site)
         latency = time.perf_counter() - started
@@ -302,7 +394,7 @@ class CompletionChatModel:
         text = self.template.decode(body)
         content, reasoning = split_think(text)
         calls, errors = [], []
-        if content is not None:
+        if content is not None and self.parser is not None:
             parsed = self.parser.parse(content, tools)
             content = parsed.content
             previous = sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
@@ -358,7 +450,7 @@ class CompletionChatModel:
         if status != 200:
             raise status_error(self._site, status, text, retry_after=retry_after)
         try:
-            sampled = parse_response(self.config.endpoint, orjson.loads(raw))
+            sampled = parse_response(self._kind or "openai_completions", orjson.loads(raw))
         except orjson.JSONDecodeError:
             raise TransientError(f"malformed response (not JSON): {text[:200]!r}") from None
         except BadResponse as exc:

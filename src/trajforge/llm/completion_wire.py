@@ -1,6 +1,7 @@
 """Wire formats of the three raw completion endpoints the token-exact client speaks.
 
-OpenAI ``/v1/completions`` (prompt as ids; vLLM's ``return_tokens_as_token_ids``), vLLM-style
+OpenAI ``/v1/completions`` (prompt as ids; vLLM's ``return_tokens_as_token_ids``, llama-server's
+``logprobs.content[{id, logprob}]``), vLLM-style
 ``/generate`` (``prompt_token_ids``) and SGLang ``/generate`` (``input_ids``) all take a prompt
 as token ids and give back sampled ids with one logprob each, but spell request and response
 differently. This module is only that spelling -- pure functions, no I/O -- so each format can
@@ -140,9 +141,14 @@ def _parse_sglang(data: Mapping[str, Any]) -> Sampled:
 def _parse_openai(data: Mapping[str, Any]) -> Sampled:
     choice = data["choices"][0]
     lp = choice.get("logprobs") or {}
+    if isinstance(lp.get("content"), list):  # llama-server: logprobs.content[{id, token, logprob}]
+        return _parse_llamacpp(choice, lp["content"], data)
     logprobs = lp.get("token_logprobs")
     if logprobs is None:
-        raise BadResponse("the /v1/completions response has no logprobs.token_logprobs", permanent=True)
+        raise BadResponse(
+            "the /v1/completions response has no logprobs.token_logprobs (nor llama-server's logprobs.content)",
+            permanent=True,
+        )
     if choice.get("token_ids") is not None:
         ids = [int(t) for t in choice["token_ids"]]
     else:
@@ -158,6 +164,21 @@ def _parse_openai(data: Mapping[str, Any]) -> Sampled:
         raise BadResponse(f"{len(ids)} token ids but {len(logprobs)} logprobs", permanent=True)
     return Sampled(
         ids, [float(x) for x in logprobs], choice.get("finish_reason"), _version(data.get("model_version"))
+    )
+
+
+def _parse_llamacpp(choice: Mapping[str, Any], entries: list[Any], data: Mapping[str, Any]) -> Sampled:
+    """llama-server's ``/v1/completions``: one ``{id, token, bytes, logprob, top_logprobs}`` per token."""
+    if any("logprob" not in e or "id" not in e for e in entries):
+        raise BadResponse(
+            "logprobs.content entries without id/logprob (post_sampling_probs set?)", permanent=True
+        )
+    ids = [int(e["id"]) for e in entries]
+    return Sampled(
+        ids,
+        [float(e["logprob"]) for e in entries],
+        choice.get("finish_reason"),
+        _version(data.get("model_version")),
     )
 
 

@@ -35,8 +35,10 @@ from trajforge.llm.chat_wire import (
     turn_from_payload,
     usage_from,
 )
+from trajforge.llm.dialects import Dialect, ReasoningStyle, get_dialect
 from trajforge.llm.keys import redact, resolve_api_key
-from trajforge.llm.openai_config import OpenAIModelConfig, ReasoningStyle
+from trajforge.llm.openai_config import OpenAIModelConfig
+from trajforge.llm.parsers import ToolCallParser
 from trajforge.llm.retry import (
     CallSite,
     TransientError,
@@ -45,6 +47,8 @@ from trajforge.llm.retry import (
     parse_retry_after,
     status_error,
 )
+from trajforge.llm.server_probe import ServerInfo, probe_server
+from trajforge.llm.text_calls import recover_calls, text_call_parser
 from trajforge.llm.types import AssistantTurn, ModelError, ModelErrorKind, SamplingParams
 
 __all__ = [
@@ -130,6 +134,13 @@ class OpenAIChatModel:
         self._client: openai.AsyncOpenAI | None = None
         self._chat_url = ""  # absolute, set with the client
         self._site = CallSite("model call", config.base_url, f"model {config.model!r}")
+        # The endpoint's dialect (llm/dialects.py): named in the config, or probed once, on first use.
+        self.server: ServerInfo | None = None
+        self._dialect: Dialect | None = None
+        self._text_parser: ToolCallParser | None = None
+        self._probing = asyncio.Lock()
+        if config.endpoint_dialect != "auto":
+            self._use(ServerInfo(get_dialect(config.endpoint_dialect), "--endpoint-dialect"))
 
     @property
     def name(self) -> str:
@@ -155,11 +166,45 @@ class OpenAIChatModel:
         ``latency_s`` on the result is the whole call as the caller waited for it, retries and
         backoff included.
         """
-        body = build_request_body(self.config, messages, tools, sampling)
+        dialect = self._dialect or await self.dialect()
+        body = build_request_body(self.config, messages, tools, sampling, dialect)
         started = time.perf_counter()
         turn = await call_with_retries(lambda: self._attempt(body), self.config, self._site)
+        if self._text_parser is not None and tools and not turn.tool_calls:
+            turn = recover_calls(turn, self._text_parser, tools)
         turn.latency_s = time.perf_counter() - started
         return turn
+
+    async def dialect(self) -> Dialect:
+        """The endpoint's dialect: the configured one, or what the server says it is (probed once)."""
+        if self._dialect is None:
+            async with self._probing:
+                if self._dialect is None:
+                    headers = dict(self.config.extra_headers)
+                    if self._key.secret is not None:
+                        headers["Authorization"] = f"Bearer {self._key.secret.get_secret_value()}"
+                    info = await probe_server(
+                        self.config.base_url, headers=headers, timeout_s=self.config.check_timeout_s
+                    )
+                    self._use(info)
+                    log.info("%s", info.describe(self.endpoint))
+        assert self._dialect is not None
+        return self._dialect
+
+    def _use(self, info: ServerInfo) -> None:
+        self.server = info
+        self._text_parser = text_call_parser(self.config.tool_call_parser, info.dialect.parses_tool_calls)
+        self._dialect = info.dialect
+
+    @property
+    def endpoint_summary(self) -> str | None:
+        """One line for preflight: which server, which dialect and why, whether calls returned as text
+        are parsed (None before the dialect is known)."""
+        if self.server is None:
+            return None
+        parser = self._text_parser
+        calls = f"; calls returned as text parsed with {parser.name!r}" if parser is not None else ""
+        return self.server.describe(self.endpoint) + calls
 
     async def check(self, *, chat_probe: bool = False) -> list[str]:
         """Cheap preflight: fail fast on an unreachable endpoint or a rejected key.
@@ -173,6 +218,7 @@ class OpenAIChatModel:
             log.warning(
                 "model %r is not listed by %s/models; requests may fail", self.config.model, self.endpoint
             )
+        await self.dialect()
         if ids is None or chat_probe:
             await self._probe_chat()
         return ids or []
@@ -211,7 +257,7 @@ class OpenAIChatModel:
     async def _probe_chat(self) -> None:
         config = self.config.model_copy(update={"stream": False})
         body = build_request_body(
-            config, [{"role": "user", "content": "ping"}], None, SamplingParams(max_tokens=1)
+            config, [{"role": "user", "content": "ping"}], None, SamplingParams(max_tokens=1), self._dialect
         )
         try:
             await self._attempt(body, read_timeout_s=self.config.check_timeout_s)

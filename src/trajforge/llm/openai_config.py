@@ -11,9 +11,11 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from trajforge.llm.dialects import Dialect, ReasoningStyle, check_dialect_name
+from trajforge.llm.parsers import check_parser_name
 from trajforge.llm.retry import BackoffBase, BackoffMax, MaxRetries, MaxRetryAfter
 
-ReasoningStyle = Literal["auto", "openai", "openrouter", "chat_template", "none"]
+__all__ = ["OpenAIModelConfig", "ReasoningStyle"]
 
 
 class OpenAIModelConfig(BaseModel):
@@ -44,7 +46,18 @@ class OpenAIModelConfig(BaseModel):
         default="auto",
         description="how reasoning_effort/reasoning_disabled go on the wire: openai (top-level "
         "reasoning_effort), openrouter (reasoning: {...}), chat_template (vLLM/SGLang "
-        "chat_template_kwargs), none; auto picks openrouter for openrouter.ai, else openai",
+        "chat_template_kwargs), none; auto: the endpoint dialect's",
+    )
+    endpoint_dialect: str = Field(
+        default="auto",
+        description="which server this is (trajforge.llm.dialects: openai, vllm, sglang, llamacpp, "
+        "llamacpp_python, ollama, openrouter, trajforge); auto: probe what the server says about itself",
+    )
+    tool_call_parser: str = Field(
+        default="auto",
+        description="tool calls the endpoint returned as text are parsed with this family "
+        "(trajforge.llm.parsers) and run; auto: detect the family, only where the dialect says the "
+        "server may not parse calls itself; none: never",
     )
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = Field(
         default="max_tokens", description="OpenAI's reasoning models want max_completion_tokens"
@@ -61,8 +74,21 @@ class OpenAIModelConfig(BaseModel):
             raise ValueError(f"base_url must be an http(s) URL like https://host/v1, got {value!r}")
         return value.rstrip("/")
 
-    def resolved_reasoning_style(self) -> ReasoningStyle:
+    @field_validator("endpoint_dialect")
+    @classmethod
+    def _known_dialect(cls, value: str) -> str:
+        return check_dialect_name(value)
+
+    @field_validator("tool_call_parser")
+    @classmethod
+    def _known_parser(cls, value: str) -> str:
+        return check_parser_name(value)
+
+    def resolved_reasoning_style(self, dialect: Dialect | None = None) -> ReasoningStyle:
+        """The configured style, else the dialect's (without one: openrouter for openrouter.ai, else openai)."""
         if self.reasoning_style != "auto":
             return self.reasoning_style
+        if dialect is not None:
+            return dialect.reasoning_style
         host = urlparse(self.base_url).hostname or ""
         return "openrouter" if host.endswith("openrouter.ai") else "openai"

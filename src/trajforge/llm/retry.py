@@ -3,7 +3,8 @@
 Both :class:`~trajforge.llm.openai_client.OpenAIChatModel` and
 :class:`~trajforge.llm.completion_model.CompletionChatModel` talk HTTP to a model server and
 must treat its failures alike: transient ones (408/409/425/429, 5xx, timeouts, dropped
-connections, malformed bodies) are retried with exponential backoff and jitter, a server's
+connections, malformed bodies; not a status whose body says the server's request validation
+refused the request) are retried with exponential backoff and jitter, a server's
 ``Retry-After`` wins over the backoff (capped), and everything else -- or a transient failure
 that outlasts the retries -- becomes one :class:`ModelError` whose kind (auth, context length,
 permanent, transient) tells the caller what to do. Keeping that here means one policy to read,
@@ -40,6 +41,16 @@ _CONTEXT_PATTERNS = re.compile(
     r"|reduce the length|input is too long|longer than the maximum|exceeds the context",
     re.IGNORECASE,
 )
+
+_VALIDATION_PATTERNS = re.compile(
+    r"\b\d+ validation errors?(?: for \w+|:)"  # pydantic's / FastAPI's message, some servers send as a 500
+    r"|\[type=[a-z_]+, input_value="  # pydantic v2's line for each failed field
+    r"|'type': '[a-z_]+', 'loc': \("  # FastAPI's RequestValidationError, str()-ed (llama-cpp-python)
+    r"|\"detail\":\s*\[\s*\{\s*\"(?:type|loc|msg)\""  # FastAPI's 422 body
+)
+"""A request the server's own validation rejected: the same request can never pass. llama-cpp-python
+answers a token-id prompt with HTTP 500 and pydantic's message; retried as transient it cost ~70 s
+per sample (issue 37)."""
 
 # Config fields, declared once so both client configs validate and document them alike (each
 # config keeps its own default).
@@ -120,6 +131,11 @@ def is_context_error(text: str, error_code: str | None = None) -> bool:
     return error_code == "context_length_exceeded" or bool(_CONTEXT_PATTERNS.search(text))
 
 
+def is_validation_error(text: str) -> bool:
+    """Whether an error text is a request-validation failure (permanent, whatever the status)."""
+    return bool(_VALIDATION_PATTERNS.search(text))
+
+
 def status_error(
     site: CallSite,
     status: int,
@@ -134,9 +150,11 @@ def status_error(
     ``text`` is the server's (already redacted) error text; ``auth_hint`` is appended to
     auth failures (e.g. where the key came from, never the key).
     """
-    if status in RETRY_STATUSES or status >= 500:
-        return TransientError(f"HTTP {status}: {text}", status=status, retry_after=retry_after)
     hint = ""
+    if (status in RETRY_STATUSES or status >= 500) and is_validation_error(text):
+        hint = " (the server's request validation refused it: the same request cannot pass, so no retry)"
+    elif status in RETRY_STATUSES or status >= 500:
+        return TransientError(f"HTTP {status}: {text}", status=status, retry_after=retry_after)
     if status in (401, 403):
         kind, hint = ModelErrorKind.AUTH, auth_hint
     elif status in (400, 413) and is_context_error(text, error_code):

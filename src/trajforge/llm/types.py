@@ -35,22 +35,37 @@ class ToolCall(BaseModel):
 
 
 class Usage(BaseModel):
-    """Token accounting for one call (or a sum of calls)."""
+    """Token accounting for one call (or a sum of calls).
 
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-    reasoning_tokens: int = 0
-    cached_tokens: int = 0
+    ``None`` is *unknown*: the endpoint did not say (no ``usage`` in its answer, a stream whose
+    server ignored ``stream_options.include_usage``, no ``completion_tokens_details``). It is not
+    zero, and a sum with an unknown part is unknown: a total that counts only the calls that
+    reported would pass for the whole. Start a sum from :meth:`zero`.
+    """
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    cached_tokens: int | None = None
+
+    @classmethod
+    def zero(cls) -> Usage:
+        """No calls yet: every count known, and 0."""
+        return cls(prompt_tokens=0, completion_tokens=0, total_tokens=0, reasoning_tokens=0, cached_tokens=0)
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-            total_tokens=self.total_tokens + other.total_tokens,
-            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
-            cached_tokens=self.cached_tokens + other.cached_tokens,
+            prompt_tokens=_plus(self.prompt_tokens, other.prompt_tokens),
+            completion_tokens=_plus(self.completion_tokens, other.completion_tokens),
+            total_tokens=_plus(self.total_tokens, other.total_tokens),
+            reasoning_tokens=_plus(self.reasoning_tokens, other.reasoning_tokens),
+            cached_tokens=_plus(self.cached_tokens, other.cached_tokens),
         )
+
+
+def _plus(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else a + b
 
 
 class TokenTrace(BaseModel):
@@ -102,6 +117,11 @@ class AssistantTurn(BaseModel):
         description="tool calls the backend could not parse from raw text; the loop tells the model",
     )
     token_trace: TokenTrace | None = None
+    calls_from_text: str | None = Field(
+        default=None,
+        description="the parser family that recovered tool_calls from the text (the endpoint returned "
+        "the model's calls as content); None: the endpoint parsed them, or there are none",
+    )
 
     def to_message(self) -> dict[str, Any]:
         """The OpenAI-format assistant message, with reasoning kept under ``reasoning``."""

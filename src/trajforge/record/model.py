@@ -114,7 +114,15 @@ class Record(BaseModel):
     tool_error_counts: dict[str, int] = Field(default_factory=dict)
     trace: TokenRecord | None = Field(None, description="exact tokens (a token-level endpoint)")
     trace_error: str | None = Field(None, description="why a token-level endpoint gave no usable trace")
-    usage: dict[str, int] = Field(default_factory=dict, description="token usage summed over the model calls")
+    usage: dict[str, int | None] = Field(
+        default_factory=dict,
+        description="token usage summed over the model calls; null: unknown (a call's endpoint did not say)",
+    )
+    recovered_calls: list[str] = Field(
+        default_factory=list,
+        description="ids of the tool calls trajforge parsed out of the model's text because the endpoint "
+        "returned them as content (--tool-call-parser); in messages they are ordinary tool calls",
+    )
     timings: Timings = Field(default_factory=Timings)
     # -- how it was asked
     model: str | None = None

@@ -116,7 +116,8 @@ def build_record(
         tool_error_counts={n: errors[n] for n in counted},
         trace=done.trace,
         trace_error=done.trace_error,
-        usage={k: usage.get(k, 0) for k in USAGE_KEYS} if result else {},
+        recovered_calls=list(result.recovered_calls) if result else [],
+        usage={k: usage.get(k) for k in USAGE_KEYS} if result else {},  # None: the endpoint did not say
         timings=Timings(
             wall_s=round(done.finished_at - done.started_at, 4),
             model_s=round(result.model_time_s, 4) if result else 0.0,

@@ -42,6 +42,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from trajforge.testing.identities import IDENTITIES, Identity
 from trajforge.testing.policies import (
     POLICIES,
     Script,
@@ -65,7 +66,9 @@ from trajforge.testing.wire import CUT_EVENT, MALFORMED_JSON, SSE_DONE, WireEnco
 
 __all__ = [
     "POLICIES",
+    "IDENTITIES",
     "FaultConfig",
+    "Identity",
     "PolicyFn",
     "ReasoningField",
     "Reply",
@@ -120,6 +123,8 @@ class ScriptedServer:
     the same with arrival time, status and injected fault (only for requests answered: one the
     client abandoned while the server waited has no record), ``counters`` running totals.
     ``api_key`` set means requests must carry ``Authorization: Bearer <api_key>`` or get 401.
+    ``identity`` is what it says about itself (default: ``owned_by: trajforge``): pass one of
+    :data:`~trajforge.testing.identities.IDENTITIES` to stand in for another kind of server.
     """
 
     def __init__(
@@ -135,8 +140,10 @@ class ScriptedServer:
         strict: bool = True,
         chunk_chars: int = 16,
         keep_requests: bool = True,
+        identity: Identity | None = None,
     ) -> None:
         self.faults = faults or FaultConfig()
+        self.identity = identity or Identity()
         self.latency_s = latency_s
         self.model = model
         self.host = host
@@ -161,14 +168,12 @@ class ScriptedServer:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> ScriptedServer:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.add_routes(
-            [
-                web.post("/v1/chat/completions", self._chat),
-                web.get("/v1/models", self._models),
-                web.get("/_scripted/stats", self._stats),
-            ]
-        )
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._identity_headers])
+        routes = [web.post("/v1/chat/completions", self._chat), web.get("/_scripted/stats", self._stats)]
+        if self.identity.models_route:
+            routes.append(web.get("/v1/models", self._models))
+        routes += [web.get(path, self._route(answer)) for path, answer in self.identity.routes.items()]
+        app.add_routes(routes)
         # handler_cancellation: a client that gives up (timeout) cancels the hanging handler.
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
         await runner.setup()
@@ -230,8 +235,23 @@ class ScriptedServer:
     async def _models(self, request: web.Request) -> web.StreamResponse:
         if denied := self._check_auth(request):
             return denied
-        data = {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "trajforge"}]}
+        card = {"id": self.model, "object": "model", "owned_by": self.identity.owned_by, **self.identity.card}
+        data = {"object": "list", "data": [card]}
         return web.Response(body=orjson.dumps(data), content_type="application/json")
+
+    def _route(self, answer: Any) -> Any:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            self.counters["identity_requests"] += 1
+            return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+        return handler
+
+    @web.middleware
+    async def _identity_headers(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        response: web.StreamResponse = await handler(request)
+        if self.identity.headers and not response.prepared:
+            response.headers.update(self.identity.headers)
+        return response
 
     async def _stats(self, request: web.Request) -> web.StreamResponse:
         return web.Response(body=orjson.dumps(dict(self.counters)), content_type="application/json")
@@ -314,9 +334,12 @@ class ScriptedServer:
         return _json_response(self._wire.completion(exchange.body, reply), reply.headers)
 
     async def _send_stream(self, exchange: _Exchange, reply: Reply) -> web.StreamResponse:
-        response = _sse_response(reply.headers)
+        response = _sse_response({**self.identity.headers, **reply.headers})
         await response.prepare(exchange.request)
-        payload = b"".join(sse_event(chunk) for chunk in self._wire.chunks(exchange.body, reply))
+        body = exchange.body
+        if not self.identity.stream_usage:  # a server that ignores it (llama-cpp-python)
+            body = {k: v for k, v in body.items() if k != "stream_options"}
+        payload = b"".join(sse_event(chunk) for chunk in self._wire.chunks(body, reply))
         await response.write(payload + SSE_DONE)
         await response.write_eof()
         return response

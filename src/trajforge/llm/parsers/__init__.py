@@ -60,12 +60,23 @@ def get_parser(name: str) -> ToolCallParser:
     return parser
 
 
+def check_parser_name(value: str) -> str:
+    """``value`` when ``--tool-call-parser`` accepts it (a family, ``auto``, an alias or ``none``:
+    no parsing), else ``ValueError`` listing the names."""
+    if value != "none" and ALIASES.get(value, value) not in _PARSERS:
+        raise ValueError(
+            f"unknown tool-call parser {value!r}; choose one of: {', '.join([*list_parsers(), 'none'])}"
+        )
+    return value
+
+
 __all__ = [
     "ParseError",
     "ParseResult",
     "ParsedCall",
     "ToolCallParser",
     "Tools",
+    "check_parser_name",
     "get_parser",
     "list_parsers",
     "to_tool_calls",

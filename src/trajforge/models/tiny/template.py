@@ -29,7 +29,7 @@ CHAT_TEMPLATE = (
     "<|im_start|>system{{ NL }}{{ sys }}"
     "{%- if tools %}{{ NL }}Tools:"
     "{%- for t in tools %}{%- set f = t.function if t.function is defined else t %}"
-    "{{ NL }}- {{ f.name }}({{ ((f.parameters or {}).properties or {}) | list | join(', ') }})"
+    "{{ NL }}- {{ f.name }}({{ ((f.parameters or {}).properties or {}).keys() | join(', ') }})"
     "{%- endfor %}"
     "{%- endif %}<|im_end|>{{ NL }}"
     "{%- for m in messages %}"
