@@ -144,6 +144,13 @@ def train(
         disable_tqdm=True,
     )
     losses = LossLog()
+    # The loss is on every token, as the committed weights were trained: the tiny model learns the
+    # values it must copy (digits, names) from the prompts and tool outputs too. TRL >= 1.16 masks
+    # the loss to ``assistant_masks`` whenever that column is present (earlier versions only with
+    # ``assistant_only_loss``), which left the mini recipe unable to copy a 6-digit number; the mask
+    # stays in the dataset for the build report's counts, not for the trainer.
+    if "assistant_masks" in dataset.column_names:
+        dataset = dataset.remove_columns("assistant_masks")
     trainer = SFTTrainer(
         model=model,
         args=config,
