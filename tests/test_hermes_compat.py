@@ -151,7 +151,7 @@ def test_a_seed_env_runs_unchanged_under_env_eval(tmp_path: Path, monkeypatch: p
     cfg = orjson.loads((tmp_path / "runs" / "seed" / "run.json").read_bytes())["config"]
     # the seed's config names arrived as trajforge's; atroposlib's are kept, named
     assert cfg["command_timeout_s"] == 60.0 and cfg["sandbox"] == "bwrap" and cfg["max_tokens"] == 2048
-    assert cfg["atropos"]["tokenizer_name"] == "NousResearch/Hermes-3-Llama-3.1-8B"
+    assert cfg["tokenizer_name"] == "NousResearch/Hermes-3-Llama-3.1-8B" and cfg["terminal_backend"] == "local"
 
 
 def test_same_session_reward_needs_reward_shell_session(
@@ -176,12 +176,23 @@ def test_seed_config_fields_map_or_say_what_to_do() -> None:
         max_token_length=512, disabled_toolsets=None, extra_body=None,
     )  # fmt: skip
     assert cfg.sandbox == "docker" and cfg.command_timeout_s == 30.0 and cfg.sandbox_lifetime_s == 900.0
-    assert cfg.max_tokens == 512 and cfg.atropos == {"use_wandb": True, "max_token_length": 512}
+    assert cfg.max_tokens == 512 and cfg.max_token_length == 512 and cfg.use_wandb is True
     assert cfg.max_agent_turns == 30 and cfg.disabled_toolsets == []
     again = cfg.with_overrides({"sandbox": "bwrap"})  # a dump re-validates, a flag still wins
-    assert again.sandbox == "bwrap" and again.atropos == cfg.atropos
-    with pytest.raises(ValueError, match="modal"):
-        HermesAgentEnvConfig(terminal_backend="modal")
+    assert again.sandbox == "bwrap" and again.terminal_backend == "docker"
+    # every backend name of the seed's maps to a sandbox, with a note that says which
+    for backend, sandbox in (("modal", "bwrap"), ("daytona", "bwrap"), ("ssh", "bwrap"),
+                             ("singularity", "bwrap"), ("local", "bwrap"), ("docker", "docker")):  # fmt: skip
+        mapped = HermesAgentEnvConfig(terminal_backend=backend)
+        assert mapped.sandbox == sandbox, backend
+        assert any(backend in n and sandbox in n for n in mapped.seed_notes()), mapped.seed_notes()
+    # --sandbox wins over the file's backend; a --config that changes the backend derives it again
+    modal = HermesAgentEnvConfig(terminal_backend="modal")
+    assert modal.with_overrides({"sandbox": "local"}).sandbox == "local"
+    assert modal.with_overrides({"terminal_backend": "docker"}).sandbox == "docker"
+    assert modal.with_overrides({"terminal_timeout": 7}).command_timeout_s == 7.0
+    with pytest.raises(ValueError, match="not one of the seed's backends"):
+        HermesAgentEnvConfig(terminal_backend="k8s")
     with pytest.raises(EnvConfigError, match="not_a_field"):
         cfg.with_overrides({"not_a_field": 1})
 

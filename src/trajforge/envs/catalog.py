@@ -166,7 +166,7 @@ def _seed_names(path: Path) -> None:
         source = path.read_text(errors="replace")
     except OSError as exc:
         raise UnknownEnvError(f"cannot read {path}: {exc}") from None
-    from trajforge.envs.hermes_compat import install_seed_modules, seed_imports
+    from trajforge.envs.hermes import install_seed_modules, seed_imports
 
     if seed_imports(source):
         install_seed_modules()
