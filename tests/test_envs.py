@@ -241,7 +241,9 @@ class VerifierEnvProbe(BaseEnv):
         after = await ctx.exec("ps -eo args | grep -c '^sleep 100' || true")
         checks = {
             "rollouts_home": home == ctx.workdir and "PYTHONNOUSERSITE=1" in env,
-            "own_config_dirs": all(f"{k}={ctx.sandbox.scratch_dir}/" in env for k in ("XDG_CONFIG_HOME", "TMPDIR")),
+            "own_config_dirs": all(
+                f"{k}={ctx.sandbox.scratch_dir}/" in env for k in ("XDG_CONFIG_HOME", "TMPDIR")
+            ),
             "system_path": "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in env,
             "no_usercustomize": run.text.startswith("ok 1 "),
             "pycache_elsewhere": "/pycache" in run.text.splitlines()[0],

@@ -151,7 +151,9 @@ def test_a_seed_env_runs_unchanged_under_env_eval(tmp_path: Path, monkeypatch: p
     cfg = orjson.loads((tmp_path / "runs" / "seed" / "run.json").read_bytes())["config"]
     # the seed's config names arrived as trajforge's; atroposlib's are kept, named
     assert cfg["command_timeout_s"] == 60.0 and cfg["sandbox"] == "bwrap" and cfg["max_tokens"] == 2048
-    assert cfg["tokenizer_name"] == "NousResearch/Hermes-3-Llama-3.1-8B" and cfg["terminal_backend"] == "local"
+    assert (
+        cfg["tokenizer_name"] == "NousResearch/Hermes-3-Llama-3.1-8B" and cfg["terminal_backend"] == "local"
+    )
 
 
 def test_same_session_reward_needs_reward_shell_session(
@@ -207,3 +209,136 @@ def test_the_seeds_parser_names_resolve() -> None:
     text = qwen.format_calls([ParsedCall("terminal", {"command": "ls"})])
     assert text.lstrip().startswith("<tool_call>") and '"terminal"' in text
     assert get_parser("deepseek_v3_1").name == "deepseek_v31"
+
+
+# ----------------------------------------------------------------- fresh and session alike
+
+
+def _leave_notes(messages: list[dict[str, Any]], tools: Any, sampling: Any) -> Any:
+    from trajforge.testing.scripted_model import answer, tool_turn
+
+    if sum(m.get("role") == "assistant" for m in messages) == 0:
+        command = "mkdir -p ~/notes && echo hello > ~/notes/a.txt && echo 'a needle here' > ~/notes/b.txt"
+        return tool_turn(("terminal", {"command": command}))
+    return answer("done")
+
+
+async def test_every_tool_context_verb_answers_alike_in_fresh_and_session(tmp_path: Path, bwrap: Any) -> None:
+    """A rollout that left no process running: each verb of the seed's ToolContext gives the same
+    answer whether reward commands run in a fresh shell (the default) or in the rollout's session;
+    and ``~``, ``$HOME``, the working directory and relative paths are the rollout's."""
+    from hermes_seed_envs import VERBS
+    from trajforge.envs import RolloutBackends, Rollouts
+    from trajforge.envs.catalog import load_env
+    from trajforge.testing.scripted_model import ScriptedModel
+    from trajforge.tools.builtin import default_registry
+
+    env_file = tmp_path / "environments" / "verbs_env.py"
+    env_file.parent.mkdir()
+    env_file.write_text(VERBS)
+    host = tmp_path / "host"
+    answers: dict[str, dict[str, Any]] = {}
+    for shell in ("fresh", "session"):
+        shutil.rmtree(host, ignore_errors=True)
+        env: Any = load_env(f"{env_file}:VerbsEnv", {"reward_shell": shell})
+        type(env).host_dir = str(host)
+        await env.setup()
+        backends = RolloutBackends(ScriptedModel(_leave_notes), bwrap, default_registry())
+        ep = await Rollouts(env, backends).episode(env.eval_items(1)[0])
+        assert ep.reward == 1.0 and ep.reward_error is None, (shell, ep.reward_reason)
+        answers[shell] = env.answers
+    fresh, session = answers["fresh"], answers["session"]
+    assert fresh.keys() == session.keys()
+    differ = [(k, fresh[k], session[k]) for k in fresh if fresh[k] != session[k]]
+    assert differ == []
+    # ... and what they agree on is what the rollout saw
+    workdir = fresh["pwd"]["output"].strip()
+    assert fresh["home"]["output"].split() == [workdir, workdir]  # bwrap: HOME is the workdir
+    assert fresh["tilde"]["output"] == "hello\n" and fresh["relative"]["output"].startswith("hello\n")
+    assert fresh["streams"] == {"exit_code": 3, "output": "out\nerr\nout2\n"}
+    assert fresh["timeout"] == -1
+    assert fresh["read_tilde"]["content"] == "hello\n" == fresh["read_relative"]["content"]
+    assert "error" in fresh["read_missing"] and fresh["written"]["output"] == "written"
+    assert fresh["downloaded"] == "hello\n" and fresh["downloaded_dir"] == ["a.txt", "b.txt"]
+    assert fresh["search"]["matches"] == [{"path": "notes/b.txt", "line": 1, "content": "a needle here"}]
+    assert "uploaded\n" in fresh["uploaded"]["output"] and "uptree/sub/t.bin" in fresh["uploaded"]["output"]
+    assert "e2c865db4162bed963bfaa9ef6ac18f0" in fresh["uploaded"]["output"]  # md5 of bytes 0..255
+    assert "web_search" in fresh["web_search"]["error"] and "hello" in fresh["call_tool"]
+
+
+# ------------------------------------------------------------------------------- load errors
+
+BROKEN = textwrap.dedent(
+    """
+    from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig
+
+
+    class BadConfigEnv(HermesAgentBaseEnv):
+        @classmethod
+        def config_init(cls):
+            return HermesAgentEnvConfig(max_agent_turns=0, terminal_backend="modal"), []
+
+
+    class BadInitEnv(HermesAgentBaseEnv):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            raise RuntimeError("the env's own __init__ broke")
+    """
+)
+
+
+def _errors(out: Any) -> list[str]:
+    return [line for line in out.stderr.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize(
+    ("source", "cls", "said"),
+    [
+        (BROKEN, "BadConfigEnv", "BadConfigEnv.config_init() failed: invalid config: max_agent_turns:"),
+        (BROKEN, "BadInitEnv", "RuntimeError: the env's own __init__ broke"),
+        (
+            "import environments.hermes_base_env\nimport not_a_module_anywhere\n",
+            "X",
+            "No module named 'not_a_module_anywhere'",
+        ),
+    ],
+)
+def test_a_user_envs_load_error_is_one_line_and_its_traceback_is_behind_v(
+    tmp_path: Path, source: str, cls: str, said: str
+) -> None:
+    env_file = tmp_path / "broken_env.py"
+    env_file.write_text(source)
+    argv = ["env", "eval", f"{env_file}:{cls}", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"]
+    out = runner.invoke(app, argv)
+    assert out.exit_code == 2, out.output
+    lines = _errors(out)
+    assert len(lines) == 1 and lines[0].startswith("error: ") and said in lines[0], lines
+    verbose = runner.invoke(app, [*argv, "-v"])
+    assert verbose.exit_code == 2 and "Traceback (most recent call last)" in verbose.stderr
+    assert _errors(verbose)[-1].startswith("error: ") and said in _errors(verbose)[-1]
+
+
+def test_a_hub_dataset_that_is_not_here_is_one_line_saying_so(tmp_path: Path) -> None:
+    """The seed's SWE env loads its dataset from the hub in setup(); offline, that is one line."""
+    import os
+    import subprocess
+    import sys
+
+    from hermes_seed_envs import SWE
+
+    env_file = tmp_path / "environments" / "hermes_swe_env" / "hermes_swe_env.py"
+    env_file.parent.mkdir(parents=True)
+    env_file.write_text(SWE)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "trajforge.cli.main", "env", "eval", f"{env_file}:CodeTasksEnv", "--model", "m",
+         "--base-url", "http://127.0.0.1:9/v1", "--output-dir", str(tmp_path / "runs"), "--progress", "none"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert (
+        last.startswith("error: CodeTasksEnv.setup() failed: ")
+        and "'example-org/code-tasks' is a Hugging Face hub download" in last
+    ), last

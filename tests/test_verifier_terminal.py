@@ -129,7 +129,9 @@ class VerbsEnv(BaseEnv):
         slow = await ctx.terminal("sleep 30", timeout=1)
         checks["timeout"] = float(slow["exit_code"] == -1 and slow["timed_out"])
         # fresh: the rollout's HOME (its ~), in the hardened environment, not the rollout's session
-        env_out = (await ctx.terminal("echo $HOME; echo ${PYTHONPATH:-none}; echo $XDG_CONFIG_HOME"))["output"]
+        env_out = (await ctx.terminal("echo $HOME; echo ${PYTHONPATH:-none}; echo $XDG_CONFIG_HOME"))[
+            "output"
+        ]
         checks["rollouts_home"] = float(env_out.splitlines()[0] == ctx.workdir and "none" in env_out)
         checks["own_config"] = float(".trajforge-verifier" in env_out.splitlines()[2])
         checks["in_order"] = float(ok["output"] == "out\nerr\n")

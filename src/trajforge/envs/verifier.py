@@ -101,12 +101,14 @@ UNSET_VARS = (
 
 def verifier_env(box: str) -> dict[str, str]:
     """What every verifier command's environment is set to, over the sandbox's start environment
-    (which the operator chose and the rollout cannot change; ``HOME`` stays what the rollout had,
-    so ``~`` names the same directory for the verifier as for the agent).
+    (which the operator chose and the rollout cannot change: ``HOME`` stays what the rollout had,
+    so ``~`` names the same directory for the verifier as for the agent, and ``PATH`` is the one
+    the sandbox started with -- the system's, plus the directories the operator or the env's
+    ``sandbox_config`` put on it -- never one the rollout exported).
 
     Nothing the rollout wrote under that ``HOME`` (or anywhere) configures a verifier's programs:
-    ``TMPDIR`` and the XDG config/cache/data directories are fresh ones outside the workdir, the
-    system ``PATH``, no Python user site (``~/.local``'s ``usercustomize.py`` and ``.pth`` files
+    ``TMPDIR`` and the XDG config/cache/data directories are fresh ones outside the workdir, no
+    Python user site (``~/.local``'s ``usercustomize.py`` and ``.pth`` files
     are never read), bytecode cached only in a fresh directory (a planted ``__pycache__/*.pyc``
     beside a hidden module is never read), git without system or global config (``~/.gitconfig``)
     and with every program-running setting off, pip without any config file (``~/.pip``,
@@ -117,7 +119,6 @@ def verifier_env(box: str) -> dict[str, str]:
         "XDG_CONFIG_HOME": f"{box}/config",
         "XDG_CACHE_HOME": f"{box}/cache",
         "XDG_DATA_HOME": f"{box}/data",
-        "PATH": SYSTEM_PATH,
         "PYTHONNOUSERSITE": "1",
         "PYTHONPYCACHEPREFIX": f"{box}/pycache",
         "PIP_CONFIG_FILE": "/dev/null",

@@ -97,6 +97,34 @@ def _is_constant_reward(fn: Callable[..., Any]) -> bool:
     )
 
 
+def _python_shim() -> str | None:
+    """A directory holding ``python`` -> this system's ``python3``, when the system has no
+    ``python`` (Debian's has none); None when it has one, or no python3 either."""
+    import os
+    import shutil
+
+    from trajforge.envs.verifier import SYSTEM_PATH
+
+    if shutil.which("python", path=SYSTEM_PATH) is not None:
+        return None
+    python3 = shutil.which("python3", path=SYSTEM_PATH)
+    if python3 is None:
+        return None
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    shim = cache / "trajforge" / "seed-python"
+    link = shim / "python"
+    try:
+        shim.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink() or os.readlink(link) != python3:
+            tmp = shim / f".python.{os.getpid()}"
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(python3)
+            tmp.replace(link)
+    except OSError:
+        return None
+    return str(shim)
+
+
 def _adapt_reward(fn: Callable[..., Any]) -> Callable[..., Awaitable[float | RewardBreakdown]]:
     """A seed ``compute_reward`` as trajforge's: seed types in, the call in a thread of its own
     (its ToolContext verbs block and must not run on the event loop)."""
@@ -272,10 +300,14 @@ class HermesAgentBaseEnv(BaseEnv):
         return reward is not None and _is_constant_reward(reward)
 
     def sandbox_config(self, base: SandboxConfig) -> SandboxConfig:
-        """``sandbox_path``: directories first on PATH, bound read-only (not for local: the host's)."""
+        """The sandbox as the seed's tasks expect it: ``sandbox_path`` first on ``PATH`` (bound
+        read-only; the local backend sees the host's anyway), and a ``python`` command where the
+        system has only ``python3`` (the seed's images have both; its envs run ``python x.py``)."""
         from trajforge.envs.verifier import SYSTEM_PATH
 
-        dirs = self.seed_config.sandbox_path
+        dirs = list(self.seed_config.sandbox_path)
+        if base.kind != "docker" and (shim := _python_shim()) is not None:
+            dirs.append(shim)
         if not dirs:
             return base
         path = ":".join([*dirs, base.env.get("PATH", SYSTEM_PATH)])
@@ -314,7 +346,7 @@ class HermesAgentBaseEnv(BaseEnv):
         self._tf_eval = items
 
     def eval_items(self, n: int) -> list[Item]:
-        pool = getattr(self, "_tf_eval", None)
+        pool: list[Item] | None = getattr(self, "_tf_eval", None)
         if pool is None:
             return super().eval_items(n)
         if not pool:
@@ -377,6 +409,10 @@ class HermesAgentBaseEnv(BaseEnv):
                 "samples": list(samples or []),
             }
         )
+
+    def logged_samples(self) -> list[dict[str, Any]]:
+        """Every sample the env's ``evaluate_log`` calls reported, in order."""
+        return [s for log in self._tf_logs for s in log["samples"] if isinstance(s, dict)]
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
         """What the seed would send to Weights & Biases, kept for ``wandb_metrics.json``."""

@@ -17,10 +17,11 @@ import logging
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
+from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.runner import (
     EPISODES_FILE,
     RUN_FILE,
@@ -34,8 +35,15 @@ from trajforge.envs.runner import (
 from trajforge.rollout.gc_policy import rollout_gc
 
 if TYPE_CHECKING:
-    from trajforge.envs.hermes.env import HermesAgentBaseEnv
     from trajforge.envs.hermes.runtime import SeedRuntime
+
+
+class SelfEvaluating(AgentEnv, Protocol):
+    """What this runs of a seed env (``HermesAgentBaseEnv``): its hooks and what it logged."""
+
+    async def evaluate(self) -> None: ...
+
+    def logged_samples(self) -> list[dict[str, Any]]: ...
 
 
 @contextlib.contextmanager
@@ -52,7 +60,7 @@ def _env_io() -> Iterator[None]:
 
 
 async def run_own_evaluation(
-    env: HermesAgentBaseEnv,
+    env: SelfEvaluating,
     runtime: SeedRuntime,
     run_dir: Path,
     *,
@@ -74,7 +82,7 @@ async def run_own_evaluation(
         except Exception as exc:  # the env's own code: its episodes are still recorded
             failure = exc
     outcomes = await runtime.close()
-    samples = [s for log in env._tf_logs for s in log["samples"] if isinstance(s, dict)]
+    samples = env.logged_samples()
     records = runtime.records(outcomes, samples)
     with (run_dir / EPISODES_FILE).open("wb") as f:
         for i, record in enumerate(records, 1):
@@ -96,7 +104,7 @@ async def run_own_evaluation(
     return EvalRun(summary, run_dir, len(records))
 
 
-def _open(env: HermesAgentBaseEnv, run_dir: Path, identity: dict[str, Any]) -> bool:
+def _open(env: Any, run_dir: Path, identity: dict[str, Any]) -> bool:
     """Create or reopen the run directory; whether it holds a finished evaluation already."""
     run_dir.mkdir(parents=True, exist_ok=True)
     _check_same_run(env, run_dir, identity)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -168,13 +169,29 @@ def _ours(name: str) -> bool | None:
     return False if importlib.util.find_spec(name) is not None else None
 
 
-def install_seed_modules() -> bool:
+def seed_root(path: Path) -> Path | None:
+    """The checkout a seed env file lives in: the parent of its nearest ``environments`` directory
+    (``.../environments/benchmarks/tblite/tblite_env.py`` -> ``...``), or None."""
+    for parent in path.resolve().parents:
+        if parent.name == "environments":
+            return parent.parent
+    return None
+
+
+def install_seed_modules(root: Path | None = None) -> bool:
     """Make the seed's module names importable as this package's names, unless a real
     ``environments`` package is importable (then that one is used). Returns whether the names
     are ours. Idempotent; the modules stay in ``sys.modules`` for the process (a seed env file's
-    functions import them lazily too). ``tools.*`` go in only where no ``tools`` package exists."""
+    functions import them lazily too). ``tools.*`` go in only where no ``tools`` package exists.
+
+    ``root``: the checkout the env file is in (:func:`seed_root`); its ``environments/`` is
+    searched for the names that are not stand-ins, so a seed env importing a sibling
+    (TBLite's ``from environments.benchmarks.terminalbench_2.terminalbench2_env import ...``)
+    gets that file, unchanged. The stand-ins always win over the checkout's own copies."""
     found = _ours("environments")
     if found is not None:
+        if found and root is not None:
+            _search(root)
         return found
     contents = _contents()
     groups: list[tuple[str, ...]] = [SEED_MODULES]
@@ -191,7 +208,17 @@ def install_seed_modules() -> bool:
         for name in group[1:]:
             parent, _, child = name.rpartition(".")
             setattr(sys.modules[parent], child, sys.modules[name])
+    if root is not None:
+        _search(root)
     return True
+
+
+def _search(root: Path) -> None:
+    """Let ``environments.X`` that is no stand-in be found in ``root/environments``."""
+    package = sys.modules["environments"]
+    where = str(root / "environments")
+    if (root / "environments").is_dir() and where not in package.__path__:
+        package.__path__.append(where)
 
 
 __all__ = [
@@ -206,4 +233,5 @@ __all__ = [
     "list_parsers",
     "register_task_env_overrides",
     "seed_imports",
+    "seed_root",
 ]

@@ -50,7 +50,7 @@ from trajforge.rollout import (
 )
 
 if TYPE_CHECKING:
-    from trajforge.envs.hermes.env import HermesAgentBaseEnv
+    from trajforge.envs.protocol import AgentEnv
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class SeedRuntime:
 
     def __init__(
         self,
-        env: HermesAgentBaseEnv,
+        env: AgentEnv,
         backends: RolloutBackends,
         *,
         fit: Callable[[int | None], int | None] = lambda n: n,
@@ -320,14 +320,60 @@ class SeedRuntime:
     ) -> list[Record]:
         """One record per loop run, each scored by the env's own sample for it when one can be
         told: the sample whose ``messages`` are the very list the run filled, else (as many
-        samples as runs) the sample in run order."""
+        samples as runs, counting all or those without an ``error``) the sample in run order."""
         by_messages = {id(s["messages"]): s for s in samples if isinstance(s.get("messages"), list)}
-        in_order = samples if len(samples) == len(self.runs) and not by_messages else []
+        in_order: list[dict[str, Any]] = []
+        if not by_messages:  # samples without the conversation: in run order, if they can be lined up
+            ran = [s for s in samples if not s.get("error")]
+            in_order = (
+                samples if len(samples) == len(self.runs) else ran if len(ran) == len(self.runs) else []
+            )
         out = []
+        used: set[int] = set()
         for run, done in zip(self.runs, outcomes, strict=True):
             sample = by_messages.get(id(run.messages)) or (in_order[run.index] if in_order else None)
+            if sample is not None:
+                used.add(id(sample))
             out.append(self._record(run, done, sample))
+        for n, sample in enumerate(s for s in samples if id(s) not in used and s.get("error")):
+            out.append(self._unrun(len(self.runs) + n, sample))  # a task that failed before its loop ran
         return out
+
+    def _unrun(self, index: int, sample: dict[str, Any]) -> Record:
+        """A task the env's evaluate() reported as failed with no loop run of its own."""
+        from trajforge.rollout import Outcome
+
+        done = RolloutOutcome(
+            Outcome("failed", f"the env's evaluate() reported: {sample['error']}", "env_error"),
+            None,
+            [],
+            [],
+            judged=True,
+        )
+        who = self._identity(index, sample, {"task_id": None}, f"evaluate-{index}")
+        return build_record(who, Asked(self.backends.model.name), done, seed=0, toolsets=[])
+
+    def _identity(
+        self, index: int, sample: dict[str, Any] | None, item: dict[str, Any], item_id: str
+    ) -> Identity:
+        category = None
+        if sample is not None:
+            item = {k: v for k, v in sample.items() if k != "messages" and _plain(v)}
+            item_id = str(
+                next((sample[k] for k in ("task_name", "id", "task_id", "name") if sample.get(k)), item_id)
+            )
+            if "preset" in sample and "seed" in sample and "task_name" not in sample:
+                item_id = f"{sample['preset']}-seed{sample['seed']}"
+            cat = sample.get("category", sample.get("preset"))
+            category = str(cat) if cat is not None else None
+        return Identity(
+            key=f"evaluate#{index}",
+            item=item,
+            prompt_index=index,
+            env=self.env.name,
+            item_id=item_id,
+            category=category,
+        )
 
     def _record(
         self, run: LoopRun, done: RolloutOutcome | BaseException, sample: dict[str, Any] | None
@@ -339,26 +385,9 @@ class SeedRuntime:
                 Outcome("failed", f"error: {type(done).__name__}: {done}", "error"), None, [], [], judged=True
             )
         prompt = next((m.get("content") for m in run.request.prompt if m.get("role") == "user"), "")  # type: ignore[union-attr]
-        item: dict[str, Any] = {"prompt": prompt, "task_id": run.task_id}
-        item_id = f"evaluate-{run.index}"
-        category = None
-        if sample is not None:
-            item = {k: v for k, v in sample.items() if k != "messages" and _plain(v)}
-            item_id = str(
-                next((sample[k] for k in ("task_name", "id", "task_id", "name") if sample.get(k)), item_id)
-            )
-            if "preset" in sample and "seed" in sample and "task_name" not in sample:
-                item_id = f"{sample['preset']}-seed{sample['seed']}"
-            cat = sample.get("category", sample.get("preset"))
-            category = str(cat) if cat is not None else None
         _not_reached(done)
-        who = Identity(
-            key=f"evaluate#{run.index}",
-            item=item,
-            prompt_index=run.index,
-            env=self.env.name,
-            item_id=item_id,
-            category=category,
+        who = self._identity(
+            run.index, sample, {"prompt": prompt, "task_id": run.task_id}, f"evaluate-{run.index}"
         )
         record = build_record(who, run.asked, done, seed=run.request.seed, toolsets=run.request.toolsets)
         if done.result is None or done.outcome.status == "failed":
