@@ -169,7 +169,14 @@ def _adapt_setup(fn: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[
             await fn(self)
         except Exception as exc:
             raise EnvDataError(self._setup_failed(exc)) from exc
-        await self._ensure_eval_items()
+        try:
+            await self._ensure_eval_items()
+        except EnvDataError:
+            raise
+        except Exception as exc:
+            raise EnvDataError(
+                f"{type(self).__name__}.get_next_item() failed after setup: {_one_line(exc)}"
+            ) from exc
 
     setup.__trajforge_seed_setup__ = True  # type: ignore[attr-defined]
     return setup
@@ -335,8 +342,6 @@ class HermesAgentBaseEnv(BaseEnv):
     async def _ensure_eval_items(self) -> None:
         if self._tf_eval is not None or type(self).get_next_item is BaseEnv.get_next_item:
             return  # drawn already, or items from dataset_file / generate: BaseEnv's eval_items
-        if self.evaluates_itself():
-            return  # its evaluate() picks its own tasks
         items: list[Item] = []
         for _ in range(self.eval_pool):
             item = await self.get_next_item()

@@ -105,6 +105,21 @@ class SeedServer:
             "on-policy distillation it feeds is trajforge's `opd` env and `trajforge rl train`"
         )
 
+    async def tokens_and_logprobs_completion(self, **kwargs: Any) -> Any:
+        raise NotImplementedError(
+            "self.server.tokens_and_logprobs_completion is not available in env eval: run it with "
+            "--tokenizer (a token-level endpoint) and the records carry tokens, masks and logprobs"
+        )
+
+    def dedicated_server(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("self.server.dedicated_server: env eval has one endpoint, --base-url")
+
+    async def update_weight(self, *args: Any, **kwargs: Any) -> None:
+        """Atropos's weight-version bookkeeping: nothing to update in an evaluation."""
+
+    async def wait_for_sem(self, *args: Any, **kwargs: Any) -> None:
+        """Atropos's request throttle: trajforge's client has its own (``max_concurrency``)."""
+
     def managed_server(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(
             "no atroposlib ManagedServer in env eval: exact tokens come from --tokenizer (a "
