@@ -342,3 +342,23 @@ def test_a_hub_dataset_that_is_not_here_is_one_line_saying_so(tmp_path: Path) ->
         last.startswith("error: CodeTasksEnv.setup() failed: ")
         and "'example-org/code-tasks' is a Hugging Face hub download" in last
     ), last
+
+
+def test_an_eval_only_seed_env_is_refused_on_ray_with_the_reason(tmp_path: Path) -> None:
+    """Its evaluate() runs in the driver; rollout actors would silently run something else."""
+    pytest.importorskip("ray")
+    from hermes_seed_envs import TERMINAL_BENCH
+
+    env_file = tmp_path / "environments" / "benchmarks" / "terminalbench_2" / "terminalbench2_env.py"
+    env_file.parent.mkdir(parents=True)
+    env_file.write_text(TERMINAL_BENCH)
+    out = runner.invoke(
+        app,
+        ["env", "eval", f"{env_file}:TerminalTasksEnv", "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
+         "--backend", "ray"],
+    )  # fmt: skip
+    assert out.exit_code == 2
+    assert _errors(out) == [
+        "error: TerminalTasksEnv's evaluation is its own evaluate(), which runs in this process: run it "
+        "without --backend ray (--backend ray runs an env's rollouts on rollout actors)"
+    ]

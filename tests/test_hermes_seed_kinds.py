@@ -271,3 +271,24 @@ def test_yc_bench_kind_drives_a_host_simulation(
     assert "the env set MINISIM_STATE in its environment" in notes
     unsolved, _, _ = _eval(tmp_path, idle, ref, "idle", "--config", str(config), "--sandbox", "local")
     assert _mean(unsolved) == 0.0
+
+
+@pytest.mark.docker
+def test_terminal_bench_kind_runs_each_task_in_the_image_it_registers(
+    tmp_path: Path, checkout: Path, docker_engine: Any
+) -> None:
+    """``register_task_env_overrides(task_id, {"modal_image": IMAGE})`` picks the image of that
+    task's docker sandbox (here the engine's local base image: no registry is reachable)."""
+    data = _tb_dataset(tmp_path / "tasks")
+    rows = [json.loads(line) for line in (data / "train.jsonl").read_text().splitlines()]
+    (data / "train.jsonl").write_text(
+        "".join(json.dumps({**r, "docker_image": docker_engine.base}) + "\n" for r in rows)
+    )
+    config = tmp_path / "tb.yaml"
+    config.write_text(f"env:\n  dataset_name: {data}\n")
+    ref = f"{checkout}/environments/benchmarks/terminalbench_2/terminalbench2_env.py:TerminalTasksEnv"
+    solved, episodes, notes = _eval(
+        tmp_path, tb_solver, ref, "docker", "--config", str(config), "--sandbox", "docker"
+    )
+    assert _mean(solved) == 1.0 and solved["episodes"] == 2, (solved, [e["reason"] for e in episodes])
+    assert "per-task images" not in notes  # used, not ignored

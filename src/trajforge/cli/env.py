@@ -176,6 +176,11 @@ def eval_cmd(
         tasks_dir=str(tasks) if tasks else None,
     )
     instance = _load_for_eval(env, settings, config, tasks, verbose)
+    if where is not None and getattr(instance, "evaluates_itself", lambda: False)():
+        raise fail(
+            f"{type(instance).__name__}'s evaluation is its own evaluate(), which runs in this process: "
+            "run it without --backend ray (--backend ray runs an env's rollouts on rollout actors)"
+        )
     for line in _notes(instance, config):
         _err.print(f"note: {line}", markup=False, highlight=False, soft_wrap=True)
     size = group_size or instance.config.group_size
