@@ -362,3 +362,79 @@ def test_an_eval_only_seed_env_is_refused_on_ray_with_the_reason(tmp_path: Path)
         "error: TerminalTasksEnv's evaluation is its own evaluate(), which runs in this process: run it "
         "without --backend ray (--backend ray runs an env's rollouts on rollout actors)"
     ]
+
+
+SLOW = textwrap.dedent(
+    """
+    import asyncio
+    import uuid
+
+    from environments.agent_loop import HermesAgentLoop
+    from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig
+
+
+    class TimedEnv(HermesAgentBaseEnv):
+        name = "timed"
+
+        @classmethod
+        def config_init(cls):
+            return HermesAgentEnvConfig(enabled_toolsets=["terminal"], max_agent_turns=3), []
+
+        async def setup(self):
+            pass
+
+        async def get_next_item(self):
+            return {"prompt": "unused"}
+
+        def format_prompt(self, item):
+            return item["prompt"]
+
+        async def compute_reward(self, item, result, ctx) -> float:
+            return 0.0
+
+        async def evaluate(self, *args, **kwargs):
+            tools, names = self._resolve_tools_for_group()
+            samples = []
+            for name in ("quick", "slow"):
+                agent = HermesAgentLoop(server=self.server, tool_schemas=tools, valid_tool_names=names,
+                                        max_turns=3, task_id=str(uuid.uuid4()))
+                try:
+                    limit = 120 if name == "quick" else 1  # the slow one's model answers after 30 s
+                    result = await asyncio.wait_for(agent.run([{"role": "user", "content": name}]), timeout=limit)
+                    samples.append({"task_name": name, "reward": 1.0, "messages": result.messages})
+                except asyncio.TimeoutError:
+                    samples.append({"task_name": name, "reward": 0.0, "error": f"timeout ({limit}s)"})
+            await self.evaluate_log(metrics={"eval/done": len(samples)}, samples=samples)
+    """
+)
+
+
+def test_a_loop_the_env_times_out_is_cancelled_and_recorded_as_such(tmp_path: Path) -> None:
+    """The seed's benchmarks wrap each task in asyncio.wait_for; the rollout of a loop they give up
+    on stops too (it is not left running to its end), and its record says it was cancelled."""
+    env_file = tmp_path / "timed_env.py"
+    env_file.write_text(SLOW)
+
+    def policy(body: dict[str, Any]) -> Reply:
+        return Reply(content="done", delay_s=30 if last_user_text(body) == "slow" else 0)
+
+    with ScriptedServer(policy).in_thread() as srv:
+        out = runner.invoke(
+            app,
+            ["env", "eval", f"{env_file}:TimedEnv", "--model", "scripted", "--base-url", srv.base_url,
+             "--output-dir", str(tmp_path / "runs"), "--run-name", "timed", "--json", "--progress", "none"],
+        )  # fmt: skip
+        assert out.exit_code == 0, out.output
+        assert srv.counters["requests"] == 2  # one each: the slow one was not asked again
+    episodes = {
+        e["item_id"]: e
+        for e in (
+            orjson.loads(x)
+            for x in (tmp_path / "runs" / "timed" / "episodes.jsonl").read_bytes().splitlines()
+        )
+    }
+    assert episodes["quick"]["status"] == "completed" and episodes["quick"]["reward"] == 1.0, episodes[
+        "quick"
+    ]["reason"]
+    slow = episodes["slow"]
+    assert slow["status"] == "failed" and slow["reason"].startswith("cancelled:") and slow["reward"] is None

@@ -211,6 +211,9 @@ class SeedRuntime:
         try:
             waiting: list[asyncio.Future[Any]] = [task, parking.handed]
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the env gave up on this loop (its timeout): so does its rollout
+            task.cancel()
+            raise
         finally:
             self._slots.release()
         if not parking.handed.done():
@@ -309,8 +312,12 @@ class SeedRuntime:
             self.loop.call_soon_threadsafe(event.set)
 
     async def close(self) -> list[RolloutOutcome | BaseException]:
-        """Release every task and wait for its rollout to end; the outcomes, in run order."""
+        """Release every task and wait for its rollout to end; the outcomes, in run order. A loop
+        still running when the evaluation is over (nothing can use it any more) is cancelled."""
         self.release_all()
+        for run in self.runs:
+            if not run.parking.handed.done():
+                run.task.cancel()
         return list(await asyncio.gather(*(r.task for r in self.runs), return_exceptions=True))
 
     # ------------------------------------------------------------------ records
@@ -320,7 +327,10 @@ class SeedRuntime:
     ) -> list[Record]:
         """One record per loop run, each scored by the env's own sample for it when one can be
         told: the sample whose ``messages`` are the very list the run filled, else (as many
-        samples as runs, counting all or those without an ``error``) the sample in run order."""
+        samples as runs, counting all or those without an ``error``) the sample in run order.
+        Of what is left, one run and one sample with an ``error`` (a loop the env timed out) go
+        together; samples with an ``error`` and no run left for them are tasks that failed before
+        a loop ran (failed records); and a run left without a sample keeps no reward."""
         by_messages = {id(s["messages"]): s for s in samples if isinstance(s.get("messages"), list)}
         in_order: list[dict[str, Any]] = []
         if not by_messages:  # samples without the conversation: in run order, if they can be lined up
@@ -328,15 +338,23 @@ class SeedRuntime:
             in_order = (
                 samples if len(samples) == len(self.runs) else ran if len(ran) == len(self.runs) else []
             )
-        out = []
-        used: set[int] = set()
-        for run, done in zip(self.runs, outcomes, strict=True):
+        chosen: dict[int, dict[str, Any]] = {}
+        for run in self.runs:
             sample = by_messages.get(id(run.messages)) or (in_order[run.index] if in_order else None)
             if sample is not None:
-                used.add(id(sample))
-            out.append(self._record(run, done, sample))
-        for n, sample in enumerate(s for s in samples if id(s) not in used and s.get("error")):
-            out.append(self._unrun(len(self.runs) + n, sample))  # a task that failed before its loop ran
+                chosen[run.index] = sample
+        used = {id(s) for s in chosen.values()}
+        errors = [s for s in samples if id(s) not in used and s.get("error")]
+        unmatched = [r for r in self.runs if r.index not in chosen]
+        if len(errors) == len(unmatched) == 1:
+            chosen[unmatched[0].index] = errors.pop()
+        elif unmatched:
+            errors = []  # which failed task was which run cannot be told: the runs say it
+        out = [
+            self._record(run, done, chosen.get(run.index))
+            for run, done in zip(self.runs, outcomes, strict=True)
+        ]
+        out += [self._unrun(len(self.runs) + n, sample) for n, sample in enumerate(errors)]
         return out
 
     def _unrun(self, index: int, sample: dict[str, Any]) -> Record:
@@ -344,7 +362,7 @@ class SeedRuntime:
         from trajforge.rollout import Outcome
 
         done = RolloutOutcome(
-            Outcome("failed", f"the env's evaluate() reported: {sample['error']}", "env_error"),
+            Outcome("failed", f"the env's evaluate() reported: {_brief(str(sample['error']))}", "env_error"),
             None,
             [],
             [],
@@ -380,7 +398,10 @@ class SeedRuntime:
     ) -> Record:
         from trajforge.rollout import Outcome
 
-        if isinstance(done, BaseException):
+        if isinstance(done, asyncio.CancelledError):
+            why = "cancelled: the env's evaluate() gave up on this loop (its timeout) or ended before it finished"
+            done = RolloutOutcome(Outcome("failed", why, "cancelled"), None, [], [], judged=True)
+        elif isinstance(done, BaseException):
             done = RolloutOutcome(
                 Outcome("failed", f"error: {type(done).__name__}: {done}", "error"), None, [], [], judged=True
             )
@@ -418,6 +439,15 @@ def _sample_reward(sample: dict[str, Any] | None) -> tuple[float | None, str]:
     if isinstance(sample.get("passed"), bool):
         return float(sample["passed"]), f"the env's evaluate(): passed {sample['passed']}"
     return None, "the env's evaluate() sample for this run has no reward, score or passed"
+
+
+def _brief(text: str) -> str:
+    """One line of an error text (a program's whole traceback, say): its last line naming an
+    error, else its first; at most 300 characters."""
+    lines = [" ".join(line.split()) for line in text.splitlines() if line.strip(" │╭╰─\t")]
+    named = [line for line in lines if "error" in line.lower()]
+    line = (named[-1] if named else lines[0] if lines else "").strip(" │")
+    return line if len(line) <= 300 else line[:297] + "..."
 
 
 def _plain(value: Any) -> bool:
