@@ -187,22 +187,27 @@ class SeedRuntime:
         )
         loop = asyncio.get_running_loop()
         parking = _Parking(loop.create_future())
-        request = RolloutRequest(
-            [dict(m) for m in messages],
-            seed,
-            toolsets,
-            agent,
-            task_id=_safe(f"{self.env.name}-{task_id}"),
-            image=await self._image(task_id),
-            judge=parking,
-        )
         backends = RolloutBackends(
             self.backends.model,
             SeedFactory(self.backends.factory, self.exported),
             registry,
             self.backends.template,
         )
-        await self._slots.acquire()
+        await self._slots.acquire()  # held while the image is built and the agent loop runs
+        try:
+            image = await self._image(task_id)
+        except BaseException:
+            self._slots.release()
+            raise
+        request = RolloutRequest(
+            [dict(m) for m in messages],
+            seed,
+            toolsets,
+            agent,
+            task_id=_safe(f"{self.env.name}-{task_id}"),
+            image=image,
+            judge=parking,
+        )
         task = asyncio.create_task(run_rollout(request, backends), name=f"seed-loop-{task_id}")
         asked = Asked(backends.model.name, sent_sampling(agent), None)
         run = LoopRun(index, task_id, messages, request, asked, parking, task)
