@@ -438,3 +438,76 @@ def test_a_loop_the_env_times_out_is_cancelled_and_recorded_as_such(tmp_path: Pa
     ]["reason"]
     slow = episodes["slow"]
     assert slow["status"] == "failed" and slow["reason"].startswith("cancelled:") and slow["reward"] is None
+
+
+BUSY = textwrap.dedent(
+    """
+    import asyncio
+    import tempfile
+    import uuid
+    from pathlib import Path
+
+    from environments.agent_loop import HermesAgentLoop
+    from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig
+    from environments.tool_context import ToolContext
+
+
+    class BusyEnv(HermesAgentBaseEnv):
+        name = "busy"
+
+        @classmethod
+        def config_init(cls):
+            return HermesAgentEnvConfig(enabled_toolsets=["terminal"], max_agent_turns=2), []
+
+        async def setup(self):
+            pass
+
+        async def get_next_item(self):
+            return {"prompt": "unused"}
+
+        def format_prompt(self, item):
+            return item["prompt"]
+
+        async def compute_reward(self, item, result, ctx) -> float:
+            return 0.0
+
+        async def evaluate(self, *args, **kwargs):
+            tools, names = self._resolve_tools_for_group()
+            task_id = str(uuid.uuid4())
+            agent = HermesAgentLoop(server=self.server, tool_schemas=tools, valid_tool_names=names,
+                                    max_turns=2, task_id=task_id)
+            result = await agent.run([{"role": "user", "content": "go"}])
+            ctx = ToolContext(task_id)
+            local = Path(tempfile.mkdtemp())
+            (local / "f.txt").write_text("x")
+            loop = asyncio.get_event_loop()
+            jobs = [loop.run_in_executor(None, ctx.upload_dir, str(local), f"up{i}") for i in range(48)]
+            uploaded = await asyncio.gather(*jobs)
+            ok = all(r and r[0]["exit_code"] == 0 for r in uploaded)
+            ctx.cleanup()
+            await self.evaluate_log(metrics={}, samples=[{"task_name": "busy", "reward": 1.0 if ok else 0.0,
+                                                         "messages": result.messages}])
+    """
+)
+
+
+def test_the_seeds_blocking_verbs_in_executor_threads_do_not_starve_the_loop(tmp_path: Path) -> None:
+    """The seed's benchmarks run their blocking test code with run_in_executor(None, ...); each
+    ToolContext verb there waits for a coroutine that itself needs a thread of that executor.
+    With the default pool (cpu_count + 4 threads) 48 such calls at once deadlocked the run."""
+    import os
+    import subprocess
+    import sys
+
+    env_file = tmp_path / "busy_env.py"
+    env_file.write_text(BUSY)
+    with ScriptedServer([Reply(content="done")]).in_thread() as srv:
+        proc = subprocess.run(
+            [sys.executable, "-m", "trajforge.cli.main", "env", "eval", f"{env_file}:BusyEnv", "--model", "scripted",
+             "--base-url", srv.base_url, "--output-dir", str(tmp_path / "runs"), "--run-name", "busy", "--json",
+             "--progress", "none"],
+            capture_output=True, text=True, timeout=300, env={**os.environ},
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout[proc.stdout.index("{") :])
+    assert summary["mean_reward"]["value"] == 1.0 and summary["episodes"] == 1, summary

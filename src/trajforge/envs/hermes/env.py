@@ -498,12 +498,13 @@ class HermesAgentBaseEnv(BaseEnv):
         runtime = _runtime.SeedRuntime(self, backends, fit=fit, announce=announce)
         token = _runtime.CURRENT.set(runtime)
         self.server.bind(backends.model, fit)
-        try:
-            yield runtime
-        finally:
-            await runtime.close()
-            self.server.unbind()
-            _runtime.CURRENT.reset(token)
+        with _runtime.blocking_room(self.seed_config.tool_pool_size):
+            try:
+                yield runtime
+            finally:
+                await runtime.close()
+                self.server.unbind()
+                _runtime.CURRENT.reset(token)
 
     async def write_logs(self, run_dir: Path) -> None:
         """``wandb_log()`` once (what the seed would have sent), then the run's log files."""

@@ -19,13 +19,15 @@ only at the end (YC-Bench) cannot starve itself.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import contextvars
 import hashlib
 import logging
 import os
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,6 +65,29 @@ CURRENT: contextvars.ContextVar[SeedRuntime | None] = contextvars.ContextVar(
 # local backend passed its process environment on; never ones named like a secret.
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE", re.IGNORECASE)
 _IMAGE_KEYS = ("modal_image", "docker_image", "daytona_image", "singularity_image", "image")
+
+
+@contextlib.contextmanager
+def blocking_room(threads: int) -> Iterator[None]:
+    """The event loop's default executor, for the run, a pool of ``threads`` + 64 threads.
+
+    The seed's code blocks threads of that executor waiting on the loop: its benchmark envs run
+    their tests with ``loop.run_in_executor(None, ...)``, and each blocking ``ToolContext`` verb
+    waits for a coroutine on the loop, some of whose steps (host file I/O, the docker backend's
+    markers) are ``asyncio.to_thread`` calls -- on that same executor. Its default size
+    (``cpu_count + 4``: 6 threads on 2 CPUs) was a deadlock as soon as six tasks ran their tests at
+    once: every thread waiting for a step that needed a thread. The seed sizes the pool its
+    blocking tools run in with ``tool_pool_size`` (128: "89 parallel TB2 eval tasks each need a
+    thread"); so does this, with room for the loop's own steps. Threads start on demand."""
+    loop = asyncio.get_running_loop()
+    before = getattr(loop, "_default_executor", None)
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=threads + 64, thread_name_prefix="seed-blocking")
+    loop.set_default_executor(pool)
+    try:
+        yield
+    finally:
+        loop._default_executor = before  # type: ignore[attr-defined]  # no public way to put it back
+        pool.shutdown(wait=False)
 
 
 def current() -> SeedRuntime:
