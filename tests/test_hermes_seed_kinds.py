@@ -184,7 +184,8 @@ def test_opd_kind_rollouts_and_its_own_evaluate(tmp_path: Path, checkout: Path) 
 # ------------------------------------------------------------------------- Terminal-Bench 2 / TBLite
 
 TB_TASKS = [("status-word", "Write the word ready into status.txt.", "status.txt", "ready"),
-            ("count-file", "Write the number 3 into count.txt.", "count.txt", "3")]  # fmt: skip
+            ("count-file", "Write the number 3 into count.txt.", "count.txt", "3"),
+            ("mode-file", "Write the word quiet into mode.txt.", "mode.txt", "quiet")]  # fmt: skip
 
 
 def _tb_dataset(where: Path) -> Path:
@@ -227,16 +228,20 @@ def test_terminal_bench_kinds_run_their_own_evaluate(
     config = tmp_path / "tb.yaml"
     config.write_text(f"env:\n  dataset_name: {_tb_dataset(tmp_path / 'tasks')}\n")
     ref = f"{checkout}/{rel}:{cls}"
-    solved, episodes, notes = _eval(tmp_path, tb_solver, ref, "solved", "--config", str(config))
-    assert _mean(solved) == 1.0 and solved["episodes"] == 2, solved
-    assert {e["item_id"] for e in episodes} == {"status-word", "count-file"}
+    # one loop at a time: the others wait for a slot, so their loops start interleaved
+    solved, episodes, notes = _eval(
+        tmp_path, tb_solver, ref, "solved", "--config", str(config), "--concurrency", "1"
+    )
+    assert _mean(solved) == 1.0 and solved["episodes"] == 3, solved
+    assert {e["item_id"] for e in episodes} == {"status-word", "count-file", "mode-file"}
+    assert len({e["key"] for e in episodes}) == 3  # each loop run its own episode
     assert all(e["category"] == "files" and e["status"] == "completed" for e in episodes)
     assert f"{cls}.evaluate() is the evaluation (its compute_reward returns a constant)" in notes
     assert "per-task images ('python:3.11', ...) are used by the docker sandbox only" in notes
     run = tmp_path / "runs" / "solved"
     assert orjson.loads((run / "evaluate_log.json").read_bytes())[0]["metrics"]["eval/pass_rate"] == 1.0
     unsolved, episodes, _ = _eval(tmp_path, idle, ref, "idle", "--config", str(config))
-    assert _mean(unsolved) == 0.0 and len(episodes) == 2
+    assert _mean(unsolved) == 0.0 and len(episodes) == 3
 
 
 # ------------------------------------------------------------------------------------ YC-Bench
@@ -290,5 +295,6 @@ def test_terminal_bench_kind_runs_each_task_in_the_image_it_registers(
     solved, episodes, notes = _eval(
         tmp_path, tb_solver, ref, "docker", "--config", str(config), "--sandbox", "docker"
     )
-    assert _mean(solved) == 1.0 and solved["episodes"] == 2, (solved, [e["reason"] for e in episodes])
+    assert _mean(solved) == 1.0 and solved["episodes"] == 3, (solved, [e["reason"] for e in episodes])
     assert "per-task images" not in notes  # used, not ignored
+    assert {e["item_id"] for e in episodes} == {"status-word", "count-file", "mode-file"}

@@ -23,6 +23,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import hashlib
+import itertools
 import logging
 import os
 import re
@@ -155,6 +156,7 @@ class SeedRuntime:
         self._environ = dict(os.environ)
         self._said: set[str] = set()
         self._built: dict[str, str] = {}
+        self._indices = itertools.count()
 
     def note_once(self, text: str) -> None:
         if text not in self._said:
@@ -197,7 +199,7 @@ class SeedRuntime:
         unknown = sorted(n for n in tool_names if registry.get(n) is None)
         if unknown:
             self.note_once(f"tools {', '.join(unknown)} are not trajforge tools: not offered")
-        index = len(self.runs)
+        index = next(self._indices)  # before any await: loops of concurrent tasks start interleaved
         seed = derive_seed(cfg.seed, f"evaluate#{index}")
         agent = AgentConfig(
             max_turns=max_turns,
@@ -345,6 +347,7 @@ class SeedRuntime:
         """Release every task and wait for its rollout to end; the outcomes, in run order. A loop
         still running when the evaluation is over (nothing can use it any more) is cancelled."""
         self.release_all()
+        self.runs.sort(key=lambda r: r.index)  # the order the loops started in
         for run in self.runs:
             if not run.parking.handed.done():
                 run.task.cancel()
