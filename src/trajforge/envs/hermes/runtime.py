@@ -387,7 +387,7 @@ class SeedRuntime:
             self._record(run, done, chosen.get(run.index))
             for run, done in zip(self.runs, outcomes, strict=True)
         ]
-        out += [self._unrun(len(self.runs) + n, sample) for n, sample in enumerate(errors)]
+        out += [self._unrun(next(self._indices), sample) for sample in errors]
         return out
 
     def _unrun(self, index: int, sample: dict[str, Any]) -> Record:
