@@ -478,7 +478,8 @@ def _brief(text: str) -> str:
     """One line of an error text (a program's whole traceback, say): its last line naming an
     error, else its first; at most 300 characters."""
     lines = [" ".join(line.split()) for line in text.splitlines() if line.strip(" │╭╰─\t")]
-    named = [line for line in lines if "error" in line.lower()]
+    raised = [line for line in lines if re.search(r"\w(Error|Exception)\b:", line)]
+    named = raised or [line for line in lines if "error" in line.lower()]
     line = (named[-1] if named else lines[0] if lines else "").strip(" │")
     return line if len(line) <= 300 else line[:297] + "..."
 
