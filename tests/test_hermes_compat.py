@@ -511,3 +511,16 @@ def test_the_seeds_blocking_verbs_in_executor_threads_do_not_starve_the_loop(tmp
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout[proc.stdout.index("{") :])
     assert summary["mean_reward"]["value"] == 1.0 and summary["episodes"] == 1, summary
+
+
+def test_an_error_samples_reason_is_the_line_that_says_what_was_raised() -> None:
+    """yc-bench's `sim init` failure (a rich traceback box, then SQL, then a link) as one line."""
+    from trajforge.envs.hermes.runtime import _brief
+
+    text = (
+        "yc-bench sim init failed: ╭──── Traceback (most recent call last) ───╮\n│ /x/sqlalchemy/engine.py │\n"
+        "OperationalError: (sqlite3.OperationalError) no such table: sim_state\n[SQL: SELECT sim_state.id]\n"
+        "(Background on this error at: https://sqlalche.me/e/21/e3q8)"
+    )
+    assert _brief(text) == "OperationalError: (sqlite3.OperationalError) no such table: sim_state"
+    assert _brief("timeout (1800s)") == "timeout (1800s)" and len(_brief("E: " + "x" * 900)) == 300
