@@ -240,7 +240,10 @@ class VerifierEnvProbe(BaseEnv):
         leftover = await ctx.exec("(sleep 100 &) ; echo started")
         after = await ctx.exec("ps -eo args | grep -c '^sleep 100' || true")
         checks = {
-            "fresh_home": not home.startswith(ctx.workdir) and "PYTHONNOUSERSITE=1" in env,
+            "rollouts_home": home == ctx.workdir and "PYTHONNOUSERSITE=1" in env,
+            "own_config_dirs": all(
+                f"{k}={ctx.sandbox.scratch_dir}/" in env for k in ("XDG_CONFIG_HOME", "TMPDIR")
+            ),
             "system_path": "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in env,
             "no_usercustomize": run.text.startswith("ok 1 "),
             "pycache_elsewhere": "/pycache" in run.text.splitlines()[0],
@@ -274,9 +277,10 @@ def _planter(messages: list[dict[str, Any]], tools: Any, sampling: Any) -> Any:
     return answer("done")
 
 
-async def test_verifier_commands_get_a_fresh_home_and_environment(bwrap: Any) -> None:
-    """Before: HOME was the workdir, so ~/.local's usercustomize.py, ~/.profile (bash -l) and
-    ~/.gitconfig were the model's; a conftest.py beside the hidden tests survived them."""
+async def test_verifier_commands_see_the_rollouts_home_but_none_of_its_dotfiles(bwrap: Any) -> None:
+    """HOME is the rollout's (``~`` names what the agent wrote), yet ~/.local's usercustomize.py,
+    ~/.profile and ~/.bashrc (even under ``bash -l``) and ~/.gitconfig configure nothing a verifier
+    runs; a conftest.py beside the hidden tests does not survive them either."""
     env = VerifierEnvProbe(EnvConfig(enabled_toolsets=["terminal"]))
     rollouts = Rollouts(env, RolloutBackends(ScriptedModel(_planter), bwrap, default_registry()))
     ep = await rollouts.episode(env.generate(0, split="eval"))

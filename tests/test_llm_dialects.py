@@ -107,6 +107,18 @@ async def test_probe_without_an_owner_asks_the_routes_only_one_server_has(
         assert info.context_length == 512  # llama-server's real slot context, from /props
 
 
+@pytest.mark.parametrize("key", ["max_model_len", "context_length", "context_window"])
+async def test_a_context_a_server_states_is_kept_though_nothing_names_the_server(
+    scripted_server, key: str
+) -> None:
+    """The one place an endpoint's context is read (env eval's token-budget clamp asks it too):
+    a card of a server the probe cannot name still states its context."""
+    srv = await scripted_server([Reply(content="x")], identity=Identity(owned_by="someone", card={key: 2048}))
+    info = await probe_server(srv.base_url)
+    assert info.dialect.name == "openai" and not info.identified
+    assert info.context_length == 2048
+
+
 def test_hosted_apis_are_known_by_host_without_a_request() -> None:
     assert by_host("https://openrouter.ai/api/v1").dialect.name == "openrouter"  # type: ignore[union-attr]
     assert by_host("https://api.openai.com/v1").dialect.name == "openai"  # type: ignore[union-attr]

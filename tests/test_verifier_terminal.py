@@ -128,9 +128,13 @@ class VerbsEnv(BaseEnv):
         checks["output"] = float("out" in ok["output"] and "err" in ok["output"])
         slow = await ctx.terminal("sleep 30", timeout=1)
         checks["timeout"] = float(slow["exit_code"] == -1 and slow["timed_out"])
-        # fresh: the hardened environment, not the rollout's
-        env_out = (await ctx.terminal("echo $HOME; echo ${PYTHONPATH:-none}"))["output"]
-        checks["fresh_home"] = float(".trajforge-verifier" in env_out and "none" in env_out)
+        # fresh: the rollout's HOME (its ~), in the hardened environment, not the rollout's session
+        env_out = (await ctx.terminal("echo $HOME; echo ${PYTHONPATH:-none}; echo $XDG_CONFIG_HOME"))[
+            "output"
+        ]
+        checks["rollouts_home"] = float(env_out.splitlines()[0] == ctx.workdir and "none" in env_out)
+        checks["own_config"] = float(".trajforge-verifier" in env_out.splitlines()[2])
+        checks["in_order"] = float(ok["output"] == "out\nerr\n")
         # upload / download of a file and of a tree, byte exact
         up = self.host_dir / "up"
         (up / "d").mkdir(parents=True)

@@ -175,6 +175,7 @@ def eval_cmd(
         "auto", "--progress", help="auto|rich|plain|none (auto: rich on a terminal, plain lines otherwise)"
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="On a failure, print the traceback too."),
 ) -> None:
     """Evaluate ENV: held-out items x group size, judged in their own sandboxes."""
     endpoint = _endpoint(model, base_url, api_key_env, tokenizer, endpoint_dialect, tool_call_parser)
@@ -191,7 +192,14 @@ def eval_cmd(
         seed=seed,
         tasks_dir=str(tasks) if tasks else None,
     )
-    instance = _load_for_eval(env, settings, config, tasks)
+    instance = _load_for_eval(env, settings, config, tasks, verbose)
+    if where is not None and getattr(instance, "evaluates_itself", lambda: False)():
+        raise fail(
+            f"{type(instance).__name__}'s evaluation is its own evaluate(), which runs in this process: "
+            "run it without --backend ray (--backend ray runs an env's rollouts on rollout actors)"
+        )
+    for line in _notes(instance, config):
+        _err.print(f"note: {line}", markup=False, highlight=False, soft_wrap=True)
     size = group_size or instance.config.group_size
     run_dir = output_dir / (run_name or f"{instance.name}-n{n}-g{size}-{time.strftime('%Y%m%d-%H%M%S')}")
     if run_dir.exists():  # a resume: never an evaluation's files in another kind of run
@@ -199,8 +207,40 @@ def eval_cmd(
 
         if run_kind(run_dir) not in (None, "env eval"):
             raise fail(kind_problem(run_dir, ("env eval",), "choose another --run-name / --output-dir") or "")
-    run = _run_with_progress(instance, endpoint, run_dir, n, size, agent, (env, where), progress)
+    run = _run_with_progress(instance, endpoint, run_dir, n, size, agent, (env, where), progress, verbose)
     _show_eval(run, run_dir, json_out)
+
+
+def _notes(instance: Any, config: Path | None) -> list[str]:
+    """What the env says about how it runs here (a seed env: its backend, its server configs),
+    and the sections of a ``--config`` file that are not the env's (a seed YAML's ``openai:``)."""
+    notes = getattr(instance, "notes", None)
+    lines = list(notes()) if callable(notes) else []
+    if config is not None:
+        import yaml
+
+        try:
+            raw = yaml.safe_load(config.read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            raw = {}
+        if isinstance(raw, dict) and "env" in raw:
+            other = sorted(str(k) for k in raw if k != "env")
+            if other:
+                lines.append(
+                    f"{config}: section(s) {', '.join(other)} not used (the model is --model/--base-url; "
+                    "only env: configures the env)"
+                )
+    return lines
+
+
+def _failed(what: str, exc: BaseException, verbose: bool, *, hint: bool = True) -> typer.Exit:
+    """One line for a failure (of the env's own code: with a hint); its traceback first with ``-v``."""
+    if verbose:
+        import traceback
+
+        traceback.print_exception(exc)
+    detail = str(exc).strip() or type(exc).__name__
+    return fail(f"{what}{detail}{' (-v prints the traceback)' if hint and not verbose else ''}")
 
 
 def _overrides(**flags: Any) -> dict[str, Any]:
@@ -261,8 +301,11 @@ def _placement(
     return where
 
 
-def _load_for_eval(env: str, settings: dict[str, Any], config: Path | None, tasks: Path | None) -> Any:
-    """The env, built from its defaults, the ``--config`` file, then the flags."""
+def _load_for_eval(
+    env: str, settings: dict[str, Any], config: Path | None, tasks: Path | None, verbose: bool = False
+) -> Any:
+    """The env, built from its defaults, the ``--config`` file, then the flags. A failure of the
+    user's env code (an import, ``config_init``, ``__init__``) is one line, its traceback with -v."""
     from trajforge.envs import (
         EnvConfig,
         EnvConfigError,
@@ -281,7 +324,15 @@ def _load_for_eval(env: str, settings: dict[str, Any], config: Path | None, task
         defaults = cls.default_config() if hasattr(cls, "default_config") else EnvConfig()
         return load_env(env, settings, config=load_env_config(config, defaults))
     except (UnknownEnvError, EnvConfigError) as exc:
+        if verbose:
+            import traceback
+
+            traceback.print_exception(exc)
         raise fail(str(exc)) from None
+    except typer.Exit:
+        raise
+    except Exception as exc:  # the env's own code failed while loading
+        raise _failed(f"loading env {env!r} failed: {type(exc).__name__}: ", exc, verbose) from None
 
 
 def _run_with_progress(
@@ -293,6 +344,7 @@ def _run_with_progress(
     agent: str,
     placed: tuple[str, RayEvalConfig | None],
     mode: str,
+    verbose: bool = False,
 ) -> Any:
     """Run the evaluation with a live display of its phase, episodes done, rate and ETA."""
     from trajforge.cli.live import LiveProgress
@@ -308,7 +360,7 @@ def _run_with_progress(
                 )
             )
     except (ValueError, ClusterError) as exc:
-        raise fail(str(exc)) from None
+        raise _failed("", exc, verbose, hint=False) from None
 
 
 def _show_eval(run: Any, run_dir: Path, json_out: bool) -> None:
@@ -380,7 +432,14 @@ async def _eval(
             raise ValueError(f"endpoint check failed: {exc}") from None
         live.phase("rollouts")
         return await run_eval(
-            env, backends, run_dir, n=n, group_size=group_size, agent=agent, on_episode=progress
+            env,
+            backends,
+            run_dir,
+            n=n,
+            group_size=group_size,
+            agent=agent,
+            on_episode=progress,
+            announce=announce,
         )
 
 

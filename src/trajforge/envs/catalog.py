@@ -166,10 +166,10 @@ def _seed_names(path: Path) -> None:
         source = path.read_text(errors="replace")
     except OSError as exc:
         raise UnknownEnvError(f"cannot read {path}: {exc}") from None
-    from trajforge.envs.hermes_compat import install_seed_modules, seed_imports
+    from trajforge.envs.hermes.modules import install_seed_modules, seed_imports, seed_root
 
     if seed_imports(source):
-        install_seed_modules()
+        install_seed_modules(seed_root(path))
 
 
 def _refuse_agent_file(path: Path) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from trajforge.agent import AgentConfig
 from trajforge.distributions import derive_seed
-from trajforge.envs.judge import EnvJudge, registry_tools
+from trajforge.envs.judge import EnvJudge, never_reached, registry_tools
 from trajforge.envs.limiter import ResizableLimiter
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.types import Episode, Item
@@ -50,6 +50,9 @@ from trajforge.sandbox.types import SandboxConfig
 log = logging.getLogger(__name__)
 
 DEFAULT_TOOLSETS = ("terminal", "file")
+MODEL_NOT_REACHED = "model_not_reached"
+"""The reason kind of an episode whose model never answered (see :func:`.judge.never_reached`):
+status ``failed``, no reward, left out of the rates as an episode that could not run."""
 
 ModelFor = Callable[[AgentEnv, Item], ChatModel]
 """Picks the model of one rollout (the oracle agent is a model per item)."""
@@ -151,6 +154,10 @@ class Rollouts:
         if done.outcome.reason_kind == "bad_row":  # an env's items are its rows
             detail = done.outcome.reason.removeprefix("bad_row: ")
             done.outcome = Outcome("failed", f"bad item: {detail}", "bad_item")
+        elif done.result is not None and never_reached(done.result):
+            done.outcome = Outcome(
+                "failed", f"the model was never reached: {done.outcome.reason}", MODEL_NOT_REACHED
+            )
         who = Identity(
             key=key,
             item=item,

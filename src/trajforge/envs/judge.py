@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from trajforge.agent.result import AgentResult
+from trajforge.agent.result import AgentResult, Termination
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.types import Item, RewardBreakdown
 from trajforge.envs.verifier import _SCRATCH, VerifierContext
@@ -135,6 +135,10 @@ class EnvJudge:
     tools: Mapping[str, Tool] | None = None
 
     async def __call__(self, result: AgentResult, sandbox: Sandbox) -> Verdict:
+        if never_reached(result):  # nothing of the model's to judge: no reward, not a 0
+            return Verdict(
+                None, reason=f"not judged: the model was never reached ({result.termination.value})"
+            )
         judged = await judge(self.env, self.item, result, sandbox, tools=self.tools)
         bd = judged.breakdown
         if bd is None:  # judge() always sets one; kept for a subclass that does not
@@ -148,6 +152,13 @@ class EnvJudge:
             judged.seconds,
             bd.token_advantages,
         )
+
+
+def never_reached(result: AgentResult) -> bool:
+    """Whether the session ended without one answer from the model (its first request was
+    refused: a prompt or ``max_tokens`` over the context, an endpoint that kept failing). Such an
+    episode failed to run; scoring what the sandbox holds would count it as a completed 0."""
+    return result.api_calls == 0 and result.termination is not Termination.FINAL_ANSWER
 
 
 def registry_tools(registry: Any) -> dict[str, Tool]:

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import orjson
 from pydantic import ValidationError
 
+from trajforge.envs.budget import fit_token_budget, fitter
 from trajforge.envs.episode import RolloutBackends, Rollouts
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.summary import EvalSummary, summarize
@@ -176,9 +177,26 @@ async def run_eval(
     group_size: int,
     agent: str = "model",
     on_episode: Callable[[Episode, int, int], None] | None = None,
+    announce: Callable[[str], None] = lambda _m: None,
 ) -> EvalRun:
     """Evaluate ``n`` held-out items x ``group_size`` rollouts in this process; resumable (see
-    module doc)."""
+    module doc). The env's ``max_tokens`` is first fitted to the endpoint's context
+    (:mod:`.budget`; ``announce`` gets the note). An env with its own ``run_evaluation`` (a
+    seed env: :mod:`.hermes`) runs the evaluation itself, with these same books."""
+    fit = await fit_token_budget(env, backends.model, announce) if agent == "model" else fitter(None)
+    own = getattr(env, "run_evaluation", None)
+    if own is not None:
+        run: EvalRun = await own(
+            backends,
+            run_dir,
+            n=n,
+            group_size=group_size,
+            agent=agent,
+            on_episode=on_episode,
+            fit=fit,
+            announce=announce,
+        )
+        return run
     with rollout_gc():
         return await run_episodes(
             env,

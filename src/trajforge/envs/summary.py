@@ -49,7 +49,8 @@ class EvalSummary(BaseModel):
     episodes: int
     group_size: int
     failed: int
-    """episodes that could not run (sandbox/model failures): excluded from the rates"""
+    """episodes that could not run (a sandbox that did not start, a model never reached):
+    excluded from the rates"""
     reward_errors: int
     mean_reward: Interval
     pass_at_1: Interval
@@ -132,7 +133,7 @@ def summarize(episodes: Iterable[Episode], env: str) -> EvalSummary:
     total = 0
     for ep in episodes:
         total += 1
-        if ep.status == "failed" and ep.termination == "not_run":
+        if ep.status == "failed" and (ep.termination == "not_run" or ep.reason_kind == "model_not_reached"):
             failed += 1
             continue
         reward_errors += ep.reward_error is not None

@@ -11,9 +11,12 @@ whole would hold 1 GB per rollout. ``ctx.sandbox`` is bounded the same way
 (:class:`BoundedSandbox`), so a checker written as ``await ctx.sandbox.read_bytes(path)`` is too.
 
 Commands never inherit the rollout's shell session (``exec_fresh``): a rollout that exported
-``PATH=/tmp/evil:$PATH`` or ``PYTHONPATH`` does not choose the interpreter its tests run with;
-nor its home directory (the workdir): each command gets a fresh ``HOME`` and the hardened
-environment of :func:`verifier_env`.
+``PATH=/tmp/evil:$PATH`` or ``PYTHONPATH`` does not choose the interpreter its tests run with.
+They see the rollout's files as the rollout saw them -- ``HOME`` is the rollout's (so ``~``,
+``$HOME``, the workdir and relative paths resolve as they did for the agent) -- and the
+programs they start read none of the configuration the rollout could have written there: see
+:func:`verifier_env` (no user site, git without global config, pip without config files, XDG
+directories of the command's own, bash and sh never as login or interactive shells).
 Arguments given as a list are quoted with :func:`shlex.join`, so a path or pattern from the
 model's output is data, never shell code.
 
@@ -97,19 +100,28 @@ UNSET_VARS = (
 
 
 def verifier_env(box: str) -> dict[str, str]:
-    """What every verifier command's environment is set to (over the sandbox's start
-    environment, which the operator chose and the rollout cannot change): ``HOME`` and
-    ``TMPDIR`` fresh directories of its own outside the workdir (so no dotfile of the model's is
-    read: ``.gitconfig``, ``.bashrc``/``.profile``, ``~/.local`` user site-packages, ...), the
-    system ``PATH``, no Python user site, bytecode cached only in a fresh directory (a planted
-    ``__pycache__/*.pyc`` beside a hidden module is never read), git without system or global
-    config and with every program-running setting off."""
+    """What every verifier command's environment is set to, over the sandbox's start environment
+    (which the operator chose and the rollout cannot change: ``HOME`` stays what the rollout had,
+    so ``~`` names the same directory for the verifier as for the agent, and ``PATH`` is the one
+    the sandbox started with -- the system's, plus the directories the operator or the env's
+    ``sandbox_config`` put on it -- never one the rollout exported).
+
+    Nothing the rollout wrote under that ``HOME`` (or anywhere) configures a verifier's programs:
+    ``TMPDIR`` and the XDG config/cache/data directories are fresh ones outside the workdir, no
+    Python user site (``~/.local``'s ``usercustomize.py`` and ``.pth`` files
+    are never read), bytecode cached only in a fresh directory (a planted ``__pycache__/*.pyc``
+    beside a hidden module is never read), git without system or global config (``~/.gitconfig``)
+    and with every program-running setting off, pip without any config file (``~/.pip``,
+    ``~/.config/pip``). Startup files (``~/.bashrc``, ``~/.profile``, ``$BASH_ENV``) are read by
+    no shell a verifier starts: see :data:`SHELL_GUARD`."""
     env = {
-        "HOME": f"{box}/home",
         "TMPDIR": f"{box}/tmp",
-        "PATH": SYSTEM_PATH,
+        "XDG_CONFIG_HOME": f"{box}/config",
+        "XDG_CACHE_HOME": f"{box}/cache",
+        "XDG_DATA_HOME": f"{box}/data",
         "PYTHONNOUSERSITE": "1",
         "PYTHONPYCACHEPREFIX": f"{box}/pycache",
+        "PIP_CONFIG_FILE": "/dev/null",
         "GIT_CONFIG_NOSYSTEM": "1",
         "GIT_CONFIG_GLOBAL": "/dev/null",
         "GIT_TERMINAL_PROMPT": "0",
@@ -121,6 +133,68 @@ def verifier_env(box: str) -> dict[str, str]:
         env[f"GIT_CONFIG_KEY_{i}"] = key
         env[f"GIT_CONFIG_VALUE_{i}"] = value
     return env
+
+
+BOX_DIRS = ("tmp", "pycache", "config", "cache", "data")
+"""The directories of a verifier command's own, under its box in the scratch dir (removed after)."""
+
+# bash and sh as a verifier starts them, from its shell text (exported functions reach every bash
+# beneath it): never a login or interactive shell, so the rollout's ~/.profile, ~/.bash_profile,
+# ~/.bash_login, ~/.bash_logout, ~/.bashrc and $ENV are not read; bash also gets --noprofile
+# --norc. (An argv list naming bash or sh is rewritten the same way by ``_guard_argv``.)
+SHELL_GUARD = r"""
+__tf_noninteractive() {
+  __tf_args=(); __tf_opts=1
+  for __tf_a in "$@"; do
+    if [ "$__tf_opts" = 1 ]; then
+      case "$__tf_a" in
+        --) __tf_opts=0 ;;
+        --login) continue ;;
+        --*) ;;
+        -?*) __tf_a="-${__tf_a:1}"; __tf_a="${__tf_a//l/}"; __tf_a="${__tf_a//i/}"
+             [ "$__tf_a" = - ] && continue
+             case "$__tf_a" in *c*) __tf_opts=0 ;; esac ;;
+        *) __tf_opts=0 ;;
+      esac
+    fi
+    __tf_args+=("$__tf_a")
+  done
+}
+bash() { __tf_noninteractive "$@"; command bash --noprofile --norc "${__tf_args[@]}"; }
+sh() { __tf_noninteractive "$@"; command sh "${__tf_args[@]}"; }
+export -f __tf_noninteractive bash sh
+"""
+
+_SHELLS = {"bash": True, "sh": False, "dash": False}
+
+
+def _guard_argv(argv: Sequence[str]) -> list[str]:
+    """An argv list that runs bash or sh as :data:`SHELL_GUARD` runs them (no login or
+    interactive shell; bash with --noprofile --norc); any other argv unchanged."""
+    args = list(argv)
+    if not args:
+        return args
+    name = PurePosixPath(args[0]).name
+    if name not in _SHELLS:
+        return args
+    out = [args[0], *(["--noprofile", "--norc"] if _SHELLS[name] else [])]
+    options = True
+    for arg in args[1:]:
+        if options:
+            if arg == "--":
+                options = False
+            elif arg == "--login":
+                continue
+            elif arg.startswith("-") and not arg.startswith("--") and len(arg) > 1:
+                arg = "-" + arg[1:].replace("l", "").replace("i", "")
+                if arg == "-":
+                    continue
+                if "c" in arg:
+                    options = False
+            elif not arg.startswith("-"):
+                options = False
+        out.append(arg)
+    return out
 
 
 class VerifierError(RuntimeError):
@@ -261,6 +335,7 @@ class VerifierContext:
             raise ValueError(f"shell must be 'fresh' or 'session', not {shell!r}")
         self.shell: Literal["fresh", "session"] = shell
         self._tool_ctx: ToolContext | None = None
+        self._home: str | None = None
 
     @property
     def workdir(self) -> str:
@@ -280,8 +355,8 @@ class VerifierContext:
         it is the only process between the sandbox's agent and what it starts) in the sandbox,
         from ``cwd`` (default: the workdir), in :func:`verifier_env` plus ``env``.
 
-        Each command gets its own fresh ``HOME``, ``TMPDIR`` and Python bytecode cache outside
-        the workdir, removed afterwards; with ``stop_leftovers`` (the judge sets it when the
+        Each command runs with the rollout's ``HOME`` and its own ``TMPDIR``, XDG directories and
+        Python bytecode cache outside the workdir, removed afterwards; with ``stop_leftovers`` (the judge sets it when the
         rollout's processes were stopped) whatever the command left running is killed after it,
         so nothing it started can tamper with the next command."""
         box = f"{_SCRATCH}/{secrets.token_hex(8)}"
@@ -293,13 +368,13 @@ class VerifierContext:
                 raise ValueError(f"not an environment variable name: {name!r}")
         exports = "export " + " ".join(f"{k}={q(v)}" for k, v in variables.items())
         unsets = "unset " + " ".join(UNSET_VARS)
-        dirs = " ".join(q(f"{abs_box}/{d}") for d in ("home", "tmp", "pycache"))
+        dirs = " ".join(q(f"{abs_box}/{d}") for d in BOX_DIRS)
         redirect = f">{q(abs_box + '/out')} 2>{q(abs_box + '/err')}"
         if isinstance(command, str):
             run = f"(\n{command}\n) {redirect}"
         else:
-            run = f"exec {shlex.join(list(command))} {redirect}"
-        script = f"mkdir -p -- {dirs} && {unsets} && {exports} && {run}"
+            run = f"exec {shlex.join(_guard_argv(command))} {redirect}"
+        script = f"mkdir -p -- {dirs} && {unsets} && {exports} && {SHELL_GUARD}\n{run}"
         try:
             res = await self._verify.exec_fresh(script, timeout=timeout or self._timeout, cwd=cwd)
             if self.stop_leftovers:
@@ -318,7 +393,7 @@ class VerifierContext:
         session: bool | None = None,
     ) -> dict[str, Any]:
         """The seed's ``ToolContext.terminal``: run shell text, get ``{"output", "exit_code"}``
-        (stdout then stderr as text; ``exit_code`` -1 when it was killed at ``timeout``).
+        (stdout and stderr as one stream, in the order written; ``exit_code`` -1 when it was killed at ``timeout``).
 
         ``session`` (default: this context's ``shell == "session"``) runs it in the rollout's own
         resident shell: from the cwd the agent left, with the variables it exported, beside the
@@ -330,7 +405,7 @@ class VerifierContext:
             res = await self.sandbox.exec(command, timeout=timeout)
             code = -1 if res.timed_out or res.exit_code is None else res.exit_code
             return {"output": res.output, "exit_code": code, "timed_out": res.timed_out}
-        ran = await self.exec(command, timeout=timeout)
+        ran = await self.exec(f"exec 2>&1\n{command}", timeout=timeout)  # one stream, in order
         out = (ran.stdout + ran.stderr).decode(errors="replace")
         code = -1 if ran.timed_out or ran.exit_code is None else ran.exit_code
         return {"output": out, "exit_code": code, "timed_out": ran.timed_out}
@@ -355,6 +430,19 @@ class VerifierContext:
         """Kill whatever the rollout left running (done for you unless the env opted out)."""
         await self._verify.stop_processes()
 
+    async def home(self) -> str:
+        """The rollout's ``HOME`` (the sandbox's start environment's, which verifier commands keep)."""
+        if self._home is None:
+            res = await self._verify.exec_fresh('printf %s "$HOME"', timeout=60)
+            self._home = res.output if res.ok and res.output.startswith("/") else self.workdir
+        return self._home
+
+    async def _path(self, path: str) -> str:
+        """``path`` with a leading ``~`` resolved as the rollout's shell resolved it."""
+        if path == "~" or path.startswith("~/"):
+            return await self.home() + path[1:]
+        return path
+
     # ------------------------------------------------------------------ files
 
     def _inside(self, path: str) -> bool:
@@ -370,6 +458,7 @@ class VerifierContext:
         Bounded: a file over ``max_read_bytes`` (or over ``max_bytes``, when that is lower) raises
         :class:`FileTooLargeError` without being read. ``limit``: just the first ``limit`` bytes
         (a prefix, never an error for size)."""
+        path = await self._path(path)
         cap = self._max_read if max_bytes is None else min(max_bytes, self._max_read)
         try:
             return await self._read(path, limit, cap)
@@ -401,6 +490,7 @@ class VerifierContext:
 
     async def exists(self, path: str) -> bool:
         """Whether ``path`` is a regular file the verifier can read (nothing of it is loaded)."""
+        path = await self._path(path)
         if not self._inside(path):
             res = await self.exec(["sh", "-c", 'test -f "$1" && test -r "$1"', "sh", path])
             return res.ok
@@ -413,6 +503,7 @@ class VerifierContext:
         return True
 
     async def write_file(self, path: str, data: bytes | str) -> None:
+        path = await self._path(path)
         blob = data.encode() if isinstance(data, str) else bytes(data)
         if self._inside(path):  # the confined writer makes missing directories
             await self.sandbox.write_bytes(path, blob)
@@ -439,6 +530,7 @@ class VerifierContext:
         tree is walked from its parent's fd without following any link: ``local`` itself being a
         link, or a link (FIFO, device) in it, raises ``DataPathError`` (a task directory must not
         leak the host)."""
+        remote = await self._path(remote)
         files = await asyncio.to_thread(_host_files, Path(local))
         written = []
         for rel, data, executable in files:
@@ -460,6 +552,7 @@ class VerifierContext:
     async def download(self, remote: str, local: str | os.PathLike[str]) -> list[Path]:
         """The seed's download: a sandbox file or directory to the host (``download_file`` or
         ``download_dir``, bounded the same way); the host paths written."""
+        remote = await self._path(remote)
         res = await self.exec(["test", "-d", remote])
         if res.ok:
             return await self.download_dir(remote, local)
@@ -476,6 +569,7 @@ class VerifierContext:
     async def download_dir(self, remote: str, local: str | os.PathLike[str]) -> list[Path]:
         """Copy a sandbox directory's regular files to the host (names checked: no ``..``), at most
         ``max_read_bytes`` in all: past it, :class:`FileTooLargeError`."""
+        remote = await self._path(remote)
         res = await self.exec(["find", remote, "-type", "f", "-print0"])
         if not res.ok:
             raise FileNotFoundError(f"{remote}: {res.stderr.decode(errors='replace').strip()}")
@@ -503,6 +597,7 @@ class VerifierContext:
 
     async def search(self, pattern: str, path: str = ".", *, fixed: bool = False) -> list[SearchHit]:
         """Lines matching ``pattern`` (extended regex, or a fixed string) under ``path``."""
+        path = await self._path(path)
         argv = ["grep", "-rnI", "-F" if fixed else "-E", "-e", pattern, "--", path]
         res = await self.exec(argv)
         if res.exit_code not in (0, 1):

@@ -16,6 +16,7 @@ a token budget larger than it can be refused before any sample instead of at eve
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -87,9 +88,7 @@ def from_models(payload: Any, headers: Mapping[str, str] | None) -> ServerInfo |
     """The dialect a ``/v1/models`` answer names (its ``owned_by``, its ``Server`` header), or None."""
     cards = payload.get("data") if isinstance(payload, Mapping) else None
     cards = [c for c in cards if isinstance(c, Mapping)] if isinstance(cards, list) else []
-    context = _first_int(c.get("max_model_len") for c in cards) or _first_int(
-        (c.get("meta") or {}).get("n_ctx_train") for c in cards if isinstance(c.get("meta"), Mapping)
-    )
+    context = context_from_cards(cards)
     for card in cards:
         owner = card.get("owned_by")
         if isinstance(owner, str) and owner.lower() in _OWNED_BY:
@@ -100,6 +99,21 @@ def from_models(payload: Any, headers: Mapping[str, str] | None) -> ServerInfo |
     if "llama.cpp" in server.lower():
         return ServerInfo(get_dialect("llamacpp"), f"Server header {server!r}", context)
     return None
+
+
+_CONTEXT_KEYS = ("max_model_len", "context_length", "max_context_length", "context_window")
+"""Where a ``/v1/models`` card states its context: vLLM / SGLang / ``trajforge serve``
+(``max_model_len``), OpenRouter-style catalogues and others (the rest)."""
+
+
+def context_from_cards(cards: list[Mapping[str, Any]]) -> int | None:
+    """The context length ``/v1/models`` cards state (llama-server's: ``meta.n_ctx_train``)."""
+    for key in _CONTEXT_KEYS:
+        if found := _first_int(c.get(key) for c in cards):
+            return found
+    return _first_int(
+        (c.get("meta") or {}).get("n_ctx_train") for c in cards if isinstance(c.get("meta"), Mapping)
+    )
 
 
 def context_from_props(payload: Any) -> int | None:
@@ -167,6 +181,11 @@ async def probe_server(
         info = from_models(*models) if models is not None else None
         if info is None or info.dialect.name == "llamacpp":
             info = await _by_routes(getter, info)
+    if info.context_length is None and models is not None:  # stated by a server nothing named
+        cards = models[0].get("data") if isinstance(models[0], Mapping) else None
+        if isinstance(cards, list):
+            context = context_from_cards([c for c in cards if isinstance(c, Mapping)])
+            info = dataclasses.replace(info, context_length=context)
     return info
 
 

@@ -125,6 +125,9 @@ class ScriptedServer:
     ``api_key`` set means requests must carry ``Authorization: Bearer <api_key>`` or get 401.
     ``identity`` is what it says about itself (default: ``owned_by: trajforge``): pass one of
     :data:`~trajforge.testing.identities.IDENTITIES` to stand in for another kind of server.
+    ``context_length`` set makes it a model of that context, as vLLM is one: ``/v1/models`` says
+    ``max_model_len``, and a request whose ``max_tokens`` and prompt (counted as a token per 4
+    bytes of its JSON) do not fit is refused with vLLM's 400 before the policy sees it.
     """
 
     def __init__(
@@ -141,7 +144,9 @@ class ScriptedServer:
         chunk_chars: int = 16,
         keep_requests: bool = True,
         identity: Identity | None = None,
+        context_length: int | None = None,
     ) -> None:
+        self.context_length = context_length
         self.faults = faults or FaultConfig()
         self.identity = identity or Identity()
         self.latency_s = latency_s
@@ -235,7 +240,14 @@ class ScriptedServer:
     async def _models(self, request: web.Request) -> web.StreamResponse:
         if denied := self._check_auth(request):
             return denied
-        card = {"id": self.model, "object": "model", "owned_by": self.identity.owned_by, **self.identity.card}
+        card: dict[str, Any] = {
+            "id": self.model,
+            "object": "model",
+            "owned_by": self.identity.owned_by,
+            **self.identity.card,
+        }
+        if self.context_length is not None:
+            card["max_model_len"] = self.context_length
         data = {"object": "list", "data": [card]}
         return web.Response(body=orjson.dumps(data), content_type="application/json")
 
@@ -296,11 +308,29 @@ class ScriptedServer:
             return response
         if fault == "timeout":
             await asyncio.sleep(self.faults.timeout_hang_s)
+        if (refused := self._over_context(exchange.body)) is not None:
+            return refused
         reply = Reply(malformed=True) if fault == "malformed" else await self._ask_policy(exchange.body)
         delay = self.latency_s + reply.delay_s
         if delay > 0:
             await asyncio.sleep(delay)
         return await self._send(exchange, reply)
+
+    def _over_context(self, body: dict[str, Any]) -> web.Response | None:
+        """vLLM's refusal of a request that cannot fit the context, or None."""
+        if self.context_length is None:
+            return None
+        prompt = len(orjson.dumps([body.get("messages"), body.get("tools")])) // 4
+        wanted = body.get("max_tokens") or body.get("max_completion_tokens") or 0
+        if prompt + wanted <= self.context_length:
+            return None
+        self.counters["context_refusals"] += 1
+        return _json_error(
+            400,
+            f"This model's maximum context length is {self.context_length} tokens. However, you requested "
+            f"{prompt + wanted} tokens ({prompt} in the messages, {wanted} in the completion). Please reduce "
+            "the length of the messages or completion.",
+        )
 
     async def _ask_policy(self, body: dict[str, Any]) -> Reply:
         """The policy's reply; a policy that raises or returns junk becomes a clear 500."""
