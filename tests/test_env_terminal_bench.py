@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import time
 from collections import Counter
@@ -89,6 +90,13 @@ async def test_oracle_scores_one_and_nothing_zero_on_every_task(factory):
                 wrong.append(
                     f"{task['id']}: want {want}, got {ep.status} {ep.reward} {ep.reason or ''} {ep.reward_reason}"
                 )
+            # a verdict only in reward.json is said by the exit status too: a harness that reads
+            # only reward.txt or the exit code (Hermes Agent's Terminal-Bench 2 env) scores the same
+            if not (ep.reward_reason or "").startswith("reward.json"):
+                continue
+            code = re.search(r"test\.sh exit code (-?\d+)", ep.reward_reason or "")
+            if code is None or (int(code.group(1)) == 0) != (want == 1.0):
+                wrong.append(f"{task['id']}: verdict {want} but {code and code.group(0)}: {ep.reward_reason}")
     assert not wrong, "\n".join(wrong)
     oracle_turns = [m["role"] for m in eps[0].messages if m["role"] != "system"]
     assert oracle_turns == ["user", "assistant", "tool", "assistant"]

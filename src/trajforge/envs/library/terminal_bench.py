@@ -508,6 +508,8 @@ def _verdict(data: dict[str, Any], named: tuple[str, ...], output: str) -> Rewar
     elif reward is None:
         code = data.get("exit_code")
         reward, source = (1.0 if code == 0 else 0.0), f"test.sh exit code {code}"
+    else:  # said too: a harness that reads only the exit code would score what it says
+        source = f"{source} (test.sh exit code {data.get('exit_code')})"
     return RewardBreakdown(reward=reward, components={"tests": reward, **comps}, reason=f"{source}; {output}")
 
 
