@@ -225,3 +225,46 @@ async def test_web_verbs_call_the_runs_configured_web_tools(factory):
     finally:
         await sandbox.close()
         await site.runner.cleanup()
+
+
+class PlacementEnv(BaseEnv):
+    """Places a verifier file at an absolute path outside the workdir, as Hermes Agent's Terminal-
+    Bench 2 env puts its tests in ``/tests``; and one through a link the rollout made."""
+
+    name = "placement_test"
+    target: ClassVar[str] = "/tests/test.sh"
+
+    def generate(self, index: int, *, split: str) -> dict[str, Any]:
+        return {"id": f"p{index}", "prompt": "do nothing"}
+
+    async def compute_reward(self, item: Any, result: Any, ctx: VerifierContext) -> RewardBreakdown:
+        try:
+            await ctx.write_file(self.target, "exit 0\n")
+        except OSError as exc:  # what a seed env's ToolContext turns into an error dict: scores 0
+            return RewardBreakdown(reward=0.0, reason=f"OSError: {exc}")
+        return RewardBreakdown(reward=1.0, reason="placed")
+
+
+async def test_a_verifier_that_cannot_place_its_files_fails_the_reward_not_the_rollout(factory):
+    """bwrap's system is read-only: a verifier file at /tests cannot be written there. That is
+    the setup's failure, said as a reward error naming --sandbox docker, never a silent 0 (the
+    published TB2 env scored every correct rollout 0 this way)."""
+    env = PlacementEnv(EnvConfig(enabled_toolsets=["terminal"], max_agent_turns=2))
+    ep = await _run(env, factory, [answer("done")])
+    assert ep.reward_error is not None and "VerifierPlacementError" in ep.reward_error, ep.reward_reason
+    assert "--sandbox docker" in ep.reward_error
+
+
+async def test_a_write_the_rollout_blocked_is_the_rollouts_failure(factory):
+    """A link the rollout left in /tmp that points into the read-only system: the verifier's write
+    fails there too, but the rollout caused it (it may be avoiding its verdict), so it stays an
+    OSError the env scores, not a reward error that would drop the episode from training."""
+    env = PlacementEnv(EnvConfig(enabled_toolsets=["terminal"], max_agent_turns=2))
+    PlacementEnv.target = "/tmp/blocked/test.sh"
+    try:
+        turns = [tool_turn(("terminal", {"command": "ln -s /usr/share /tmp/blocked"})), answer("done")]
+        ep = await _run(env, factory, turns)
+    finally:
+        PlacementEnv.target = "/tests/test.sh"
+    assert ep.reward_error is None, ep.reward_error
+    assert ep.reward == 0.0 and (ep.reward_reason or "").startswith("OSError"), ep.reward_reason

@@ -197,6 +197,13 @@ def _guard_argv(argv: Sequence[str]) -> list[str]:
     return out
 
 
+class VerifierPlacementError(RuntimeError):
+    """The verifier cannot put its own files where the env asks, for a reason no rollout caused
+    (the sandbox backend's read-only system). Not an ``OSError``: an env's reward code that
+    catches those (the seed's ``ToolContext`` turns them into error dicts) does not swallow it,
+    so the episode's reward fails with this reason instead of scoring 0 for work nobody judged."""
+
+
 class VerifierError(RuntimeError):
     """The verifier could not do what it asked (the sandbox cannot run fresh commands, ...)."""
 
@@ -518,7 +525,34 @@ class VerifierContext:
         finally:
             await self._verify.exec_fresh(f"rm -f -- {abs_tmp}", timeout=60)
         if not res.ok:
-            raise PermissionError(f"cannot write {path}: {res.stderr.decode(errors='replace').strip()}")
+            err = res.stderr.decode(errors="replace").strip()
+            if await self._beyond_the_rollout(path, err):
+                raise VerifierPlacementError(
+                    f"cannot write {path} ({err}): this sandbox's system is not writable outside the "
+                    f"workdir ({self.workdir}), /tmp and the home directory, so a verifier cannot place "
+                    "files at absolute paths such as /tests or /logs there; run this env with --sandbox "
+                    "docker (a container of the task's image, writable everywhere)"
+                )
+            raise PermissionError(f"cannot write {path}: {err}")
+
+    async def _beyond_the_rollout(self, path: str, err: str) -> bool:
+        """Whether a write to ``path`` failed for a reason no rollout could have caused: ``path``
+        is outside where a rollout writes (the workdir, temporary directories, its home), and the
+        system there is read-only or its nearest existing directory belongs to someone else
+        (bwrap's read-only binds, its root-owned root).
+        A refusal where the rollout writes, or under a directory it owns (it could have made it
+        read-only, or a link into a read-only tree), is the rollout's failure to score: counting it
+        a setup error would let a rollout dodge its verdict."""
+        p = PurePosixPath(path)
+        if any(
+            p.is_relative_to(r) for r in (self.workdir, "/tmp", "/var/tmp", "/dev/shm", await self.home())
+        ):
+            return False
+        if "Read-only file system" in err:  # no rollout remounts a file system
+            return True
+        probe = 'd=$1; while [ ! -e "$d" ]; do d=$(dirname -- "$d"); done; [ "$(stat -c %u -- "$d")" != "$(id -u)" ]'
+        res = await self.exec(["sh", "-c", probe, "sh", str(p.parent)])
+        return res.ok
 
     async def upload_file(self, local: str | os.PathLike[str], remote: str) -> None:
         """Copy a host file into the sandbox; a link as its last component is not followed."""
