@@ -233,6 +233,7 @@ class PlacementEnv(BaseEnv):
 
     name = "placement_test"
     target: ClassVar[str] = "/tests/test.sh"
+    swallow: ClassVar[bool] = False
 
     def generate(self, index: int, *, split: str) -> dict[str, Any]:
         return {"id": f"p{index}", "prompt": "do nothing"}
@@ -242,6 +243,10 @@ class PlacementEnv(BaseEnv):
             await ctx.write_file(self.target, "exit 0\n")
         except OSError as exc:  # what a seed env's ToolContext turns into an error dict: scores 0
             return RewardBreakdown(reward=0.0, reason=f"OSError: {exc}")
+        except Exception as exc:  # as Hermes Agent's benchmark envs do: "verification failed", 0
+            if self.swallow:
+                return RewardBreakdown(reward=0.0, reason=f"swallowed: {exc}")
+            raise
         return RewardBreakdown(reward=1.0, reason="placed")
 
 
@@ -253,6 +258,12 @@ async def test_a_verifier_that_cannot_place_its_files_fails_the_reward_not_the_r
     ep = await _run(env, factory, [answer("done")])
     assert ep.reward_error is not None and "VerifierPlacementError" in ep.reward_error, ep.reward_reason
     assert "--sandbox docker" in ep.reward_error
+    PlacementEnv.swallow = True  # reward code that catches every exception cannot score it either
+    try:
+        ep = await _run(env, factory, [answer("done")])
+    finally:
+        PlacementEnv.swallow = False
+    assert ep.reward_error is not None and "VerifierPlacementError" in ep.reward_error, ep.reward_reason
 
 
 async def test_a_write_the_rollout_blocked_is_the_rollouts_failure(factory):

@@ -25,7 +25,7 @@ from typing import Any
 from trajforge.agent.result import AgentResult, Termination
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.types import Item, RewardBreakdown
-from trajforge.envs.verifier import _SCRATCH, VerifierContext
+from trajforge.envs.verifier import _SCRATCH, VerifierContext, VerifierPlacementError
 from trajforge.protocols import Sandbox, SupportsVerification
 from trajforge.rollout import Verdict
 from trajforge.sandbox.errors import SandboxUnavailableError
@@ -85,6 +85,8 @@ async def judge(
                 await ctx.exec(SCRUB_GIT_CONFIG)
             judged.breakdown = RewardBreakdown.of(await env.compute_reward(item, result, ctx))
             judged.kept = await env.keep(item, result, ctx)
+            if ctx.setup_errors:  # raised in the reward code, whatever it did with it
+                raise VerifierPlacementError(ctx.setup_errors[0])
     except SandboxUnavailableError:
         raise
     except Exception as exc:  # reward code is the user's: its failure scores 0, with the reason

@@ -333,6 +333,10 @@ class VerifierContext:
             raise ValueError(f"max_read_bytes must be a positive number of bytes, not {max_read_bytes}")
         self._max_read = max_read_bytes
         self.sandbox = BoundedSandbox(sandbox, sandbox, max_read_bytes)
+        self.setup_errors: list[str] = []
+        """What the verifier could not set up for a reason no rollout caused
+        (:class:`VerifierPlacementError`): a judgement made without it is no judgement, whatever
+        the reward code did with the exception."""
         self._verify: SupportsVerification = sandbox
         self._tools = dict(tools or {})
         self._limits = limits or ToolLimits()
@@ -527,13 +531,19 @@ class VerifierContext:
         if not res.ok:
             err = res.stderr.decode(errors="replace").strip()
             if await self._beyond_the_rollout(path, err):
-                raise VerifierPlacementError(
+                raise self._placement_error(
                     f"cannot write {path} ({err}): this sandbox's system is not writable outside the "
                     f"workdir ({self.workdir}), /tmp and the home directory, so a verifier cannot place "
                     "files at absolute paths such as /tests or /logs there; run this env with --sandbox "
                     "docker (a container of the task's image, writable everywhere)"
                 )
             raise PermissionError(f"cannot write {path}: {err}")
+
+    def _placement_error(self, message: str) -> VerifierPlacementError:
+        """Remembered on the context as well: reward code that catches every exception (the seed's
+        benchmark envs do) still cannot turn it into a score (:attr:`setup_errors`)."""
+        self.setup_errors.append(message)
+        return VerifierPlacementError(message)
 
     async def _beyond_the_rollout(self, path: str, err: str) -> bool:
         """Whether a write to ``path`` failed for a reason no rollout could have caused: ``path``

@@ -446,6 +446,11 @@ class SeedRuntime:
         record = build_record(who, run.asked, done, seed=run.request.seed, toolsets=run.request.toolsets)
         if done.result is None or done.outcome.status == "failed":
             return record
+        if run.verifier is not None and run.verifier.setup_errors:  # the env's tests never ran as asked
+            error = f"VerifierPlacementError: {run.verifier.setup_errors[0]}"
+            return record.model_copy(
+                update={"reward": 0.0, "reward_error": error, "reward_reason": f"reward failed: {error}"}
+            )
         reward, why = _sample_reward(sample)
         return record.model_copy(update={"reward": reward, "reward_reason": why})
 
