@@ -330,7 +330,7 @@ async def test_terminal_bench_what_the_tests_run_cannot_forge_the_verdict(
 # Why each scores 0: test.sh's own verdict (the forged files never were the verdict), or the
 # run distrusted for what happened to test.sh.
 VERDICT_REASONS = {
-    "read-only": r"^reward\.(txt|json); ",  # test.sh's own verdict, 0
+    "read-only": r"^reward\.(txt|json) \(test\.sh exit code \d+\); ",  # test.sh's own verdict, 0
     "a directory in its place": "wrote no verdict",
     "test.sh killed": "killed by signal 9",
     "test.sh stopped, then killed": r"was stopped \(signal 19\)",
