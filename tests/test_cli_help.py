@@ -148,3 +148,12 @@ def test_shell_completion_script_is_generated_and_completes_commands(monkeypatch
 def test_typer_root_is_the_lazy_group() -> None:
     root = typer.main.get_command(app)
     assert isinstance(root, TyperGroup) and set(root.list_commands(typer.Context(root))) == set(COMMANDS)
+
+
+@pytest.mark.parametrize("command", [["model", "eval"], ["model", "build-tiny", "--model-path", "x"]])
+def test_an_unknown_sandbox_is_one_line_naming_the_backends(command: list[str]) -> None:
+    """``model eval`` took any ``--sandbox`` and failed inside pydantic with a traceback."""
+    pytest.importorskip("torch")
+    result = CliRunner().invoke(app, [*command, "--sandbox", "firecracker"], terminal_width=200)
+    assert result.exit_code != 0 and not isinstance(result.exception, ValueError), result.output
+    assert "unknown sandbox 'firecracker'; choose bwrap, local or docker" in result.output

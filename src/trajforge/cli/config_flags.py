@@ -61,7 +61,8 @@ def option(name: str, field: FieldInfo, *, required: bool = False) -> inspect.Pa
     negatable = field.default is True or bool(_extra(field).get("negatable"))
     decls = (f"{flag}/--no-{flag[2:]}" if negatable else flag,) if kind is bool else (flag,)
     text = (field.description or "") + (", comma-separated" if kind is list else "")
-    cli_type = kind if kind in (bool, int, float, Path) else str
+    cli_type: Any = kind if kind in (bool, int, float, Path) else str  # a type chosen at runtime
+    annotation: Any
     if required:
         annotation = Annotated[cli_type, typer.Option(*decls, help=text)]
         return inspect.Parameter(name, KEYWORD, annotation=annotation)

@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 from types import FrameType
+from typing import TextIO
 
 
 def install() -> None:
@@ -36,7 +37,7 @@ def _dump(_signum: int, _frame: FrameType | None) -> None:
         pass
 
 
-def _dump_tasks(out: object) -> None:
+def _dump_tasks(out: TextIO) -> None:
     """The pending asyncio tasks of the main thread's running loop, each with its stack."""
     import asyncio  # here: a --help stays free of asyncio's import
 
@@ -45,6 +46,6 @@ def _dump_tasks(out: object) -> None:
     except RuntimeError:  # the handler interrupted code outside the loop
         return
     tasks = asyncio.all_tasks(loop)
-    print(f"--- {len(tasks)} asyncio task(s) pending ---", file=out)  # type: ignore[arg-type]
+    print(f"--- {len(tasks)} asyncio task(s) pending ---", file=out)
     for task in tasks:
-        task.print_stack(limit=12, file=out)  # type: ignore[arg-type]
+        task.print_stack(limit=12, file=out)

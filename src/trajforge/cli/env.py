@@ -80,7 +80,7 @@ def show_cmd(
         example = instance.eval_items(1)[0]
     except (UnknownEnvError, EnvConfigError, ValueError) as exc:
         raise fail(str(exc)) from None
-    data = {
+    data: dict[str, Any] = {
         "name": instance.name,
         "description": instance.description,
         "config": instance.config.model_dump(mode="json"),
@@ -317,7 +317,8 @@ def _load_for_eval(
 
     try:
         cls = env_class(env)
-        if tasks is not None and "tasks_dir" not in cls.config_class.model_fields:
+        config_class: type[EnvConfig] = getattr(cls, "config_class", EnvConfig)  # BaseEnv's, if any
+        if tasks is not None and "tasks_dir" not in config_class.model_fields:
             raise fail(f"env {env!r} does not read a task directory (--tasks is for envs that do)")
         if config is None:
             return load_env(env, settings)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import orjson
 import typer
@@ -93,24 +93,26 @@ def export(
     Also the reference's padded format (hermes); docs/formats.md has each trainer's config."""
     from pydantic import ValidationError
 
-    from trajforge.batch.export import NOT_A_MODEL_FORK, ExportError, ExportOptions
+    from trajforge.batch.export import NOT_A_MODEL_FORK, ExportError, ExportOptions, MalformedPolicy
     from trajforge.batch.export import export as run_export
-    from trajforge.trajectory.selection import STATUSES, Selection
+    from trajforge.trajectory.selection import STATUSES, Selection, Status
 
     files = _names(include, "--include", _FILES)
     statuses = _names(status, "--status", STATUSES)
     if malformed_calls not in ("skip", "text"):
         raise fail(f"--malformed-calls takes skip or text; got {malformed_calls!r}")
+    # both checked against their vocabularies just above; pydantic checks them again
+    chosen = cast("frozenset[Status] | None", frozenset(statuses) if statuses else None)
     try:
         options = ExportOptions(
             include=tuple(f"{n}.jsonl" for n in files) if files else None,
             select=Selection(
-                statuses=frozenset(statuses) if statuses else None,
+                statuses=chosen,
                 min_reward=min_reward,
                 max_per_prompt=max_per_prompt,
                 grounded=grounded,
             ),
-            malformed_calls=malformed_calls,
+            malformed_calls=cast("MalformedPolicy", malformed_calls),
         )
     except ValidationError as exc:
         raise fail(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None

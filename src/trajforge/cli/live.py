@@ -57,7 +57,8 @@ class LiveProgress:
         self._mode = mode
         self._phase = ""
         self._estimate = RateEstimate()  # rate and ETA over a window that a burst cannot swing
-        self._rate, self._eta = 0.0, None
+        self._rate: float = 0.0
+        self._eta: float | None = None
         self._last_line = 0.0
         self._done = self._total = 0
         self._note = ""
@@ -202,8 +203,8 @@ def silence_library_bars(*libraries: str) -> None:
     if "transformers" in libraries:
         from transformers.utils.logging import disable_progress_bar as transformers_off
 
-        transformers_off()
+        transformers_off()  # type: ignore[no-untyped-call]
     if "huggingface_hub" in libraries:
-        from huggingface_hub.utils import disable_progress_bars as hub_off
+        from huggingface_hub.utils.tqdm import disable_progress_bars as hub_off
 
         hub_off()

@@ -109,7 +109,7 @@ class LazyRoot(TyperGroup):
         if not args and not ctx.resilient_parsing:
             typer.echo(ctx.get_help())
             raise typer.Exit(code=2)
-        return super().parse_args(ctx, args)  # type: ignore[no-any-return]
+        return super().parse_args(ctx, args)
 
     def get_params(self, ctx: Any) -> Any:
         params = super().get_params(ctx)

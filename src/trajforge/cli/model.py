@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -35,23 +36,23 @@ def build_tiny_cmd(
     _require_ml("`trajforge model build-tiny`")
     from dataclasses import replace
 
+    from trajforge.cli.run import sandbox_kind
     from trajforge.models.tiny.build import BuildConfig, build_tiny, write_model_card
 
-    if sandbox not in {"bwrap", "local", "docker"}:
-        raise fail(f"unknown sandbox backend {sandbox!r}; use bwrap, local or docker")
+    kind = sandbox_kind(sandbox)
     if out.exists() and not out.is_dir():
         raise fail(f"--model-path {out} exists and is not a directory; pick a directory path")
     cfg = (BuildConfig.quick() if quick else BuildConfig()).with_steps(steps)
-    cfg = replace(cfg, sandbox_kind=sandbox, examples=examples or cfg.examples)
+    cfg = replace(cfg, sandbox_kind=kind, examples=examples or cfg.examples)
     report = build_tiny(out, cfg)
     quality = None
     if eval_n:
         from trajforge.models.tiny.evaluate import evaluate
 
-        quality = asyncio.run(evaluate(out, eval_n, sandbox_kind=sandbox))
+        quality = asyncio.run(evaluate(out, eval_n, sandbox_kind=kind))
     write_model_card(out, report, quality)
     if json_out:
-        data = {"model_path": str(out), "build": report.model_dump(mode="json")}
+        data: dict[str, Any] = {"model_path": str(out), "build": report.model_dump(mode="json")}
         data["quality"] = quality.model_dump(mode="json") if quality is not None else None
         typer.echo(json.dumps(data, indent=2))
         return
@@ -77,8 +78,11 @@ def eval_cmd(
 ) -> None:
     """Run a policy on held-out generated tasks through the agent loop; print format and success rates."""
     _require_ml("`trajforge model eval`")
+    from trajforge.cli.run import sandbox_kind
     from trajforge.models.tiny import weights_path
     from trajforge.models.tiny.evaluate import EVAL_SEED, evaluate
+
+    kind = sandbox_kind(sandbox)
 
     if model is None:
         try:
@@ -89,7 +93,7 @@ def eval_cmd(
         raise fail(f"{model} is not a model directory (no config.json); pass --model-path DIR")
     report = asyncio.run(
         evaluate(
-            model, n, seed=EVAL_SEED if seed is None else seed, temperature=temperature, sandbox_kind=sandbox
+            model, n, seed=EVAL_SEED if seed is None else seed, temperature=temperature, sandbox_kind=kind
         )
     )
     if json_out:

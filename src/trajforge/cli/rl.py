@@ -72,7 +72,7 @@ def start_cmd(
     try:
         fields: dict[str, Any] = load_config_file(config) if config else {}
         fields.pop("output_dir", None)
-        flags = {"env": env, "model": str(model) if model else None, "trainer": trainer}
+        flags: dict[str, Any] = {"env": env, "model": str(model) if model else None, "trainer": trainer}
         flags |= {"steps": steps, "group_size": group_size, "lr": lr}
         fields.update({k: v for k, v in flags.items() if v is not None})
         if "model" not in fields:
@@ -114,7 +114,7 @@ def _kind_of(runs_dir: Path, run_id: str, accepts: tuple[str, ...], what: str) -
     from trajforge.record.runs import kind_problem, run_kind
 
     path = runs_dir / run_id
-    problem = kind_problem(path, accepts, what)  # type: ignore[arg-type]
+    problem = kind_problem(path, accepts, what)
     if problem is not None:
         if not path.exists():
             known = ", ".join(o.id for o in _overviews(runs_dir)[-10:]) or "none"

@@ -136,7 +136,7 @@ def run(
     """Run one agent session, print the final answer and save the trajectory."""
     from trajforge.cli.tools import load_tools_option
 
-    kind = _sandbox_kind(sandbox)
+    kind = sandbox_kind(sandbox)
     tools_cfg = load_tools_option(tools_config)
     _check_seconds(sample_timeout=timeout, max_command_timeout=max_command_timeout)
     try:
@@ -197,7 +197,8 @@ def _is_sandbox_kind(name: str) -> TypeGuard[SandboxKind]:
     return name in _SANDBOX_KINDS
 
 
-def _sandbox_kind(name: str) -> SandboxKind:
+def sandbox_kind(name: str) -> SandboxKind:
+    """``--sandbox``'s value as a backend name, or a clear error naming the ones there are."""
     if not _is_sandbox_kind(name):
         raise fail(f"unknown sandbox {name!r}; choose bwrap, local or docker")
     return name

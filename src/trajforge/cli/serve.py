@@ -108,7 +108,7 @@ def _serve(config: ServeConfig, *, exit_with_stdin: bool = False) -> None:
 
     from trajforge.serve.app import serve_until_stopped
 
-    hf_logging.disable_progress_bar()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     try:
         asyncio.run(serve_until_stopped(config, exit_with_stdin=exit_with_stdin))
     except ValueError as exc:  # unloadable model, unusable device

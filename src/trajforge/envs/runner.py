@@ -336,7 +336,7 @@ async def _watch(
         await asyncio.sleep(1.0)
 
 
-def write_control(run_dir: Path, **settings: int) -> None:
+def write_control(run_dir: Path, **settings: int | None) -> None:
     """What ``trajforge env resize`` writes (atomically) for a running evaluation to pick up."""
     tmp = run_dir / (CONTROL_FILE + ".tmp")
     tmp.write_bytes(orjson.dumps({k: v for k, v in settings.items() if v is not None}))

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from trajforge.llm.parsers import get_parser
 from trajforge.serve.config import READY_PREFIX, ServeConfig
@@ -61,7 +62,7 @@ _WEIGHTS_REFUSED = (
 
 
 @web.middleware
-async def _errors(request: web.Request, handler: web.Handler) -> web.StreamResponse:
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every failure becomes an OpenAI-shaped JSON error with a message that says what to do."""
     try:
         return await handler(request)

@@ -98,7 +98,7 @@ class OutputSplitter:
         reasoning, rest, _ = split_reasoning(text, self.opened_reasoning)
         if self.parser is None:
             return ChatOutput(reasoning, rest.strip() or None)
-        result = self.parser.parse(rest, list(self.tools) if self.tools else None)
+        result = self.parser.parse(rest, [dict(t) for t in self.tools] if self.tools else None)
         calls = to_tool_calls(result, prefix=f"call_{secrets.token_hex(4)}_")
         errors = [e.describe() for e in result.errors]
         content = result.content if result.calls or not result.errors else (rest.strip() or None)

@@ -56,11 +56,11 @@ class ServerContext:
         return list(self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)  # type: ignore[return-value]  # str for a flat list of ids
 
     def token_text(self, token_id: int) -> str:
         """One token's text as OpenAI ``logprobs`` show it (a partial UTF-8 sequence reads as U+FFFD)."""
-        return self.tokenizer.decode([token_id], skip_special_tokens=False)
+        return self.tokenizer.decode([token_id], skip_special_tokens=False)  # type: ignore[return-value]  # str for a flat list of ids
 
     def max_tokens(self, prompt_len: int, wanted: int | None) -> int:
         return self.engine.resolve_max_tokens(prompt_len, wanted)

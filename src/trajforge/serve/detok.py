@@ -28,7 +28,7 @@ class IncrementalText:
     _read: int = 0
 
     def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)  # type: ignore[return-value]  # str for a flat list of ids
 
     def push(self, token_id: int) -> str:
         self._ids.append(token_id)

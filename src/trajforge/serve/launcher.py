@@ -174,7 +174,8 @@ class LocalServer:
     async def health(self) -> dict[str, Any]:
         async with aiohttp.ClientSession() as session, session.get(f"{self.base_url}/health") as resp:
             resp.raise_for_status()
-            return await resp.json()
+            body: dict[str, Any] = await resp.json()
+            return body
 
     async def stop(self, grace: float = 10.0) -> None:
         """SIGTERM, wait up to ``grace`` seconds, then SIGKILL; idempotent."""

@@ -50,8 +50,8 @@ def load_model(path: Path, device: torch.device, dtype: torch.dtype) -> torch.nn
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True)
     except (OSError, ValueError, KeyError) as exc:
         raise ValueError(f"could not load a causal LM from {str(path)!r}: {exc}") from exc
-    model.to(device)
-    model.eval()
+    model.to(device)  # type: ignore[arg-type]  # transformers types .to() by its decorator
+    model.eval()  # type: ignore[no-untyped-call]
     return model
 
 

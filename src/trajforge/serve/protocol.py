@@ -27,7 +27,7 @@ from trajforge.serve.sampling import SamplingSpec
 
 def error_body(
     message: str, *, type_: str = "invalid_request_error", param: str | None = None, code: Any = None
-) -> dict:
+) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
@@ -196,10 +196,11 @@ class VllmGenerateRequest(_Sampling):
     def prompt_ids_or_text(self) -> list[int] | str:
         p = self.prompt
         if isinstance(p, dict):
-            if isinstance(p.get("prompt_token_ids"), list):
-                return p["prompt_token_ids"]
-            if isinstance(p.get("prompt"), str):
-                return p["prompt"]
+            ids, text = p.get("prompt_token_ids"), p.get("prompt")
+            if isinstance(ids, list):
+                return ids
+            if isinstance(text, str):
+                return text
             raise ValueError('prompt must be a string, a list of ids, or {"prompt_token_ids": [...]}')
         return p
 
@@ -238,7 +239,8 @@ class SglangGenerateRequest(BaseModel):
 class LoadWeightsRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    path: str = Field(
+    # the plugin cannot type __init__ through AliasChoices; requests are validated, never built here
+    path: str = Field(  # type: ignore[pydantic-alias]
         min_length=1,
         validation_alias=AliasChoices("path", "model_path"),  # model_path: SGLang's name
         description="checkpoint directory saved with save_pretrained",

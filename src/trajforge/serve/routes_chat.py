@@ -38,9 +38,9 @@ def _render(ctx: ServerContext, req: ChatCompletionRequest, tools: list[dict[str
             400, "this model's tokenizer has no chat template; use /v1/completions with a raw prompt"
         )
     try:
-        return ctx.tokenizer.apply_chat_template(
+        text = ctx.tokenizer.apply_chat_template(
             template_messages(req.messages),
-            tools=tools,
+            tools=tools,  # type: ignore[arg-type]  # transformers: list[dict | Callable]
             add_generation_prompt=True,
             tokenize=False,
             **(req.chat_template_kwargs or {}),
@@ -49,6 +49,11 @@ def _render(ctx: ServerContext, req: ChatCompletionRequest, tools: list[dict[str
         raise APIError(
             400, f"the chat template could not render these messages: {exc}", param="messages"
         ) from exc
+    if not isinstance(text, str):  # chat_template_kwargs asked for something else (return_dict, ...)
+        raise APIError(
+            400, "chat_template_kwargs must leave the template's output text", param="chat_template_kwargs"
+        )
+    return text
 
 
 def _logprob_entries(

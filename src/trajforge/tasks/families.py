@@ -74,8 +74,9 @@ def terminal_output(tool_content: str) -> str:
         payload = json.loads(tool_content)
     except json.JSONDecodeError:
         return tool_content.strip()
-    if isinstance(payload, dict) and isinstance(payload.get("output"), str):
-        return payload["output"].strip()
+    output = payload.get("output") if isinstance(payload, dict) else None
+    if isinstance(output, str):
+        return output.strip()
     return tool_content.strip()
 
 

@@ -125,7 +125,7 @@ def build_tiny_tokenizer(
     """
     if template not in TEMPLATES:
         raise ValueError(f"unknown template {template!r}; choose one of {sorted(TEMPLATES)}")
-    fast = PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=_train_bpe(vocab_size),
         eos_token=AddedToken(IM_END, special=True, normalized=False),
         pad_token=AddedToken(PAD, special=True, normalized=False),
@@ -173,7 +173,7 @@ def build_tiny_model(
     from transformers import Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(_qwen2_config(tokenizer, hidden, layers)).eval()
+    model = Qwen2ForCausalLM(_qwen2_config(tokenizer, hidden, layers)).eval()  # type: ignore[no-untyped-call]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out))

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from trajforge.models.tiny.data import TRAIN_FAMILIES, copy_drills, synthesize
 from trajforge.models.tiny.train import ModelShape, TrainSettings
+from trajforge.sandbox.types import SandboxKind
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class BuildConfig:
     """Short "repeat this value" conversations mixed in (see ``data.copy_drills``)."""
     vocab_size: int = 1024
     seed: int = 0
-    sandbox_kind: str = "bwrap"
+    sandbox_kind: SandboxKind = "bwrap"
     families: tuple[str, ...] = TRAIN_FAMILIES
     shape: ModelShape = field(default_factory=ModelShape)
     train: TrainSettings = field(default_factory=TrainSettings)
@@ -122,7 +123,7 @@ def build_tiny(out: str | Path, config: BuildConfig | None = None) -> BuildRepor
     seconds["train"] = time.perf_counter() - t2
 
     out.mkdir(parents=True, exist_ok=True)
-    model.to(torch.float32).save_pretrained(out)
+    model.to(torch.float32).save_pretrained(out)  # type: ignore[arg-type]  # .to()'s decorator
     tokenizer.save_pretrained(out)
     seconds["total"] = time.perf_counter() - t0
     report = BuildReport(

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from trajforge.llm.parsers import get_parser, to_tool_calls
 from trajforge.llm.types import AssistantTurn, SamplingParams, Usage
 from trajforge.messages import split_think
+from trajforge.sandbox.types import SandboxKind
 from trajforge.tasks import HELD_OUT_SEED
 
 EVAL_SEED = HELD_OUT_SEED
@@ -61,7 +62,7 @@ class LocalPolicy:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype="float32")
-        model.eval()
+        model.eval()  # type: ignore[no-untyped-call]
         return cls(model=model, tokenizer=AutoTokenizer.from_pretrained(str(path)), **kwargs)
 
     def _generate(
@@ -188,7 +189,7 @@ async def evaluate(
     seed: int = EVAL_SEED,
     families: Sequence[str] | None = None,
     temperature: float = 0.0,
-    sandbox_kind: str = "bwrap",
+    sandbox_kind: SandboxKind = "bwrap",
     max_turns: int = 4,
 ) -> QualityReport:
     """Run ``n`` held-out tasks (mixed families) and report format and success rates."""

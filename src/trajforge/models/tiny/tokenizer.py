@@ -37,7 +37,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> PreTrainedT
     )
     tok.train_from_iterator(texts, trainer=trainer)
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in MARKUP_TOKENS])
-    fast = PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tok,
         bos_token=BOS_TOKEN,
         eos_token=IM_END,

@@ -91,7 +91,7 @@ def tokenize_conversations(
     rows: dict[str, list[list[int]]] = {"input_ids": [], "assistant_masks": []}
     too_long = 0
     for conv in conversations:
-        out = tokenizer.apply_chat_template(
+        out: Any = tokenizer.apply_chat_template(  # a BatchEncoding (return_dict=True)
             conv["messages"],
             tools=conv.get("tools"),
             chat_template=CHAT_TEMPLATE,
@@ -119,7 +119,7 @@ def train(
 
     ``callbacks`` are extra transformers ``TrainerCallback``s (e.g. a held-out copy-accuracy probe).
     """
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTConfig, SFTTrainer  # type: ignore[attr-defined]
 
     config = SFTConfig(
         output_dir=output_dir,
