@@ -2,14 +2,17 @@
 
 Issue 37 measured trajforge against the inference servers people run; these are the two that build
 on a CPU machine without a network: llama-cpp-python's server (``python -m llama_cpp.server``, the
-PyPI package built from its sdist) and llama.cpp's own ``llama-server``, built with CMake from the
-same vendored source (CPU only, ``GGML_NATIVE=OFF`` so a cache built on one CI machine runs on
-another). The embedded tiny policy is converted with llama.cpp's ``convert_hf_to_gguf.py``
+PyPI package installed from its sdist) and llama.cpp's own ``llama-server``. llama.cpp is compiled
+once, with CMake, from the llama.cpp that sdist vendors (CPU only, ``GGML_NATIVE=OFF`` so a cache
+built on one CI machine runs on another, shared libraries): ``llama-server`` links them, and
+llama-cpp-python is installed with ``LLAMA_BUILD=OFF`` (its own option: no second compile of the
+same source) and loads them through ``LLAMA_CPP_LIB_PATH`` (its own variable), so both servers run
+the very code its sdist pins. The embedded tiny policy is converted with llama.cpp's ``convert_hf_to_gguf.py``
 through :mod:`trajforge.models.tiny.gguf` (which tells it our tokenizer's pre-tokenizer).
 
 Everything lives under one directory outside the repository (``~/.cache/trajforge/llamacpp/VERSION``,
 or ``$TRAJFORGE_LLAMACPP_HOME/VERSION``), shared by checkouts: only the first build on a machine
-pays (about 40 minutes on two shared cores), and pip keeps the built wheel in its own cache. Each
+pays (one llama.cpp compile, no longer two: the server's and the bindings' own). Each
 step has a stamp and is skipped when its output is there; the GGUF is named by a hash of the
 weights and the converter step, so new weights convert again. ``make test`` runs ``prepare``
 (``make llamacpp``) before pytest, so the builds run outside any test's timeout.
@@ -49,9 +52,11 @@ HOME = (
 SDIST = HOME / f"llama_cpp_python-{VERSION}.tar.gz"
 SOURCE = HOME / f"llama_cpp_python-{VERSION}"
 LLAMA_CPP = SOURCE / "vendor" / "llama.cpp"
-SERVER_BUILD = HOME / "build-server"
+SERVER_BUILD = HOME / "build-shared"
 LLAMA_SERVER = SERVER_BUILD / "bin" / "llama-server"
-PY_VENV = HOME / "venv"
+LIB_DIR = SERVER_BUILD / "bin"
+"""Where the build puts ``libllama.so`` and ggml's libraries (llama.cpp's CMake: beside its programs)."""
+PY_VENV = HOME / "venv-shared"
 PY_SERVER = PY_VENV / "bin" / "python"
 WHY_NOT = HOME / "why-not"  # written when this machine cannot build: the tests skip with it
 TIMINGS = HOME / "timings.json"
@@ -70,9 +75,11 @@ SERVER_CMAKE = (
     "-DLLAMA_BUILD_SERVER=ON",
     "-DLLAMA_USE_PREBUILT_UI=OFF",
     "-DLLAMA_BUILD_UI=OFF",
-    "-DBUILD_SHARED_LIBS=OFF",
+    "-DBUILD_SHARED_LIBS=ON",
 )
-PY_CMAKE = (*COMMON_CMAKE, "-DLLAVA_BUILD=OFF", "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_SERVER=OFF")
+PY_CMAKE = ("-DLLAMA_BUILD=OFF", "-DLLAVA_BUILD=OFF")
+"""llama-cpp-python's own options: install the bindings and the server, compile nothing (the
+libraries are :data:`LIB_DIR`'s)."""
 WEIGHTS = REPO / "src" / "trajforge" / "models" / "tiny" / "weights"
 _GGUF_INPUTS = (
     *(WEIGHTS / n for n in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")),
@@ -102,13 +109,20 @@ class Built:
     gguf: Path
     template: Path  # the shipped chat template (also inside the GGUF)
 
+    def python_env(self) -> dict[str, str]:
+        """The environment :attr:`python` runs llama_cpp in: the bindings load the libraries of the
+        one llama.cpp compile (``LLAMA_CPP_LIB_PATH``; the package ships none of its own)."""
+        return dict(os.environ, LLAMA_CPP_LIB_PATH=str(LIB_DIR))
+
 
 def why_not() -> str | None:
     """Why the llama.cpp servers cannot be used here (None: they are built and ready)."""
     if WHY_NOT.is_file():
         return WHY_NOT.read_text().strip()
-    missing = [str(p) for p in (LLAMA_SERVER, PY_SERVER, gguf_path()) if not p.exists()]
-    if missing or not _stamp("python").exists():
+    missing = [
+        str(p) for p in (LLAMA_SERVER, LIB_DIR / "libllama.so", PY_SERVER, gguf_path()) if not p.exists()
+    ]
+    if missing or not _stamp("python-shared").exists():
         return f"llama.cpp is not built ({', '.join(missing) or 'llama-cpp-python'}): run `make llamacpp`"
     return None
 
@@ -158,29 +172,29 @@ def _source() -> None:
 
 
 def _llama_server() -> None:
-    if _stamp("server").exists() and LLAMA_SERVER.exists():
+    if _stamp("server-shared").exists() and LLAMA_SERVER.exists():
         return
     log = HOME / "build-server.log"
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     _run(["cmake", "-S", str(LLAMA_CPP), "-B", str(SERVER_BUILD), *generator, *SERVER_CMAKE], log=log)
-    _run(["cmake", "--build", str(SERVER_BUILD), "--target", "llama-server", "-j", JOBS], log=log)
-    _stamp("server").touch()
+    _run(["cmake", "--build", str(SERVER_BUILD), "--target", "llama-server", "llama", "-j", JOBS], log=log)
+    _stamp("server-shared").touch()
 
 
 def _python_server() -> None:
-    if _stamp("python").exists() and PY_SERVER.exists():
+    if _stamp("python-shared").exists() and PY_SERVER.exists():
         return
     log = HOME / "build-python.log"
     if not (PY_VENV / "bin" / "pip").exists():
         _run([sys.executable, "-m", "venv", "--clear", str(PY_VENV)], log=log)
-    env = dict(os.environ, CMAKE_ARGS=" ".join(PY_CMAKE), CMAKE_BUILD_PARALLEL_LEVEL=JOBS)
-    # by name from the index (not the local sdist): pip caches the wheel it builds from an index sdist
+    env = dict(os.environ, CMAKE_ARGS=" ".join(PY_CMAKE))
+    # the sdist already here (the one whose vendored llama.cpp was compiled), its server's extras
     _run(
-        [str(PY_SERVER), "-m", "pip", "install", "-q", f"llama-cpp-python[server]=={VERSION}"],
+        [str(PY_SERVER), "-m", "pip", "install", "-q", "--no-cache-dir", f"{SDIST}[server]"],
         log=log,
         env=env,
     )
-    _stamp("python").touch()
+    _stamp("python-shared").touch()
 
 
 def _gguf() -> None:
@@ -265,15 +279,17 @@ def serve(
         argv += ["-c", str(1024 * slots), "-np", str(slots), "-t", "1", "--no-webui"]
         argv += ["-fa", "off", "-ctk", "f32", "-ctv", "f32", "--alias", alias, *extra]
         ready = f"http://127.0.0.1:{port}/health"
+        env = None
     elif kind == "llama-cpp-python":
         argv = [str(b.python), "-m", "llama_cpp.server", "--model", str(b.gguf), "--host", "127.0.0.1"]
         argv += ["--port", str(port), "--n_ctx", "1024", "--n_threads", "1", "--model_alias", alias, *extra]
         ready = f"http://127.0.0.1:{port}/v1/models"
+        env = b.python_env()
     else:
         raise ValueError(f"unknown llama.cpp server {kind!r}")
     log = log_dir / f"{kind}-{port}.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     try:
         _wait_ready(proc, ready, log)
         yield f"http://127.0.0.1:{port}/v1"

@@ -174,6 +174,7 @@ def test_the_shipped_template_renders_identically_in_transformers_and_both_llama
     cases = _conversations()
     done = subprocess.run(
         [str(built.python), "-c", script],
+        env=built.python_env(),
         input=json.dumps([CHAT_TEMPLATE, cases]),
         capture_output=True,
         text=True,
