@@ -193,7 +193,9 @@ def eval_cmd(
         tasks_dir=str(tasks) if tasks else None,
     )
     instance = _load_for_eval(env, settings, config, tasks, verbose)
-    if where is not None and getattr(instance, "evaluates_itself", lambda: False)():
+    from trajforge.envs.hooks import evaluates_itself
+
+    if where is not None and evaluates_itself(instance):
         raise fail(
             f"{type(instance).__name__}'s evaluation is its own evaluate(), which runs in this process: "
             "run it without --backend ray (--backend ray runs an env's rollouts on rollout actors)"
@@ -214,8 +216,10 @@ def eval_cmd(
 def _notes(instance: Any, config: Path | None) -> list[str]:
     """What the env says about how it runs here (a seed env: its backend, its server configs),
     and the sections of a ``--config`` file that are not the env's (a seed YAML's ``openai:``)."""
-    notes = getattr(instance, "notes", None)
-    lines = list(notes()) if callable(notes) else []
+    from trajforge.envs.hooks import notes_hook
+
+    notes = notes_hook(instance)
+    lines = list(notes()) if notes is not None else []
     if config is not None:
         import yaml
 

@@ -30,6 +30,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from trajforge.envs.episode import ModelFor
+from trajforge.envs.hooks import (
+    oracle_answer_hook,
+    oracle_calls_hook,
+    oracle_model_for_hook,
+    oracle_reasoning_hook,
+)
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.types import Item
 from trajforge.llm.types import AssistantTurn, SamplingParams, ToolCall
@@ -95,25 +101,25 @@ def agent_model_for(env: AgentEnv, agent: str) -> ModelFor:
         return lambda _env, _item: NoAgent()
     if agent != "oracle":
         raise ValueError(f"unknown agent {agent!r}: use model, oracle or none")
-    custom = getattr(env, "oracle_model_for", None)
-    if callable(custom):
+    custom = oracle_model_for_hook(env)
+    if custom is not None:
         made = custom()
         if callable(made):
-            return made  # type: ignore[no-any-return]
-    calls = getattr(env, "oracle_calls", None)
-    if not callable(calls):
+            return made
+    calls = oracle_calls_hook(env)
+    if calls is None:
         raise ValueError(
             f"env {env.name!r} has no reference solutions (no oracle_calls): --agent oracle cannot run"
         )
 
-    final = getattr(env, "oracle_answer", None)
-    think = getattr(env, "oracle_reasoning", None)
+    final = oracle_answer_hook(env)
+    think = oracle_reasoning_hook(env)
 
     def model_for(_env: AgentEnv, item: Item) -> OracleModel:
         if not item:
             return OracleModel([])
-        answer = (lambda messages: str(final(item, messages))) if callable(final) else None
-        reasoning = (lambda messages: think(item, messages)) if callable(think) else None
+        answer = (lambda messages: str(final(item, messages))) if final is not None else None
+        reasoning = (lambda messages: think(item, messages)) if think is not None else None
         return OracleModel(calls(item), answer=answer, reasoning=reasoning)
 
     return model_for

@@ -21,6 +21,13 @@ from typing import Any
 
 from trajforge.agent import AgentConfig
 from trajforge.distributions import derive_seed
+from trajforge.envs.hooks import (
+    prepare_sandbox_hook,
+    sandbox_config_hook,
+    sandbox_image_hook,
+    system_prompt_hook,
+    template_key_hook,
+)
 from trajforge.envs.judge import EnvJudge, never_reached, registry_tools
 from trajforge.envs.limiter import ResizableLimiter
 from trajforge.envs.protocol import AgentEnv
@@ -100,13 +107,13 @@ class Rollouts:
 
     def agent_config(self, seed: int) -> AgentConfig:
         cfg = self.env.config
-        system = getattr(self.env, "system_prompt", None)
+        system = system_prompt_hook(self.env)
         agent = AgentConfig(
             max_turns=cfg.max_agent_turns,
             sampling=SamplingParams(
                 temperature=cfg.agent_temperature, max_tokens=cfg.max_tokens, extra_body=dict(cfg.extra_body)
             ),
-            system_prompt=system() if callable(system) else cfg.system_prompt,
+            system_prompt=system() if system is not None else cfg.system_prompt,
             max_parallel_tools=cfg.max_parallel_tools,
             session_timeout_s=cfg.sandbox_lifetime_s,
         )
@@ -185,8 +192,8 @@ class Rollouts:
 def env_sandbox_config(env: AgentEnv, base: SandboxConfig) -> SandboxConfig:
     """``base`` as the env needs it: an env with an optional ``sandbox_config(base)`` hook adds
     what its commands need (yc_bench: the benchmark virtualenv read-only, its CLI on ``PATH``)."""
-    hook = getattr(env, "sandbox_config", None)
-    if not callable(hook):
+    hook = sandbox_config_hook(env)
+    if hook is None:
         return base
     config = hook(base)
     assert isinstance(config, SandboxConfig)
@@ -194,14 +201,14 @@ def env_sandbox_config(env: AgentEnv, base: SandboxConfig) -> SandboxConfig:
 
 
 def _prepared(factory: SandboxFactory, env: AgentEnv, item: Item) -> SandboxFactory:
-    """Optional env hooks (helper-added for terminal_bench; neither is part of ``AgentEnv``):
+    """Optional env hooks (:mod:`trajforge.envs.hooks`; neither is part of ``AgentEnv``):
     ``sandbox_image(item)`` picks the image of a docker sandbox (a per-task built image), and
     ``async prepare_sandbox(item, sandbox)`` runs in the fresh sandbox before the rollout and
     before ``setup_files`` are written (a Dockerfile's COPY/RUN steps). A prepare that fails is
     a sandbox start failure: the episode fails with the reason, it is not scored."""
-    prepare = getattr(env, "prepare_sandbox", None)
-    image_of = getattr(env, "sandbox_image", None)
-    key_of = getattr(env, "template_key", None)
+    prepare = prepare_sandbox_hook(env)
+    image_of = sandbox_image_hook(env)
+    key_of = template_key_hook(env)
     if prepare is not None and key_of is not None and image_of is None and supports_templates(factory):
         key = key_of(item)
         if key is not None:

@@ -3,7 +3,9 @@
 An environment hands out items, says how an item becomes a prompt, and judges a finished
 rollout from inside that rollout's own sandbox. Everything else (toolset draws, sandboxes,
 groups, token traces, concurrency, records, trainers) is trajforge's. Implement it structurally,
-or subclass :class:`trajforge.envs.BaseEnv`, which gives every optional hook a default.
+or subclass :class:`trajforge.envs.BaseEnv`, which gives every optional hook a default. The hooks
+an env may add beyond this one (``prepare_sandbox``, ``template_key``, the ``oracle_*`` hooks, ...)
+are declared in :mod:`trajforge.envs.hooks`.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 
 from trajforge.endpoint import EndpointConfig, open_chat_model
 from trajforge.envs.episode import RolloutBackends, env_sandbox_config
+from trajforge.envs.hooks import tool_registry_hook
 from trajforge.envs.protocol import AgentEnv
 from trajforge.raycluster import share_count, share_rate
 from trajforge.sandbox import close_factory, create_sandbox_factory
@@ -70,7 +71,7 @@ async def open_rollout_backends(
 def env_registry(env: AgentEnv) -> ToolRegistry:
     """The env's own registry when it needs configured tools (web_research: a search provider),
     else the default one."""
-    make_registry = getattr(env, "tool_registry", None)
-    registry = make_registry() if callable(make_registry) else default_registry()
+    make_registry = tool_registry_hook(env)
+    registry = make_registry() if make_registry is not None else default_registry()
     assert isinstance(registry, ToolRegistry)
     return registry

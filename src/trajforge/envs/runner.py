@@ -35,6 +35,7 @@ from pydantic import ValidationError
 
 from trajforge.envs.budget import fit_token_budget, fitter
 from trajforge.envs.episode import RolloutBackends, Rollouts
+from trajforge.envs.hooks import run_evaluation_hook
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.summary import EvalSummary, summarize
 from trajforge.envs.types import Episode, Item
@@ -184,7 +185,7 @@ async def run_eval(
     (:mod:`.budget`; ``announce`` gets the note). An env with its own ``run_evaluation`` (a
     seed env: :mod:`.hermes`) runs the evaluation itself, with these same books."""
     fit = await fit_token_budget(env, backends.model, announce) if agent == "model" else fitter(None)
-    own = getattr(env, "run_evaluation", None)
+    own = run_evaluation_hook(env)
     if own is not None:
         run: EvalRun = await own(
             backends,

@@ -34,6 +34,7 @@ from pydantic import Field, field_validator
 from trajforge.envs.adapters.atropos_groups import GroupTally, describe_phase, scored_group
 from trajforge.envs.catalog import load_env
 from trajforge.envs.episode import RolloutBackends, Rollouts, env_sandbox_config
+from trajforge.envs.hooks import env_name
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.summary import summarize
 from trajforge.envs.types import Episode, Item
@@ -410,7 +411,7 @@ def _as_list(server_configs: Any) -> list[Any]:
 def atropos_env_class(ref: str) -> type[AtroposAgentEnv]:
     """An Atropos env class bound to the trajforge env ``ref`` (its ``cli()`` runs serve/process/evaluate)."""
     env = load_env(ref)  # fails early, naming the known envs
-    name = str(getattr(env, "name", ref))
+    name = env_name(env, ref)
     return type(
         f"Atropos_{''.join(c if c.isalnum() else '_' for c in name)}",
         (AtroposAgentEnv,),

@@ -25,6 +25,7 @@ from pydantic import Field
 
 from trajforge.envs.base import BaseEnv
 from trajforge.envs.config import EnvConfig
+from trajforge.envs.hooks import system_prompt_hook
 from trajforge.envs.types import Item, RewardBreakdown
 from trajforge.llm.token_trace import MASKED
 
@@ -99,8 +100,8 @@ class OnPolicyDistillationEnv(BaseEnv[OpdConfig]):
 
     def system_prompt(self) -> str | None:
         own = self.config.system_prompt
-        inner = getattr(self.inner, "system_prompt", None)
-        return own or (inner() if callable(inner) else None)
+        inner = system_prompt_hook(self.inner)
+        return own or (inner() if inner is not None else None)
 
     def setup_files(self, item: Item) -> Mapping[str, bytes | str]:
         return self.inner.setup_files(item)

@@ -28,8 +28,18 @@ import traceback
 import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
+from trajforge.envs.hooks import (
+    category_hook,
+    env_description,
+    env_name,
+    keep_hook,
+    rescore_hook,
+    setup_files_hook,
+    system_prompt_hook,
+    verifier_files_hook,
+)
 from trajforge.envs.sandboxed.wire import (
     MAX_LINE,
     WireError,
@@ -40,6 +50,9 @@ from trajforge.envs.sandboxed.wire import (
     files_out,
     unblob,
 )
+
+if TYPE_CHECKING:
+    from trajforge.envs.verifier import VerifierContext
 
 MODULE_NAME = "trajforge_agent_env"
 _ERRORS: dict[str, type[Exception]] = {
@@ -187,12 +200,12 @@ class _Server:
                 f"{message['class_name']} is not an environment class (subclass trajforge.envs.BaseEnv)"
             )
         self._env = _instantiate(cls, message.get("config"), message.get("overrides"))
-        system = getattr(self._env, "system_prompt", None)
+        system = system_prompt_hook(self._env)
         return {
-            "name": str(getattr(self._env, "name", cls.__name__)),
-            "description": str(getattr(self._env, "description", "")),
+            "name": env_name(self._env, cls.__name__),
+            "description": env_description(self._env),
             "config": self._env.config.model_dump(mode="json"),
-            "system_prompt": system() if callable(system) else self._env.config.system_prompt,
+            "system_prompt": system() if system is not None else self._env.config.system_prompt,
         }
 
     async def _op_setup(self, message: dict[str, Any]) -> None:
@@ -211,14 +224,16 @@ class _Server:
         env = self._env
         if not isinstance(item, dict):
             raise TypeError(f"an item must be a dict of JSON data, not {type(item).__name__}")
-        category = getattr(env, "category", None)
+        category = category_hook(env)
+        setup_files = setup_files_hook(env)
+        verifier_files = verifier_files_hook(env)
         return {
             "item": item,
             "id": str(env.item_id(item)),
             "prompt": env.format_prompt(item),
-            "setup_files": files_out(getattr(env, "setup_files", lambda _i: {})(item)),
-            "verifier_files": files_out(getattr(env, "verifier_files", lambda _i: {})(item)),
-            "category": category(item) if callable(category) else None,
+            "setup_files": files_out(setup_files(item) if setup_files is not None else {}),
+            "verifier_files": files_out(verifier_files(item) if verifier_files is not None else {}),
+            "category": category(item) if category is not None else None,
         }
 
     async def _op_compute_reward(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -233,16 +248,17 @@ class _Server:
     async def _op_keep(self, message: dict[str, Any]) -> Any:
         from trajforge.agent.result import AgentResult
 
-        keep = getattr(self._env, "keep", None)
+        keep = keep_hook(self._env)
         if keep is None:
             return {}
-        ctx = RemoteVerifierContext(self, message["id"], message["sandbox"])
+        # The remote context is the VerifierContext API over the wire (duck-typed, as for compute_reward).
+        ctx = cast("VerifierContext", RemoteVerifierContext(self, message["id"], message["sandbox"]))
         return await keep(message["item"], AgentResult.model_validate(message["result"]), ctx)
 
     async def _op_rescore(self, message: dict[str, Any]) -> Any:
         from trajforge.envs.types import RewardBreakdown
 
-        rescore = getattr(self._env, "rescore", None)
+        rescore = rescore_hook(self._env)
         if rescore is None:
             return None
         value = await rescore(message["item"], message["messages"], message["kept"])

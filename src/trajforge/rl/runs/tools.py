@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from trajforge.envs.hooks import aclose_hook, env_description
 from trajforge.envs.sandboxed.static import StaticReadError, read_env_classes
 from trajforge.envs.sandboxed.store import (
     LIST_PREFIX,
@@ -271,7 +272,7 @@ class RLTools:
         session = _session(ctx)
         session.env = chosen.ref
         session.label = chosen.label
-        session.description = str(getattr(env, "description", ""))
+        session.description = env_description(env)
         session.env_config_class = type(env.config) if isinstance(env.config, EnvConfig) else EnvConfig
         session.env_config = env.config.model_dump(mode="json")
         session.train = {**self.settings.train_defaults, "env": chosen.ref, "model": default_model}
@@ -662,7 +663,7 @@ def _single_class(classes: list[str], name: str) -> str:
 
 async def _close_env(env: Any) -> None:
     """Envs that hold a process (an agent env's env host) are closed as soon as they are done with."""
-    close = getattr(env, "aclose", None)
+    close = aclose_hook(env)
     if close is not None:
         await close()
 
