@@ -12,8 +12,8 @@ from typing import Any
 import datasets
 import orjson
 
-from trajforge.batch.export import export_run
 from trajforge.batch.runner import run_batch
+from trajforge.export.formats import export_run
 from trajforge.testing.scripted_server import Reply, ScriptedServer
 
 

@@ -113,7 +113,7 @@ async def test_dpo_export_pairs_samples_of_a_prompt_by_reward(
     scripted_server: Any, scripted_batch_config: Any, tmp_path: Path
 ) -> None:
     """The whole path: N samples per prompt, graded, then the DPO export pairs them by reward."""
-    from trajforge.batch.export import export
+    from trajforge.export.formats import export
 
     rows = [t.to_row() for t in generate("arithmetic", 2, seed=9)]
 

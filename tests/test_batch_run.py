@@ -21,11 +21,11 @@ from trajforge.batch import runner
 from trajforge.batch.backends import share_count, share_rate
 from trajforge.batch.config import BatchConfig, load_config
 from trajforge.batch.dataset import load_dataset
-from trajforge.batch.export import export_run
 from trajforge.batch.ledger import Ledger
 from trajforge.batch.lock import run_lock
 from trajforge.batch.processes import WorkerPool
 from trajforge.batch.runner import RunError, run_batch
+from trajforge.export.formats import export_run
 from trajforge.rollout.gc_policy import ROLLOUT_GEN0_THRESHOLD, rollout_gc
 from trajforge.sandbox import SandboxUnavailableError, create_sandbox_factory, native_agent
 from trajforge.sandbox.types import SandboxConfig

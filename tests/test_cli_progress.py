@@ -13,10 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from export_runs import tool_run
-from trajforge.batch.export import export
 from trajforge.batch.progress import PlainProgress, RateWindow, RichProgress, Snapshot
 from trajforge.cli.live import LiveProgress, eta_text
 from trajforge.cli.main import app
+from trajforge.export.formats import export
 from trajforge.report import build_report
 
 

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 from export_runs import MALFORMED, MALFORMED_KIND, SCRIPTS, SYSTEM, mixed_run, read_jsonl
 from trajforge.agent.config import AgentConfig
 from trajforge.agent.loop import AgentLoop
-from trajforge.batch.export import ExportOptions, export, markup_check
 from trajforge.cli.main import app
+from trajforge.export.formats import ExportOptions, export, markup_check
 from trajforge.testing.scripted_model import ScriptedModel
 from trajforge.tools.base import ToolContext
 from trajforge.tools.builtin import default_registry

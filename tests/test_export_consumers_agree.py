@@ -38,7 +38,7 @@ import pytest
 
 from export_consumers import LlamaFactoryQwen, axolotl_strategy, chat_tokenizer, load
 from export_runs import BROKEN, MALFORMED, SCRIPTS, SYSTEM, _mixed_policy, read_jsonl
-from trajforge.batch.export import ExportOptions, export
+from trajforge.export.formats import ExportOptions, export
 from trajforge.testing.policies import conversation_key, count_assistant_turns
 from trajforge.testing.scripted_server import Reply, ToolCallSpec
 from trajforge.trajectory.calls import to_messages

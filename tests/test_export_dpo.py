@@ -20,8 +20,8 @@ import trl
 from typer.testing import CliRunner
 
 from export_runs import read_jsonl
-from trajforge.batch.export import ExportOptions, export
 from trajforge.cli.main import app
+from trajforge.export.formats import ExportOptions, export
 from trajforge.tasks import generate, terminal_output
 from trajforge.testing.policies import count_assistant_turns
 from trajforge.testing.replies import Reply, ToolCallSpec

@@ -18,8 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from export_runs import read_jsonl, tool_run
-from trajforge.batch.export import FORMATS, EmptyExportError, ExportOptions, export, export_run
 from trajforge.cli.main import app
+from trajforge.export.formats import FORMATS, EmptyExportError, ExportOptions, export, export_run
 from trajforge.trajectory.selection import Selection
 
 

@@ -23,7 +23,7 @@ import orjson
 import pytest
 
 from export_consumers import LlamaFactoryQwen, axolotl_strategy, chat_tokenizer, load, render
-from trajforge.batch.export import FORMATS, EmptyExportError, ExportOptions, export
+from trajforge.export.formats import FORMATS, EmptyExportError, ExportOptions, export
 from trajforge.trajectory.calls import PARSE_ERROR_PREFIX
 
 # the embedded model generates ~20k tokens on the CPU: a minute on a quiet 2-core machine, more on a busy one

@@ -17,7 +17,7 @@ import pytest
 import trl
 
 from export_runs import SYSTEM, read_jsonl, tool_run
-from trajforge.batch.export import export_run
+from trajforge.export.formats import export_run
 from trajforge.testing.tiny import build_tiny_model, build_tiny_tokenizer
 
 TEMPLATES = Path(trl.__file__).parent / "chat_templates"

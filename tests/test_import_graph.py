@@ -20,7 +20,7 @@ FLOORS: list[set[str]] = [
     {"messages", "extras", "benchpython", "spawn", "cleanup", "trajectory", "sandbox", "report", "record"},
     {"llm"},
     {"protocols", "tools", "tasks", "serve", "distributions", "testing"},
-    {"agent"},
+    {"agent", "export"},
     {"endpoint", "raycluster", "rollout"},
     {"envs"},
     {"batch"},

@@ -22,11 +22,11 @@ import orjson
 import pytest
 
 from conftest import SCRIPTED_KEY_ENV
-from trajforge.batch.export import export
 from trajforge.batch.runner import run_batch
 from trajforge.envs import load_env
 from trajforge.envs.episode import RolloutBackends
 from trajforge.envs.runner import read_episodes, run_eval
+from trajforge.export.formats import export
 from trajforge.record import SCHEMA_VERSION, Record, RecordError, load, read
 from trajforge.record.keys import prompt_keys, rollout_key
 from trajforge.report.build import build_report

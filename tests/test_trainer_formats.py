@@ -12,7 +12,7 @@ import datasets
 
 from export_consumers import axolotl_strategy, llamafactory, llamafactory_dataset_attr
 from export_runs import SYSTEM, read_jsonl, tool_run
-from trajforge.batch.export import export_run
+from trajforge.export.formats import export_run
 
 PROMPTS = ("make notes", "list files", "explain then act")
 

@@ -11,20 +11,17 @@ samples), :mod:`.scheduler` (one worker's asyncio engine), :mod:`.processes` (wo
 :mod:`.writer` (shards, group commit, repair, merged outputs), :mod:`.records` (status, reason
 and output line of a sample), :mod:`.stats` (mergeable statistics), :mod:`.monitor`
 (``statistics.json`` and progress while the run goes), :mod:`.progress` (display),
-:mod:`.runner` (the orchestration) and :mod:`.export` (trainer formats).
+:mod:`.runner` (the orchestration). Exports of a finished run are :mod:`trajforge.export`'s.
 """
 
 from trajforge.batch.config import BatchConfig, ConfigError, load_config
-from trajforge.batch.export import ExportError, export_run
 from trajforge.batch.runner import RunError, RunSummary, run_batch
 
 __all__ = [
     "BatchConfig",
     "ConfigError",
-    "ExportError",
     "RunError",
     "RunSummary",
-    "export_run",
     "load_config",
     "run_batch",
 ]

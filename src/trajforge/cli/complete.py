@@ -16,7 +16,7 @@ def _starting(values: list[str], incomplete: str) -> list[str]:
 
 
 def export_formats(incomplete: str) -> list[str]:
-    from trajforge.batch.export import FORMATS
+    from trajforge.export.formats import FORMATS
 
     return _starting(list(FORMATS), incomplete)
 

@@ -93,8 +93,8 @@ def export(
     Also the reference's padded format (hermes); docs/formats.md has each trainer's config."""
     from pydantic import ValidationError
 
-    from trajforge.batch.export import NOT_A_MODEL_FORK, ExportError, ExportOptions, MalformedPolicy
-    from trajforge.batch.export import export as run_export
+    from trajforge.export.formats import NOT_A_MODEL_FORK, ExportError, ExportOptions, MalformedPolicy
+    from trajforge.export.formats import export as run_export
     from trajforge.trajectory.selection import STATUSES, Selection, Status
 
     files = _names(include, "--include", _FILES)

@@ -4,7 +4,7 @@ A model's call that reached the agent as *text* (an endpoint that did not parse 
 off, a stray closing tag after a call that did parse, a call written inside the reasoning) never
 ran. The agent loop must not end a session on it as if it were the answer (it tells the model, as
 for a call that did not parse: ``agent/loop.py``), and an SFT export must not hold it (it teaches
-the model to write calls that never run: ``batch/export.py``). Both ask :func:`find_call_markup`,
+the model to write calls that never run: ``export/formats.py``). Both ask :func:`find_call_markup`,
 so what counts as markup is decided once.
 
 What counts, in any text: an opening or a closing tag of a tool-call family the parser knows

@@ -588,7 +588,7 @@ def export(
     kept = _Kept(run, names, options, progress)
     output.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "parquet":
-        from trajforge.batch.export_parquet import write_parquet
+        from trajforge.export.parquet import write_parquet
 
         rows = write_parquet(((s.line, to_messages_row(s, run), s.malformed_kinds) for s in kept), output)
         return ExportReport(output, rows, kept.read, dict(kept.left_out))
