@@ -389,11 +389,11 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             # bwrap's options travel through a fd and the agent's in its environment: the
             # sandbox's pid 1 is bwrap, and its command line (``ps``) named the harness's paths.
             argv = self._bwrap_argv(fds, uid)
-            program = (
+            agent_at = (
                 len(argv) - len(self._agent_privileges(uid)) - len(self._agent_program(uid, fds["agent"]))
             )
-            fds["args"] = _data_fd(b"".join(os.fsencode(a) + b"\0" for a in argv[1:program]))
-            argv = [*cgroup.join_command(), "bwrap", "--args", str(fds["args"]), *argv[program:]]
+            fds["args"] = _data_fd(b"".join(os.fsencode(a) + b"\0" for a in argv[1:agent_at]))
+            argv = [*cgroup.join_command(), "bwrap", "--args", str(fds["args"]), *argv[agent_at:]]
             env["TF_AGENT_ARGS"] = "\n".join(self._agent_args(uid))
         except BaseException:
             _close_fds(fds)
