@@ -278,6 +278,7 @@ async def disk_cap(root: str) -> dict[str, Any]:
         sb = await factory.create("disk")
         big = await sb.exec("dd if=/dev/zero of=/workspace/big bs=1M count=500 2>&1; ls -l /workspace/big")
         scratch = await sb.exec("dd if=/dev/zero of=/tmp/more bs=1M count=100 2>&1")
+        shm = await sb.exec("dd if=/dev/zero of=/dev/shm/more bs=1M count=100 2>&1")
         inodes = await sb.exec("for i in $(seq 3000); do : > /workspace/f$i || break; done 2>&1 | tail -1")
         host_bytes = await asyncio.to_thread(_host_disk_bytes, Path(sb.layout.root))
         capped = sb.layout.disk_capped
@@ -290,6 +291,7 @@ async def disk_cap(root: str) -> dict[str, Any]:
         "capped": capped,
         "big": big.output,
         "scratch": scratch.output,
+        "shm": shm.output,
         "inodes": inodes.output,
         "host_bytes_under_root": host_bytes,
         "after": after.output,
