@@ -45,6 +45,11 @@ system-deps: demo-system-deps
 	@# the docker backend's tests: Debian's engine and debootstrap for the locally built base image
 	@{ command -v dockerd && command -v debootstrap; } >/dev/null || { $(SUDO) apt-get update -qq && \
 		$(SUDO) apt-get install -y -qq --no-install-recommends docker.io debootstrap; }
+	@# the fidelity suite's workloads (tests/fidelity.py), the same tools as the docker base image's
+	@( for c in tmux sqlite3 curl git make ps top script flock ipcmk; do command -v $$c || exit 1; done; \
+		/usr/bin/python3 -c 'import venv, ensurepip, pip, pytest, xdist' ) >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+		$(SUDO) apt-get install -y -qq --no-install-recommends tmux sqlite3 curl git make procps bsdutils util-linux \
+		python3-venv python3-pip python3-pytest python3-pytest-xdist; }
 
 setup: system-deps $(STAMP)
 
