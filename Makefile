@@ -48,6 +48,11 @@ system-deps: demo-system-deps
 	@# llama.cpp's servers, built from source for tests/test_llamacpp_servers.py (make llamacpp)
 	@{ command -v cmake && command -v c++; } >/dev/null || { $(SUDO) apt-get update -qq && \
 		$(SUDO) apt-get install -y -qq --no-install-recommends cmake g++ ninja-build; }
+	@# the fidelity suite's workloads (tests/fidelity.py), the same tools as the docker base image's
+	@( for c in tmux sqlite3 curl git make ps top script flock ipcmk; do command -v $$c || exit 1; done; \
+		/usr/bin/python3 -c 'import venv, ensurepip, pip, pytest, xdist' ) >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+		$(SUDO) apt-get install -y -qq --no-install-recommends tmux sqlite3 curl git make procps bsdutils util-linux \
+		python3-venv python3-pip python3-pytest python3-pytest-xdist; }
 
 setup: system-deps $(STAMP)
 

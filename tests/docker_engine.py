@@ -10,7 +10,8 @@ socket and pid file under one state directory (``/var/lib/trajforge-docker``, or
 ``$TRAJFORGE_DOCKER_STORAGE_DRIVER`` forces one).
 
 No image registry is reachable, so the base image is built here from Debian packages:
-``debootstrap --variant=minbase`` (plus python3, which the exec agent needs) from the mirror apt
+``debootstrap --variant=minbase`` (plus python3, which the exec agent needs, and the tools of the
+fidelity suite's workloads: ``BASE_INCLUDE``) from the mirror apt
 itself uses, imported with ``docker import`` and tagged ``trajforge-base:<hash of the recipe>``. It
 lives in the daemon's data-root, so only the first run on a machine pays for it.
 
@@ -54,7 +55,23 @@ TIMINGS = STATE / "timings.json"  # what the last set-up steps took, for the REA
 BASE_REPO = "trajforge-base"
 # The base image's recipe: its hash is the image's tag, so changing any of it builds a new one.
 BASE_VARIANT = "minbase"
-BASE_INCLUDE = ("python3",)  # the exec agent is a python3 program; Harbor tasks' tests use it too
+# python3: the exec agent is a python3 program, and Harbor tasks' tests use it too. The rest is what
+# the fidelity suite's workloads run (tests/fidelity.py: multiprocessing, pytest -n 2, make -j2,
+# sqlite, git, a virtualenv and pip, curl, tmux, ps/top), installed on the host by `make
+# system-deps` as well: the docker backend is the suite's reference for a Linux box.
+BASE_INCLUDE = (
+    "python3",
+    "python3-venv",
+    "python3-pip",
+    "python3-pytest",
+    "python3-pytest-xdist",
+    "make",
+    "sqlite3",
+    "git",
+    "curl",
+    "tmux",
+    "procps",
+)
 BASE_REMOVE = ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*", "etc/resolv.conf", "etc/hostname")
 BASE_CHANGES = (
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

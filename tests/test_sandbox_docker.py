@@ -217,6 +217,7 @@ async def test_cpu_seconds_kill_a_busy_loop(docker_engine, tmp_path):
 
 
 async def test_disk_cap_fills_the_sandbox_not_the_host(docker_engine, tmp_path):
+    """/workspace, /tmp and /dev/shm share the per-sandbox tmpfs, as under bwrap."""
     if os.geteuid() != 0:
         pytest.skip("the disk cap is a tmpfs, which only root may mount")
     limits = SandboxLimits(disk_mb=32, disk_inodes=1000)
@@ -228,6 +229,10 @@ async def test_disk_cap_fills_the_sandbox_not_the_host(docker_engine, tmp_path):
         assert "No space left on device" in big.output
         more = await sb.exec("dd if=/dev/zero of=/tmp/more bs=1M count=10 2>&1")
         assert "No space left on device" in more.output  # the cap is one total for both
+        # /dev/shm is the sandbox's, in the same cap, not the engine's own 64 MiB tmpfs
+        shm = await sb.exec("dd if=/dev/zero of=/dev/shm/more bs=1M count=10 2>&1")
+        assert "No space left on device" in shm.output
+        assert (sb.layout.shm / "more").exists()
     finally:
         await sb.close()
 
@@ -404,9 +409,9 @@ async def test_the_native_agent_needs_no_python_in_the_image(docker_engine, tmp_
             assert (await sb.exec("f a; pwd; echo $X")).output == "kept a\n/tmp\nplain\n"
             timed = await sb.exec("sleep 30 & sleep 30", timeout=1)
             assert timed.timed_out and timed.exit_code is None
-            assert (await sb.exec("tr '\\0' ' ' < /proc/$PPID/cmdline")).output.startswith(
-                "/run/trajforge/agent "
-            )
+            # the session's parent is the agent (the image has no python3: the native one), which
+            # calls itself exec-agent: its command line names no path of the harness
+            assert (await sb.exec("tr '\\0' ' ' < /proc/$PPID/cmdline")).output == "exec-agent "
             await _stop_reaches_a_setsid_daemon(sb)
         finally:
             await sb.close()

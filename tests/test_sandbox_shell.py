@@ -3,6 +3,7 @@ does to it (``exit``, ``exec``, a signal, a timeout, redirections and traps left
 
 from __future__ import annotations
 
+import shlex
 import shutil
 
 import pytest
@@ -68,19 +69,29 @@ async def test_a_sourced_virtualenv_activates_and_deactivates_across_calls(sandb
     assert "/venv/" not in out and out.endswith("[]\ngone\n"), out
 
 
-async def test_exit_and_errexit_end_the_command_and_keep_the_session(sandbox):
-    """``exit N`` and a ``set -e`` failure end the shell: its EXIT trap saves the session first,
-    so the next command finds everything, the changes made before the exit included."""
-    await _out(sandbox, "f() { echo f; }; A=1")
-    res = await sandbox.exec("cd /tmp; B=2; exit 3")
-    assert res.exit_code == 3 and res.output == "", res
-    assert await _out(sandbox, 'f; echo "$A$B"; pwd') == "f\n12\n/tmp\n"
-    res = await sandbox.exec("set -e; C=3; false; echo not-reached")
-    assert res.exit_code == 1 and res.output == "", res
-    assert await _out(sandbox, 'echo "$C" "$-"') == "3 ehBc\n"  # set -e stays on, as in a terminal
+async def test_exit_errexit_and_nounset_end_the_shell_as_they_end_bash_c(sandbox):
+    """``exit N``, a ``set -e`` failure and a ``set -u`` error end the shell as they end ``bash -c``
+    (no trap of the harness's catches them: a command would see it in ``trap -p``). The call gets
+    the exit code, what the command printed (its own EXIT trap's output included) and a note; the
+    next command runs in a new shell with the session as it was after the last command that
+    finished."""
+    await _out(sandbox, "f() { echo f; }; A=1; cd /tmp")
+    res = await sandbox.exec("B=2; cd /; exit 3")
+    assert res.exit_code == 3 and res.output.startswith("\n[the shell ended (status 3)"), res
+    assert "as it was before this command" in res.output, res
+    assert await _out(sandbox, 'f; echo "$A[${B-}]"; pwd') == "f\n1[]\n/tmp\n"
+    res = await sandbox.exec("trap 'echo bye' EXIT; exit 4")  # the command's own trap runs, as in bash
+    assert res.exit_code == 4 and res.output.startswith("bye\n"), res
+    assert await _out(sandbox, "trap -p; echo none") == "none\n"
+    await _out(sandbox, "set -e")
+    res = await sandbox.exec("C=3; false; echo not-reached")
+    assert res.exit_code == 1 and "not-reached" not in res.output, res
+    assert await _out(sandbox, 'echo "[${C-}]" "$-"') == "[] ehBs\n"  # set -e, set before, stays
     res = await sandbox.exec("set +e; set -u; echo $UNDEFINED_VAR; echo not-reached")
-    assert res.exit_code != 0 and "UNDEFINED_VAR" in res.output, res
-    assert await _out(sandbox, "set +u; f") == "f\n"
+    assert res.exit_code != 0 and res.output.startswith("bash: line 1: UNDEFINED_VAR: unbound variable\n"), (
+        res
+    )
+    assert await _out(sandbox, "set +eu; f") == "f\n"
 
 
 async def test_an_execd_or_killed_shell_is_replaced_and_the_model_is_told(sandbox):
@@ -178,3 +189,98 @@ async def test_the_shell_knows_itself_without_a_user_lookup(sandbox):
     that is not in /etc/passwd), ~0.9 ms of CPU per rollout's shell."""
     out = await _out(sandbox, 'echo "$SHELL"; [ -n "$HOME" ] && echo home')
     assert out == "/bin/bash\nhome\n"
+
+
+# What a command sees of its shell is what ``bash -c`` shows it: each of these prints and exits
+# alike in the session and in ``bash -c`` run by the same sandbox.
+LIKE_BASH_C = [
+    "nosuch_command",
+    "wait %1",
+    "cd /nonexistent",
+    "echo one\nnosuch_two\necho three",
+    "echo $((1/0))",
+    "readonly R=1; R=2",
+    "return 3",
+    'echo "$0|${BASH_SOURCE[*]}|${FUNCNAME[*]}|$LINENO|$#"',
+    "caller; echo $?",
+    "kill %1",
+    "fg",
+    "false | true; echo ${PIPESTATUS[*]}",
+    "set -o | md5sum",
+]
+
+
+async def test_a_command_sees_the_shell_bash_c_shows_it(sandbox):
+    """Errors read ``bash: line N: ...`` with N the command's own line (they named the harness's
+    command file), ``$0`` is ``bash``, ``$BASH_SOURCE`` and ``$FUNCNAME`` are empty, ``return``
+    at the top is the error it is in a terminal (it ended the sourced file). Two differences are
+    bash's own and written down in docs/fidelity.md: a syntax error names ``eval`` where
+    ``bash -c`` says ``-c``, and ``$?`` at a command's start is the last command's status, as in
+    a terminal (``bash -c`` starts at 0)."""
+    for command in LIKE_BASH_C:
+        ours = await sandbox.exec(command)
+        ref = await sandbox.exec(f"bash -c {shlex.quote(command)}")
+        assert (ours.exit_code, ours.output) == (ref.exit_code, ref.output), command
+    ours = await sandbox.exec("if then")
+    assert ours.exit_code == 2 and ours.output.startswith(
+        "bash: eval: line 1: syntax error near unexpected token"
+    ), ours
+    assert (await sandbox.exec("false")).exit_code == 1
+    assert await _out(sandbox, "echo $?") == "1\n"
+
+
+# What would name the harness in what a command prints: its paths, its variables, its trap.
+HARNESS = ("__tf", "trajforge", "TF_LIMIT", "TF_AGENT", "/run/trajforge", ".trajforge-session", "snapshot.sh")
+
+
+async def test_nothing_of_the_harness_shows_to_a_command(sandbox):
+    """Issue 39: ``set`` listed nine ``__tf_*`` variables, ``trap -p`` the loop's EXIT trap,
+    ``$BASH_SOURCE`` was the command's file, ``ps`` the loop's script and the agent's options.
+    Now every way a command can list its shell's state shows the session's own and bash's, and
+    the session keeps what a terminal keeps (the command before planted some of each)."""
+    await _out(
+        sandbox,
+        "g() { echo g; }; alias ll='echo ll'; V=1; export W=2; trap 'echo usr1' USR1; set -o pipefail; "
+        "sleep 300 & cd /tmp",
+    )
+    probes = [
+        "set",
+        "declare -p",
+        "declare -f",
+        "declare -F",
+        "compgen -v",
+        "compgen -A function",
+        "trap -p",
+        "alias -p",
+        "env",
+        "export -p",
+        'echo "$BASH_SOURCE|$0|$BASH_EXECUTION_STRING"',
+        "shopt -p; set +o",
+        "jobs -l",
+        "tr '\\0' ' ' < /proc/$$/cmdline",
+        "tr '\\0' '\\n' < /proc/$$/environ",
+        "nosuch_command_at_all",
+        "wait %9",
+    ]
+    if sandbox.config.kind != "local":  # the local backend is the host: its processes, its mounts
+        probes += [
+            "ps -ef",
+            "ps aux",
+            "top -bn1",
+            "mount",
+            "df -a",
+            "cat /proc/self/mountinfo",
+            "ls / /run",
+            "find / -maxdepth 2",
+        ]
+        probes += ["tr '\\0' ' ' < /proc/$PPID/cmdline", "tr '\\0' ' ' < /proc/1/cmdline"]
+    for probe in probes:
+        res = await sandbox.exec(probe)
+        leaked = [word for word in HARNESS if word in res.output.replace(probe, "")]
+        assert not leaked, (probe, leaked, res.output[-2000:])
+    kept = await _out(
+        sandbox, "g; ll; echo $V $W; trap -p USR1; shopt -o pipefail | tr -s ' \t' ' '; jobs; pwd"
+    )
+    assert kept == (
+        "g\nll\n1 2\ntrap -- 'echo usr1' SIGUSR1\npipefail on\n[1]+  Running                 sleep 300 &  (wd: ~)\n/tmp\n"
+    ), kept

@@ -56,9 +56,14 @@ async def test_terminal_session_persists_cd_and_exports(registry, ctx):
     assert out.ok
     out = await call(registry, ctx, "terminal", command="basename $(pwd); echo $FOO; exit 3")
     body = orjson.loads(out.content)
-    assert body["output"].split() == ["sub", "bar"]
+    # ``exit`` ends the shell as in ``bash -c``; the model is told, and the session goes on
+    assert body["output"].startswith(
+        "sub\nbar\n\n[the shell ended (status 3); the next command runs in a new shell"
+    )
     assert body["exit_code"] == 3
     assert out.ok  # a non-zero exit is the command's result, not a tool failure
+    out = await call(registry, ctx, "terminal", command="basename $(pwd); echo $FOO")
+    assert orjson.loads(out.content)["output"] == "sub\nbar\n"
 
 
 async def test_terminal_timeout_is_a_tool_failure(registry, ctx):
@@ -106,6 +111,18 @@ async def test_file_tools_roundtrip_patch_and_search(registry, ctx):
     assert found["count"] == 1 and "pkg/a.py:2:y = 5" in found["matches"][0]
     none = orjson.loads((await call(registry, ctx, "search_files", pattern="absent-text")).content)
     assert none["matches"] == []
+
+
+async def test_search_files_leaves_the_session_as_it_was(registry, ctx):
+    """The search runs in the rollout's resident shell: it must not end it (an ``exit`` there ends
+    the shell as in ``bash -c``), which would kill the model's background jobs and put the shell's
+    note among the matches."""
+    await call(registry, ctx, "terminal", command="echo hit > f.txt; KEEP=1; sleep 300 &")
+    for pattern in ("hit", "absent-text"):  # grep's status 0 and 1
+        body = orjson.loads((await call(registry, ctx, "search_files", pattern=pattern)).content)
+        assert body["matches"] == (["./f.txt:1:hit"] if pattern == "hit" else []), body
+    out = orjson.loads((await call(registry, ctx, "terminal", command="echo $KEEP; jobs | wc -l")).content)
+    assert out["output"] == "1\n1\n", out
 
 
 async def test_file_tools_refuse_paths_outside_the_sandbox(registry, ctx):

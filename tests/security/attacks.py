@@ -161,6 +161,13 @@ PLANTS: dict[str, str] = {
     "agent I/O priority": "ionice -c 3 -p $PPID",
     "agent signalled to stop": "kill -STOP $PPID; sleep 0.2; kill -CONT $PPID",
     "files in /dev/shm and /run": "echo x > /dev/shm/planted; mkdir /run/planted",
+    "POSIX semaphore and shared memory left in /dev/shm": _PY
+    + _quote(
+        "import os, _posixshmem, _multiprocessing as m; "
+        "os.ftruncate(_posixshmem.shm_open('/planted-shm', os.O_CREAT | os.O_RDWR, 0o600), 4096); "
+        "m.SemLock(1, 1, 1, '/planted-sem', False)"
+    ),
+    "/dev/shm mode and times": "chmod 0700 /dev/shm; touch -d 2001-01-01 /dev/shm",
 }
 
 # What the next rollout sees, as JSON: everything a plant above could have left behind.
@@ -186,7 +193,7 @@ def sock():
     except OSError:
         return "refused"
 agent = int(open(f"/proc/{os.getppid()}/stat").read().rsplit(")", 1)[1].split()[1])  # bash's parent
-st = {p: os.stat(p) for p in ("/workspace", "/tmp")}
+st = {p: os.stat(p) for p in ("/workspace", "/tmp", "/dev/shm")}
 open("/workspace/.umask-probe", "w").close()
 obs = {
     "workspace": sorted(os.listdir("/workspace")),
@@ -214,7 +221,7 @@ obs = {
     "agent oom": sh(f"cat /proc/{agent}/oom_score_adj"),
     "agent ioprio": sh(f"ionice -p {agent}"),
     "dev shm": sorted(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else [],
-    "run": sorted(os.listdir("/run")),
+    "run": sorted(os.listdir("/run")) if os.access("/run", os.R_OK) else "not listable",
 }
 os.unlink("/workspace/.umask-probe")
 print(json.dumps(obs))
@@ -271,6 +278,7 @@ async def disk_cap(root: str) -> dict[str, Any]:
         sb = await factory.create("disk")
         big = await sb.exec("dd if=/dev/zero of=/workspace/big bs=1M count=500 2>&1; ls -l /workspace/big")
         scratch = await sb.exec("dd if=/dev/zero of=/tmp/more bs=1M count=100 2>&1")
+        shm = await sb.exec("dd if=/dev/zero of=/dev/shm/more bs=1M count=100 2>&1")
         inodes = await sb.exec("for i in $(seq 3000); do : > /workspace/f$i || break; done 2>&1 | tail -1")
         host_bytes = await asyncio.to_thread(_host_disk_bytes, Path(sb.layout.root))
         capped = sb.layout.disk_capped
@@ -283,6 +291,7 @@ async def disk_cap(root: str) -> dict[str, Any]:
         "capped": capped,
         "big": big.output,
         "scratch": scratch.output,
+        "shm": shm.output,
         "inodes": inodes.output,
         "host_bytes_under_root": host_bytes,
         "after": after.output,
@@ -453,6 +462,16 @@ async def forge(root: str) -> dict[str, Any]:
     return out
 
 
+# The loop keeps no variable while a command runs: it gets its nonce back after the command from a
+# pipe it holds (a here-string, closed for the command, its copy at a close-on-exec fd of the
+# shell). A command runs in that shell and can read it there -- and put it back, so the loop still
+# reports: N is the nonce.
+_READ_NONCE = (
+    "for n in $(seq 10 99); do [[ $(readlink /proc/$$/fd/$n) == pipe:* ]] && IFS= read -r L <&$n && "
+    'printf "%s\\n" "$L" > /proc/$$/fd/$n && break; done 2>/dev/null; N=${L%% *}; '
+)
+
+
 async def _insider(factory: Any) -> dict[str, Any]:
     """A command that reads the loop's own nonce (it runs *in* the shell, so it can) and writes
     the status line itself ends its call early: what it cannot do is make that count for more.
@@ -464,14 +483,14 @@ async def _insider(factory: Any) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     started = loop.time()
     forged = await sb.exec(
-        'for n in $(seq 3 40); do printf "%s 0\\n" "$__tf_nonce" >&$n; done 2>/dev/null; '
+        _READ_NONCE + 'for n in $(seq 3 40); do printf "%s 0\\n" "$N" >&$n; done 2>/dev/null; '
         "sleep 2; echo LATE; touch /tmp/forger-finished"
     )
     forged_took = loop.time() - started
     nxt = await sb.exec("echo next; exit 4")
     later = await sb.exec("ls /tmp/forger-finished; echo again")
     dies = await sb.exec(
-        'for n in $(seq 3 40); do printf "%s 0\\n" "$__tf_nonce" >&$n; done 2>/dev/null; sleep 1; exit 9'
+        _READ_NONCE + 'for n in $(seq 3 40); do printf "%s 0\\n" "$N" >&$n; done 2>/dev/null; sleep 1; exit 9'
     )
     after_death = await sb.exec("echo after")
     await sb.close()

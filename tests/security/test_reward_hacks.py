@@ -415,11 +415,13 @@ async def test_terminal_bench_the_shipped_suite_pays_nothing_to_what_the_tests_r
 # control channel (fd 10 in both layouts the loop has had), stops the loop, and answers that
 # command and every later one itself on the status channel (fd 11 of the pipe layout, fd 10 of
 # the socket one), with output of its choosing in the command's output FIFO (named by the
-# command's number in the old layout, by its nonce in the new one).
+# command's number in the old layout, by its nonce in the new one; the loop named its directory in
+# a variable before issue 39: the path is the bwrap backend's).
 IMPOSTOR = r"""
+CMD_DIR=/run/trajforge/session/cmd
 ( sleep 1; kill -STOP $$
   while IFS=' ' builtin read -r -u 10 n nonce c; do
-    for f in "$__tf_dir/o$n" "$__tf_dir/o$nonce"; do
+    for f in "$CMD_DIR/o$n" "$CMD_DIR/o$nonce"; do
       [ -p "$f" ] && printf 'all 12 tests passed\n' > "$f"
     done
     printf '%s 0\n' "$nonce" >&11; printf '%s 0\n' "$nonce" >&10
@@ -465,7 +467,7 @@ def _racer_command(tmp: str, fds: str = "7 8") -> str:
     return (
         f"printf %s {shlex.quote(RACER)} > {tmp}; "
         "( exec 7<&10 2>/dev/null; exec 8<&11 2>/dev/null; "
-        f'exec python3 {tmp} $$ "$__tf_dir" {fds} ) >/dev/null 2>&1 & echo planted'
+        f"exec python3 {tmp} $$ /run/trajforge/session/cmd {fds} ) >/dev/null 2>&1 & echo planted"
     )
 
 

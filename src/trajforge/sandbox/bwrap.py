@@ -24,7 +24,7 @@ import os
 import secrets
 import shutil
 from collections.abc import Sequence
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from trajforge.cleanup import finish
 from trajforge.sandbox.cgroup import SandboxCgroup
@@ -41,9 +41,10 @@ log = logging.getLogger(__name__)
 
 INSIDE_WORKDIR = "/workspace"
 INSIDE_SCRATCH = "/tmp"
-INSIDE_AGENT = "/run/trajforge/agent.py"  # agent.pyc when the factory compiled it
-INSIDE_NATIVE_AGENT = "/run/trajforge/agent"  # SandboxConfig.agent = "native"
+INSIDE_SHM = "/dev/shm"
 INSIDE_SESSION = "/run/trajforge/session"  # the agent's command files: out of the commands' reach
+HOSTNAME = "sandbox"
+_IDENTITY_FILES = ("/etc/passwd", "/etc/group", "/etc/hostname", "/etc/hosts")
 # What the agent (uid 0 when we are root) keeps: start commands as their uid, kill them, and remove
 # or restore whatever they left, whatever its mode. Nothing else (no sys_admin, net, ptrace, ...).
 _AGENT_CAPS = "+setuid,+setgid,+kill,+fowner,+dac_override,+chown"
@@ -92,23 +93,40 @@ def _ro_binds(paths: Sequence[str]) -> list[str]:
     return args
 
 
-def _mounts(fds: dict[str, int], agent: str, ro_binds: Sequence[str] = ()) -> list[str]:
+def _mounts(fds: dict[str, int], ro_binds: Sequence[str] = (), root: bool = False) -> list[str]:
     """The sandbox's file system: system dirs read-only, the config's ``ro_binds`` read-only at
-    their own paths, fresh /proc, /dev and mqueue, the workdir and scratch dir bound from the fds
-    we opened, and the agent read-only under /run."""
+    their own paths, fresh /proc, /dev and mqueue, the workdir, scratch dir and /dev/shm bound
+    from the fds we opened, and, when ``fds`` has them, the identity files that make the sandbox's
+    uid and hostname known (``/etc/passwd``, ``/etc/group``, ``/etc/hostname``, ``/etc/hosts``).
+    The agent is not mounted: it runs from its fd (``/proc/self/fd/N``), so no mount or file of
+    the sandbox names it. ``root``: the commands run as a uid of their own."""
     extra = _ro_binds(ro_binds)
+    # As root /run, which holds the agent's session directory, is root's, searchable and not
+    # listable for the commands (``ls /run`` and ``find /`` said ``trajforge``); unprivileged the
+    # commands own it, and the agent, the same uid without capabilities, must list it to reset it.
+    run = ["--perms", "0711"] if root else []
+    identity = [
+        arg
+        for name in _IDENTITY_FILES
+        if name in fds
+        for arg in ("--perms", "0644", "--ro-bind-data", str(fds[name]), name)
+    ]
     return [
         "--die-with-parent",
         "--new-session",
         "--hostname",
-        "sandbox",
+        HOSTNAME,
         *_system_binds(),
+        *identity,
         "--proc",
         "/proc",
         "--dev",
         "/dev",
         "--mqueue",
         "/dev/mqueue",
+        "--bind-fd",
+        str(fds["shm"]),
+        INSIDE_SHM,
         "--bind-fd",
         str(fds["tmp"]),
         INSIDE_SCRATCH,
@@ -119,18 +137,62 @@ def _mounts(fds: dict[str, int], agent: str, ro_binds: Sequence[str] = ()) -> li
         # then mounted on top of the scratch dir instead of hidden by it (such a sandbox is not
         # reused: its reset cannot empty a /tmp holding a mount point, so it is rebuilt)
         *extra,
+        *run,
         "--tmpfs",
         "/run",
-        "--perms",
-        "0755",
-        "--dir",
-        os.path.dirname(agent),
-        "--ro-bind-fd",
-        str(fds["agent"]),
-        agent,
         "--chdir",
         INSIDE_WORKDIR,
     ]
+
+
+def _identity_files(uid: int | None) -> dict[str, bytes]:
+    """What the sandbox's ``/etc`` says about who and where it is, as a Linux box's does: its
+    hostname in ``/etc/hostname`` and ``/etc/hosts``, and as root (commands run as a uid of their
+    own that the host does not know) that uid in ``/etc/passwd`` and ``/etc/group``, home
+    ``/workspace``: ``whoami``, ``getpass.getuser()`` and tools that look the user up work."""
+    files = {
+        "/etc/hostname": f"{HOSTNAME}\n".encode(),
+        "/etc/hosts": (
+            f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{HOSTNAME}\n"
+        ).encode(),
+    }
+    if uid is not None:
+        files.update(_passwd_entry(uid))
+    # a file bwrap cannot bind over (none on this host) is left as the host has it
+    return {name: data for name, data in files.items() if os.path.isfile(name)}
+
+
+def _passwd_entry(uid: int) -> dict[str, bytes]:
+    """``/etc/passwd`` and ``/etc/group`` with a line for ``uid`` (the host's lines kept)."""
+    files: dict[str, bytes] = {}
+    try:
+        passwd, group = Path("/etc/passwd").read_bytes(), Path("/etc/group").read_bytes()
+    except OSError:
+        return files
+    names = {line.split(b":", 1)[0] for line in passwd.splitlines()}
+    name = next((n for n in (b"user", b"sandbox") if n not in names), b"sandbox-%d" % uid)
+    end = b"" if passwd.endswith(b"\n") or not passwd else b"\n"
+    files["/etc/passwd"] = (
+        passwd + end + b"%s:x:%d:%d::%s:/bin/bash\n" % (name, uid, uid, INSIDE_WORKDIR.encode())
+    )
+    end = b"" if group.endswith(b"\n") or not group else b"\n"
+    files["/etc/group"] = group + end + b"%s:x:%d:\n" % (name, uid)
+    return files
+
+
+def _data_fd(data: bytes) -> int:
+    """A fd bwrap reads ``data`` from (``--args``, ``--ro-bind-data``): a memory file at offset 0
+    (a pipe would block the writer past 64 KiB, before bwrap reads anything)."""
+    fd = os.memfd_create("bwrap-data", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _open_paths(layout: Layout) -> dict[str, int]:
@@ -138,7 +200,12 @@ def _open_paths(layout: Layout) -> dict[str, int]:
     the unprivileged sandbox uid never needs to traverse the (possibly private) parent dirs."""
     fds: dict[str, int] = {}
     try:
-        for key, path in (("work", layout.work), ("tmp", layout.tmp), ("agent", layout.agent)):
+        for key, path in (
+            ("work", layout.work),
+            ("tmp", layout.tmp),
+            ("shm", layout.shm),
+            ("agent", layout.agent),
+        ):
             fds[key] = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except BaseException:
         _close_fds(fds)
@@ -167,22 +234,27 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             "bwrap",
             *self._namespaces(uid),
             *seccomp,
-            *_mounts(fds, self._inside_agent, self.config.ro_binds),
+            *_mounts(fds, self.config.ro_binds, root=uid is not None),
             *self._agent_privileges(uid),
-            *(program or self._agent_program(uid)),
+            *(program or self._agent_program(uid, fds["agent"])),
         ]
 
-    def _agent_program(self, uid: int | None) -> list[str]:
+    def _agent_program(self, uid: int | None, agent_fd: int) -> list[str]:
+        """The agent, run from the fd of its file: ``/proc/self/fd/N`` (it closes the fd first).
+        Its options come in ``TF_AGENT_ARGS`` (:meth:`_launch`): a command line is what ``ps``
+        shows, and the sandbox's pid 1 (bwrap) has the agent's in its own."""
+        inside = f"/proc/self/fd/{agent_fd}"
         if self.runs_native_agent:
-            return self._agent_args(uid)
+            return [inside]
         python = first_existing(_PYTHONS)
         if python is None:
             raise SandboxUnavailableError(
                 "the bwrap sandbox needs a system python3 in /usr/bin or /usr/local/bin to run its "
                 "exec agent (apt-get install python3-minimal), or choose `--sandbox local`"
             )
-        # -S: no site import: halves interpreter start-up (the agent is stdlib-only)
-        return [python, "-I", "-S", *self._agent_args(uid)]
+        # -S: no site import: halves interpreter start-up (the agent is stdlib-only); -I: nor the
+        # script's directory (here /proc/self/fd) on sys.path
+        return [python, "-I", "-S", inside]
 
     def _namespaces(self, uid: int | None) -> list[str]:
         if uid is None:  # unprivileged: bwrap makes a user namespace and we keep our uid
@@ -206,22 +278,16 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             "--",
         ]
 
-    @property
-    def _inside_agent(self) -> str:
-        if self.runs_native_agent:
-            return INSIDE_NATIVE_AGENT
-        compiled = self.agent_file is not None and self.agent_file.name.endswith(".pyc")
-        return INSIDE_AGENT + ("c" if compiled else "")
-
     def _agent_args(self, uid: int | None) -> list[str]:
         return [
-            self._inside_agent,
             INSIDE_WORKDIR,
             INSIDE_SCRATCH,
             "--state-dir",
             INSIDE_SESSION,
             "--max-procs",
             str(self.config.limits.max_processes),
+            "--shm",
+            INSIDE_SHM,
             *(["--run-as", f"{uid}:{uid}"] if uid is not None else []),
             *(["--reusable"] if self.reuse else []),
         ]
@@ -240,7 +306,7 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             fds = _open_paths(layout)
             try:
                 if self.config.agent == "python" or (self.config.agent == "auto" and compiler() is None):
-                    self._agent_program(uid)  # what the agent needs is there (a python3)
+                    self._agent_program(uid, fds["agent"])  # what the agent needs is there (a python3)
                 argv = self._bwrap_argv(fds, uid, program=["/bin/sh", "-c", "echo ok > /workspace/probe"])
                 proc = await spawn(
                     *argv,
@@ -318,13 +384,30 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             program = key_filter() if uid is not None and uid in self._template_uids else None
             if program is not None:
                 fds["seccomp"] = filter_fd(program)
-            argv = [*cgroup.join_command(), *self._bwrap_argv(fds, uid)]
+            for name, data in _identity_files(uid).items():
+                fds[name] = _data_fd(data)
+            # bwrap's options travel through a fd and the agent's in its environment: the
+            # sandbox's pid 1 is bwrap, and its command line (``ps``) named the harness's paths.
+            argv = self._bwrap_argv(fds, uid)
+            agent_at = (
+                len(argv) - len(self._agent_privileges(uid)) - len(self._agent_program(uid, fds["agent"]))
+            )
+            fds["args"] = _data_fd(b"".join(os.fsencode(a) + b"\0" for a in argv[1:agent_at]))
+            argv = [*cgroup.join_command(), "bwrap", "--args", str(fds["args"]), *argv[agent_at:]]
+            env["TF_AGENT_ARGS"] = "\n".join(self._agent_args(uid))
         except BaseException:
             _close_fds(fds)
             raise
 
         async def teardown() -> None:
             _close_fds(fds)
+
+        def started() -> None:  # bwrap has read its arguments and the data files: not held
+            for name in ("args", *_IDENTITY_FILES):
+                fd = fds.pop(name, None)
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
 
         return Launch(
             argv=argv,
@@ -334,6 +417,7 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             owner=owner,
             pass_fds=tuple(fds.values()),
             teardown=teardown,
+            started=started,
         )
 
 

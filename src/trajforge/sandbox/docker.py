@@ -13,8 +13,8 @@ What holds, as under bwrap (docs/security.md, "The docker backend"): no network 
 namespaces; ``--pids-limit`` and ``--memory`` (with no swap beyond it) on the container's cgroup,
 which is also the sandbox's cgroup on the host side (so the kernel's refused forks are seen and the
 fork-bomb recovery runs); the per-command rlimits (file size, CPU time) and timeouts that kill the
-command's process group; the output cap; the disk cap on ``/workspace`` + ``/tmp`` (a tmpfs, when
-trajforge runs as root). Each container is labelled with its owner process (boot, pid namespace,
+command's process group; the output cap; the disk cap on ``/workspace``, ``/tmp`` and ``/dev/shm``
+(one tmpfs, when trajforge runs as root). Each container is labelled with its owner process (boot, pid namespace,
 pid, start time): a factory's first ``create`` removes the containers whose owner died (``kill
 -9``), as the bwrap sweep removes directories and cgroups.
 
@@ -50,6 +50,7 @@ from trajforge.spawn import spawn
 
 INSIDE_WORKDIR = "/workspace"
 INSIDE_SCRATCH = "/tmp"
+INSIDE_SHM = "/dev/shm"
 INSIDE_AGENT = "/run/trajforge/agent.py"
 INSIDE_NATIVE_AGENT = "/run/trajforge/agent"  # SandboxConfig.agent = "native": a static binary
 INSIDE_SESSION = "/run/trajforge/session"  # the agent's command files: not in the scratch dir
@@ -77,10 +78,11 @@ _CLIENT_VARS = (
     "DOCKER_API_VERSION",
 )
 # The container's pid 1: reaps every orphan (``wait`` collects any child) and cannot be killed
-# from inside (the kernel ignores signals to a namespace's init that it does not handle), so the
-# agent's ``kill(-1)`` (stop, before a verifier looks) ends every process but it and the agent.
-# Docker's ``--init`` would not do: tini exits, and the container with it, when its child dies.
-_INIT = 'trap "" HUP INT TERM; while :; do sleep 2147483647 & wait; done'
+# from inside (the kernel drops the signals a namespace's init has no handler for: it needs no
+# trap, which ``ps`` would show the commands), so the agent's ``kill(-1)`` (stop, before a verifier
+# looks) ends every process but it and the agent. Docker's ``--init`` would not do: tini exits,
+# and the container with it, when its child dies.
+_INIT = "while :; do sleep 2147483647 & wait; done"
 _PYTHON_CHECK = "import os, sys; print(sys.version_info >= (3, 8), os.path.exists(sys.argv[1]))"
 # The native agent's needs, in sh (the image may have no python): the engine sees the marker the
 # host wrote, and commands have a bash.
@@ -242,6 +244,7 @@ class DockerSandboxFactory(ProcessSandboxFactory):
             "--log-driver", "none",
             "-v", f"{layout.work}:{INSIDE_WORKDIR}",
             "-v", f"{layout.tmp}:{INSIDE_SCRATCH}",
+            "-v", f"{layout.shm}:{INSIDE_SHM}",  # in the disk cap with /tmp, not the engine's own shm
             "-v", f"{layout.agent}:{INSIDE_NATIVE_AGENT if self.runs_native_agent else INSIDE_AGENT}:ro",
             *(arg for path in self.config.ro_binds for arg in ("-v", f"{path}:{path}:ro")),
             "-w", INSIDE_WORKDIR,
@@ -268,7 +271,7 @@ class DockerSandboxFactory(ProcessSandboxFactory):
         async def teardown() -> None:
             if os.geteuid() != 0:  # the commands' files are root's: give them back before removal
                 await _docker(
-                    "exec", name, "chown", "-R", f"{os.getuid()}:{os.getgid()}", INSIDE_WORKDIR, INSIDE_SCRATCH,
+                    "exec", name, "chown", "-R", f"{os.getuid()}:{os.getgid()}", INSIDE_WORKDIR, INSIDE_SCRATCH, INSIDE_SHM,
                     limit_s=60,
                 )  # fmt: skip
             await _docker("rm", "-f", name, limit_s=60)

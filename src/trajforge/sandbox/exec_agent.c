@@ -1085,15 +1085,17 @@ static void new_nonce(char out[33]) {
         snprintf(out + 2 * i, 3, "%02x", raw[i]);
 }
 
-/* The start environment plus the limits that have a value: what every new bash gets. */
-static void command_env(env_t *env, int with_initial) {
+/* The start environment (or none), plus the limits that have a value when `with_limits`: a fresh
+ * command's bash reads them from its environment, a resident shell from its script. */
+static void command_env(env_t *env, int with_initial, int with_limits) {
     memset(env, 0, sizeof *env);
     env->items = xcalloc(1, sizeof *env->items);
     if (with_initial)
         for (size_t i = 0; i < agent.initial_env.n; i++)
             env_add(env, agent.initial_env.items[i]);
-    for (size_t i = 0; i < agent.limits.n; i++)
-        env_add(env, agent.limits.items[i]);
+    if (with_limits)
+        for (size_t i = 0; i < agent.limits.n; i++)
+            env_add(env, agent.limits.items[i]);
 }
 
 /* ------------------------------------------------------------------ files */
@@ -1528,9 +1530,9 @@ static void own_attrs_of(own_attrs_t *a) {
 }
 
 static struct {
-    int set;
-    dir_attrs_t roots[2];
-    struct timespec times[2][2]; /* atime, mtime of each root */
+    int set, n_roots;
+    dir_attrs_t roots[3];        /* the workdir, the scratch dir and, when given, /dev/shm */
+    struct timespec times[3][2]; /* atime, mtime of each root */
     char **mounts;
     tree_t *trees;
     size_t n_mounts;
@@ -1685,9 +1687,10 @@ static size_t mqueues(int remove) {
 
 /* ------------------------------------------------------------------ baseline: take, restore */
 
-static int baseline_take(const char *workdir, const char *scratch, buf_t *why) {
-    const char *roots[2] = {workdir, scratch};
-    for (int i = 0; i < 2; i++) {
+static int baseline_take(const char *workdir, const char *scratch, const char *shm, buf_t *why) {
+    const char *roots[3] = {workdir, scratch, shm};
+    baseline.n_roots = shm ? 3 : 2;
+    for (int i = 0; i < baseline.n_roots; i++) {
         if (dir_attrs_of(roots[i], &baseline.roots[i], why) != 0)
             return -1;
         struct stat st;
@@ -1709,7 +1712,7 @@ static int baseline_take(const char *workdir, const char *scratch, buf_t *why) {
 }
 
 static int empty_roots(buf_t *why) {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < baseline.n_roots; i++) {
         dir_attrs_t *start = &baseline.roots[i];
         if (chmod(start->path, start->mode & 07777) != 0) {
             os_error(why, errno, start->path);
@@ -1722,7 +1725,7 @@ static int empty_roots(buf_t *why) {
 }
 
 static int restore_roots(buf_t *why) {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < baseline.n_roots; i++) {
         dir_attrs_t *start = &baseline.roots[i];
         const char *path = start->path;
         if (lchown(path, start->uid, start->gid) != 0) {
@@ -1878,6 +1881,99 @@ static int check_agent(buf_t *why) {
 }
 
 /* ------------------------------------------------------------------ the resident shell */
+
+/* The limits the host sets, in exec_agent._LIMIT_FLAGS's order, and their ulimit flags. */
+static const char *const limit_vars[] = {"TF_LIMIT_FSIZE_KB", "TF_LIMIT_CPU_S", "TF_LIMIT_AS_KB", "TF_LIMIT_NPROC"};
+static const char *const limit_flags[] = {"-f", "-t", "-v", "-u"};
+static const char *limit_values[4];
+
+/* `text` as one single-quoted shell word (exec_agent._quoted). */
+static void add_quoted(buf_t *out, const char *text) {
+    buf_adds(out, "'");
+    for (const char *c = text; *c; c++) {
+        if (*c == '\'')
+            buf_adds(out, "'\\''");
+        else
+            buf_add(out, c, 1);
+    }
+    buf_adds(out, "'");
+}
+
+static int all_digits(const char *s) {
+    if (!s || !*s)
+        return 0;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9')
+            return 0;
+    return 1;
+}
+
+/* TF_LOOP for one shell, its placeholders filled in in one pass (exec_agent.loop_script). */
+static void loop_script(buf_t *out, int restore, const char *nonce) {
+    const char *t = TF_LOOP;
+    for (;;) {
+        const char *at = strstr(t, "@TF_");
+        if (!at) {
+            buf_adds(out, t);
+            return;
+        }
+        buf_add(out, t, (size_t)(at - t));
+        const char *name = at + 4, *end = strchr(name, '@');
+        size_t len = end ? (size_t)(end - name) : 0;
+        if (end && len == 6 && !strncmp(name, "LIMITS", 6)) {
+            for (size_t i = 0; i < 4; i++)
+                if (all_digits(limit_values[i]))
+                    buf_printf(out, "builtin ulimit %s %s 2>/dev/null; ", limit_flags[i], limit_values[i]);
+        } else if (end && len == 4 && !strncmp(name, "MODE", 4))
+            buf_adds(out, restore ? "restore" : "new");
+        else if (end && len == 4 && !strncmp(name, "SNAP", 4))
+            add_quoted(out, agent.snapshot);
+        else if (end && len == 3 && !strncmp(name, "DIR", 3))
+            add_quoted(out, agent.cmd_dir);
+        else if (end && len == 5 && !strncmp(name, "NONCE", 5))
+            buf_adds(out, nonce);
+        else {
+            buf_adds(out, "@TF_");
+            t = name;
+            continue;
+        }
+        t = end + 1;
+    }
+}
+
+/* A fd at the start of `script`, for a new shell's stdin (exec_agent._script_fd): a memory file,
+ * or where the kernel has none a file of ours in the command directory, unlinked once open. */
+static int script_fd(const buf_t *script, buf_t *why) {
+#ifndef MFD_CLOEXEC
+#define MFD_CLOEXEC 1U
+#endif
+    int fd = (int)syscall(SYS_memfd_create, "bash", MFD_CLOEXEC);
+    if (fd < 0) {
+        char nonce[33];
+        new_nonce(nonce);
+        nonce[16] = 0;
+        buf_t name = {0};
+        buf_printf(&name, "loop-%s", nonce);
+        char *path = path_join(agent.cmd_dir, name.p);
+        buf_free(&name);
+        if (write_new(path, script->p, script->n, why) != 0) {
+            free(path);
+            return -1;
+        }
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            os_error(why, errno, path);
+        unlink(path);
+        free(path);
+        return fd;
+    }
+    if (write_all(fd, script->p, script->n) != 0 || lseek(fd, 0, SEEK_SET) != 0) {
+        os_error(why, errno, NULL);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
 
 static void shell_close(shell_t *s) {
     close(s->channel);
@@ -2041,13 +2137,27 @@ static int spawn_shell(int restore, buf_t *why) {
     int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
     char nonce[33];
     new_nonce(nonce);
+    buf_t script = {0};
+    loop_script(&script, restore, nonce);
+    int in = script_fd(&script, why);
+    buf_free(&script);
+    if (in < 0) {
+        int e = errno;
+        close(pair[0]);
+        close(pair[1]);
+        if (null >= 0)
+            close(null);
+        errno = e;
+        return -1;
+    }
     env_t env;
-    command_env(&env, !restore);
-    char *argv[] = {"bash", "-c", TF_LOOP, "bash", agent.cmd_dir, agent.snapshot, restore ? "restore" : "new", nonce, NULL};
-    pid_t pid = start_process(argv, agent.workdir, &env, null, pair[1], null, why);
+    command_env(&env, !restore, 0);
+    char *argv[] = {"bash", NULL};
+    pid_t pid = start_process(argv, agent.workdir, &env, pair[1], in, null, why);
     int e = errno;
     env_free(&env);
     close(pair[1]);
+    close(in);
     if (null >= 0)
         close(null);
     if (pid < 0) {
@@ -2241,7 +2351,7 @@ static void exec_fresh(const request_t *r, const char *cmd_file, double started,
         goto done;
     }
     env_t env;
-    command_env(&env, 1);
+    command_env(&env, 1, 1);
     int pipefd[2] = {-1, -1};
     pid_t pid = -1;
     for (int attempt = 0; attempt < 2 && pid < 0; attempt++) {
@@ -2296,7 +2406,7 @@ static void after_shell_died(void) {
 
 /* The shell ended during the command without reporting it (exec_agent.Agent._shell_exited): its
  * status, and the note. */
-static long long shell_exited(shell_t *s, int overran, buf_t *ended) {
+static long long shell_exited(shell_t *s, int overran, int unstarted, buf_t *ended) {
     shell_poll(s, 1); /* everything it said has been read: its pid may go now */
     int code = s->exit_code != RUNNING ? s->exit_code : 0;
     after_shell_died();
@@ -2306,9 +2416,17 @@ static long long shell_exited(shell_t *s, int overran, buf_t *ended) {
         buf_adds(ended, "[... and then ended the shell: this command did not run]\n");
         return code;
     }
+    if (unstarted) {
+        buf_printf(ended,
+                   "\n[the shell ended (status %d) before this command started: it did not run; the next "
+                   "command runs in a new shell with the session as it was after the last command that "
+                   "finished]\n",
+                   code);
+        return code;
+    }
     buf_printf(ended,
-               "\n[the shell ended (status %d) without saving its state; the next command runs in a new shell "
-               "with the session as it was before this command]\n",
+               "\n[the shell ended (status %d); the next command runs in a new shell with the session as it "
+               "was before this command]\n",
                code);
     return code;
 }
@@ -2340,7 +2458,7 @@ static void kill_command(shell_t *s, long long last) {
 }
 
 /* One status line of the shell (exec_agent.Agent._collect_session): "NONCE go", "NONCE RC",
- * "NONCE exit RC" (its EXIT trap), "NONCE cwd" or another word, or the previous command's late
+ * "NONCE exit RC" (a shell that says it is going: no loop says it since issue 39), "NONCE cwd" or another word, or the previous command's late
  * end. */
 static void take_line(const char *line, const char *prefix, const char *before, const char *fifo, status_t *status,
                       int *started, int *overran, int *exiting, buf_t *note) {
@@ -2353,7 +2471,7 @@ static void take_line(const char *line, const char *prefix, const char *before, 
             *started = 1;
             return;
         }
-        if (starts_with(word, "exit ")) { /* from its EXIT trap: the shell is going */
+        if (starts_with(word, "exit ")) { /* the shell says it is going (a command can write it) */
             word += 5;
             *exiting = 1;
         }
@@ -2397,7 +2515,7 @@ static status_t collect_session(shell_t *s, const char *nonce, const char *fifo,
                 lines_free(lines);
                 if (status.kind < 0 && !s->n_intruders) {
                     buf_t ended = {0};
-                    long long code = shell_exited(s, overran && !started, &ended);
+                    long long code = shell_exited(s, overran && !started, !started, &ended);
                     s = NULL; /* forgotten */
                     if (ended.n && starts_with(ended.p, TF_OVERRAN))
                         buf_clear(note);
@@ -2464,9 +2582,9 @@ static status_t collect_session(shell_t *s, const char *nonce, const char *fifo,
     else
         drain_add(reader); /* a background job still holds the FIFO */
     if (status.kind >= 0 && s && agent.shell == s && s->exit_code == RUNNING) {
-        agent.restorable = 1; /* the loop (or its EXIT trap) wrote the snapshot before it answered */
+        agent.restorable = 1; /* the loop wrote the snapshot before it answered */
         s->restored = 0;      /* a restored shell that got through a command works */
-        if (exiting)          /* its EXIT trap has saved the session: the next command gets a new shell */
+        if (exiting)          /* it said it is going: the next command gets a new shell */
             forget_shell();
     }
     return status;
@@ -2699,7 +2817,6 @@ static int do_reset(buf_t *why) {
 
 /* ------------------------------------------------------------------ start-up and the request loop */
 
-static const char *const limit_vars[] = {"TF_LIMIT_FSIZE_KB", "TF_LIMIT_CPU_S", "TF_LIMIT_AS_KB", "TF_LIMIT_NPROC"};
 
 static int is_limit_var(const char *item) {
     for (size_t i = 0; i < 4; i++) {
@@ -2739,9 +2856,24 @@ static int in_own_pid_namespace(void) {
     return ppid == 0 && getpid() != 1;
 }
 
+/* Show as AGENT_NAME to ps and top inside the sandbox (exec_agent.Kernel.rename): the name (comm)
+ * and the command line, whose memory is our argv strings, overwritten in place with the name and
+ * zeros and a last byte that is not NUL (the kernel then reads up to the first NUL: the name).
+ * Every string main() keeps from argv is a copy by then. */
+#define AGENT_NAME "exec-agent"
+static void rename_self(int argc, char **argv) {
+    prctl(PR_SET_NAME, AGENT_NAME, 0, 0, 0);
+    char *start = argv[0], *end = argv[argc - 1] + strlen(argv[argc - 1]) + 1;
+    if ((size_t)(end - start) > strlen(AGENT_NAME) + 1) {
+        memset(start, 0, (size_t)(end - start));
+        memcpy(start, AGENT_NAME, strlen(AGENT_NAME));
+        end[-1] = ' ';
+    }
+}
+
 static void usage(const char *why) {
     fprintf(stderr, "exec agent: %s\nusage: exec_agent WORKDIR SCRATCH [--reusable] [--run-as UID:GID] "
-                    "[--state-dir DIR] [--max-procs N]\n", why);
+                    "[--state-dir DIR] [--max-procs N] [--shm DIR]\n", why);
     exit(2);
 }
 
@@ -2754,10 +2886,35 @@ static void send_answer(buf_t *out) {
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN); /* as python: a closed pipe is an error to handle, not a death */
     signal(SIGXFSZ, SIG_IGN);
+    int real_argc = argc;
+    char **real_argv = argv;
+    if (argc < 2 && getenv("TF_AGENT_ARGS")) { /* the options one a line (bwrap: argv is what ps shows) */
+        char *text = xstrdup(getenv("TF_AGENT_ARGS"));
+        size_t n = 2;
+        for (char *c = text; *c; c++)
+            n += *c == '\n';
+        char **args = xcalloc(n + 1, sizeof *args);
+        args[0] = argv[0];
+        argc = 1;
+        for (char *line = text;; argc++) {
+            args[argc] = line;
+            char *nl = strchr(line, '\n');
+            if (!nl) {
+                argc++;
+                break;
+            }
+            *nl = 0;
+            line = nl + 1;
+        }
+        argv = args;
+    }
     if (argc < 3)
         usage("WORKDIR and SCRATCH are required");
-    const char *scratch = argv[2], *state_dir = NULL;
-    agent.workdir = argv[1];
+    /* Run from the fd of our file (bwrap: /proc/self/fd/N): the kernel holds the program itself. */
+    if (!strncmp(argv[0], "/proc/self/fd/", 14) && argv[0][14] >= '0' && argv[0][14] <= '9')
+        close(atoi(argv[0] + 14));
+    const char *scratch = xstrdup(argv[2]), *state_dir = NULL, *shm = NULL;
+    agent.workdir = xstrdup(argv[1]);
     for (int i = 3; i < argc; i++) {
         if (!strcmp(argv[i], "--reusable"))
             agent.reusable = 1;
@@ -2767,9 +2924,11 @@ int main(int argc, char **argv) {
             run_as.gid = colon && colon[1] ? atoi(colon + 1) : run_as.uid;
             run_as.set = 1;
         } else if (!strcmp(argv[i], "--state-dir") && i + 1 < argc)
-            state_dir = argv[++i];
+            state_dir = xstrdup(argv[++i]);
         else if (!strcmp(argv[i], "--max-procs") && i + 1 < argc)
             agent.max_procs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--shm") && i + 1 < argc)
+            shm = xstrdup(argv[++i]);
         else {
             buf_t why = {0};
             buf_adds(&why, "unknown option ");
@@ -2781,6 +2940,7 @@ int main(int argc, char **argv) {
     agent.limits.items = xcalloc(1, sizeof *agent.limits.items);
     for (size_t i = 0; i < 4; i++) {
         const char *value = getenv(limit_vars[i]);
+        limit_values[i] = value;
         if (value && *value) {
             buf_t item = {0};
             buf_printf(&item, "%s=%s", limit_vars[i], value);
@@ -2818,10 +2978,11 @@ int main(int argc, char **argv) {
             fprintf(stderr, "exec agent: %s\n", why.p);
             return 1;
         }
+        rename_self(real_argc, real_argv);
     }
     if (agent.reusable && agent.kernel) {
         buf_t why = {0};
-        if (baseline_take(agent.workdir, scratch, &why) != 0) {
+        if (baseline_take(agent.workdir, scratch, shm, &why) != 0) {
             fprintf(stderr, "exec agent: cannot record the sandbox's starting state: %s\n", why.p);
             return 1;
         }

@@ -16,16 +16,18 @@ Protocol (one JSON object per line):
            reusable sandbox back into its starting state (see :meth:`Agent.reset`), or says why not.
 
 The session is one resident ``bash`` (:data:`LOOP`), started at the first command as the commands'
-uid in a session of its own, that sources each command in itself: functions, aliases, plain and
-exported variables, options, traps, the cwd and a ``source``d virtualenv all stay, as in a
-terminal. Each command's output goes to a FIFO of its own (capped here); its end is the shell's
-``NONCE RC`` line on the shell's channel, a socket pair apart from the output, the nonce fresh per
-command, so no output can end a command early, and only the shell's own process (the kernel says
-which process sent each line) can end it at all. At its timeout the command's processes and the
-shell are killed and the next command gets a new shell sourced from the snapshot the loop writes after every command; the same
-when a command ends the shell (``exit``, ``set -e``: the EXIT trap snapshots it first; ``exec``,
-a signal: the note says the session is the one from before the command). A reset kills the shell
-with everything else: each rollout starts with a new ``bash`` from the start environment.
+uid in a session of its own, that runs each command in itself as ``bash -c`` would: functions,
+aliases, plain and exported variables, options, traps, the cwd and a ``source``d virtualenv all
+stay, as in a terminal, and nothing of the loop shows to the command (no variable, function, trap,
+file name in a message or command line of the harness's). Each command's output goes to a FIFO of
+its own (capped here); its end is the shell's ``NONCE RC`` line on the shell's channel, a socket
+pair apart from the output, the nonce fresh per command, so no output can end a command early,
+and only the shell's own process (the kernel says which process sent each line) can end it at
+all. At its timeout the command's processes and the shell are killed and the next command gets a
+new shell sourced from the snapshot the loop writes after every command; the same when a command
+ends the shell (``exit``, ``set -e``, ``set -u``, ``exec``, a signal: the note says the session is
+the one from before the command). A reset kills the shell with everything else: each rollout
+starts with a new ``bash`` from the start environment.
 
 Who can reach the agent: with ``--run-as UID:GID`` (bwrap started as root) the agent itself is uid 0
 with a handful of capabilities (setuid/setgid to start commands, kill, fowner/dac_override/chown to
@@ -72,83 +74,148 @@ unset TF_LIMIT_FSIZE_KB TF_LIMIT_CPU_S TF_LIMIT_AS_KB TF_LIMIT_NPROC
 . "$1"
 """
 
-# The resident shell of a session. It is started with fd 0 its end of a Unix socket pair whose
-# other end only the agent holds, fd 1 and fd 2 /dev/null; its first statement (the braces around
-# everything) moves that end to fd 10, a copy bash itself makes close-on-exec, and puts /dev/null
-# on fd 0 and fd 1: no program a command runs inherits the channel. Over it the agent sends one
-# line per command (its number, a fresh nonce, and "c" when a cwd file comes with it) and the
-# loop answers ``NONCE go`` when it took the line, ``NONCE RC`` after the command. A subshell a
-# command forks keeps fd 10 (a fork is the loop's copy): so the agent takes a line only from the
-# loop's own process, as the kernel attests it (SO_PASSCRED: every message arrives with its
-# sender's pid, and a stream never merges two senders' data), and treats anything else as an
-# impostor. A command is sourced in this very shell -- so its functions, aliases, plain
-# variables, options, cwd, traps and ``source``d environments stay -- with stdin from /dev/null
-# and its output into a FIFO of its own, named by its nonce (in a directory commands cannot
-# list); ``go`` is said once the FIFO is open (at fd 95 of the braces around the command, which
-# the command itself does not see), and the agent then removes its name, so a process that
-# learns it later cannot open it. Until the command's own redirections, stdout and stderr are
-# /dev/null: an xtrace of the loop's lines, or a DEBUG trap the session keeps (``.`` restores it
-# after each command), write nothing into the output. bash saves the loop's fds for the duration
-# (close-on-exec) and puts them back whatever ``exec`` redirection the command made.
-# Around each command the loop turns off (and then restores) the options that would break its
-# own statements (errexit, nounset, allexport, xtrace, verbose), writes a snapshot of the session
-# that a restarted shell sources, and only then reports the status. When the command ends the
-# shell (``exit``, ``set -e``, ``set -u``), the EXIT trap writes the snapshot and ``NONCE exit RC``
-# on the channel (at fd 10, or back at fd 0 where bash undid the braces' redirections first): the
-# session goes on in a new shell as if nothing had happened. Every loop statement is a
-# ``builtin``: a command's ``cd``/``read``/``printf`` functions do not reach it. Options are
-# saved as $SHELLOPTS/$BASHOPTS, two strings: ``set +o``/``shopt -p`` would write ~80 lines, each
-# a system call, after every command.
-LOOP = r"""
-ulimit -f "$TF_LIMIT_FSIZE_KB" 2>/dev/null
-ulimit -t "$TF_LIMIT_CPU_S" 2>/dev/null
-[ -n "$TF_LIMIT_AS_KB" ] && ulimit -v "$TF_LIMIT_AS_KB" 2>/dev/null
-[ -n "$TF_LIMIT_NPROC" ] && ulimit -u "$TF_LIMIT_NPROC" 2>/dev/null
-unset TF_LIMIT_FSIZE_KB TF_LIMIT_CPU_S TF_LIMIT_AS_KB TF_LIMIT_NPROC
-shopt -s expand_aliases
+# The resident shell of a session: ``bash`` with no arguments (``ps`` shows a plain ``bash``),
+# reading this script from fd 0 (a memory file the agent wrote it into, see :func:`loop_script`),
+# fd 1 its end of a Unix socket pair whose other end only the agent holds, fd 2 /dev/null. The
+# script is one line, one brace group: its redirections move the socket to fd 10, a copy bash
+# itself makes close-on-exec, and put /dev/null on fd 0 and fd 1: no program a command runs
+# inherits the channel. Over it the agent sends one line per command (its number, a fresh nonce,
+# and "c" when a cwd file comes with it) and the loop answers ``NONCE go`` when it took the line,
+# ``NONCE RC`` after the command. A subshell a command forks keeps fd 10 (a fork is the loop's
+# copy): so the agent takes a line only from the loop's own process, as the kernel attests it
+# (SO_PASSCRED: every message arrives with its sender's pid, and a stream never merges two
+# senders' data), and treats anything else as an impostor.
+#
+# A command runs in this very shell -- so its functions, aliases, plain variables, options, cwd,
+# traps and ``source``d environments stay -- as ``bash -c`` would run it, and nothing of the loop
+# shows (issue 39: the model must see a shell, not the harness): its text is read into
+# ``BASH_EXECUTION_STRING`` (where ``bash -c`` keeps its command) and ``eval``'d on line 1 of the
+# script, so errors read ``bash: line N: ...`` with N the command's own line, ``$0`` is ``bash``,
+# ``$BASH_SOURCE`` and ``$FUNCNAME`` are empty and ``return`` is the error it is in a terminal.
+# The loop's own variables (``__tf_*``) exist only between commands: a function that unsets itself
+# and them returns the previous command's exit code, so ``$?`` is what a terminal shows, and the
+# nonce comes back after the command from a here-string fd (closed for the command; bash keeps its
+# copy close-on-exec). No trap of the loop's: an ``exit``, a ``set -e`` failure or a ``set -u``
+# error ends the shell as it ends ``bash -c``, and the next command gets a new shell from the
+# snapshot of the session taken after the last command that finished.
+#
+# The command's stdin is /dev/null and its output goes into a FIFO of its own, named by its nonce
+# (in a directory commands cannot list); ``go`` is said once the FIFO is open (at fd 95 of the
+# braces around the command, which the command itself does not see), and the agent then removes
+# its name, so a process that learns it later cannot open it. Until the command's own
+# redirections, stdout and stderr are /dev/null: an xtrace of the loop's lines, or a DEBUG trap the
+# session keeps, write nothing into the output. bash saves the loop's fds for the duration
+# (close-on-exec) and puts them back whatever ``exec`` redirection the command made. Around each
+# command the loop turns off (and then restores) the options that would break its own statements
+# (errexit, nounset, allexport, xtrace, verbose), writes a snapshot of the session that a
+# restarted shell sources, and only then reports the status. Every loop statement is a
+# ``builtin``: a command's ``cd``/``read``/``printf`` functions do not reach it. Options are saved
+# as $SHELLOPTS/$BASHOPTS, two strings: ``set +o``/``shopt -p`` would write ~80 lines, each a
+# system call, after every command.
+#
+# ``@TF_...@`` are filled in per shell by :func:`loop_script` (the native agent does the same):
+# the command directory and the snapshot (quoted), ``new`` or ``restore``, the nonce of the
+# ``ready`` line, and the ``ulimit`` statements of the sandbox's limits.
+_LOOP_LINES = r"""
 {
-if [ "$3" = restore ]; then
-  builtin . "$2" </dev/null >/dev/null 2>&1
-  builtin trap - DEBUG ERR RETURN
-  builtin mapfile -t __tf_all < <(builtin compgen -A shopt)
+__tf_u=$_;
+@TF_LIMITS@
+builtin shopt -s expand_aliases;
+if [ @TF_MODE@ = restore ]; then
+  builtin . @TF_SNAP@ </dev/null >/dev/null 2>&1;
+  builtin trap - DEBUG ERR RETURN;
+  builtin mapfile -t __tf_all < <(builtin compgen -A shopt);
   for __tf_o in "${__tf_all[@]}"; do
-    [[ :$__tf_bo: == *:"$__tf_o":* ]] && builtin shopt -s "$__tf_o" || builtin shopt -u "$__tf_o"
-  done 2>/dev/null
-  builtin mapfile -t __tf_all < <(builtin compgen -A setopt)
+    [[ :$__tf_bo: == *:"$__tf_o":* ]] && builtin shopt -s "$__tf_o" || builtin shopt -u "$__tf_o";
+  done 2>/dev/null;
+  builtin mapfile -t __tf_all < <(builtin compgen -A setopt);
   for __tf_o in "${__tf_all[@]}"; do
-    [[ $__tf_o == @(history|monitor|noexec|onecmd|emacs|vi|privileged) ]] && builtin continue
-    [[ :$__tf_so: == *:"$__tf_o":* ]] && builtin set -o "$__tf_o" || builtin set +o "$__tf_o"
-  done 2>/dev/null
-fi
-__tf_dir=$1 __tf_snap=$2 __tf_nonce=$4 __tf_f=$-
-__tf_save='{ builtin declare -p; builtin declare -f; builtin declare -F; builtin alias -p; builtin trap -p
-builtin umask -p; builtin printf "builtin cd -- %q\n__tf_so=%q __tf_bo=%q\n" "$PWD" "$SHELLOPTS" "$BASHOPTS"
-} >|"$__tf_snap" 2>/dev/null || :'
-builtin trap '__tf_rc=$?; builtin eval "$__tf_save"; builtin trap "" PIPE; for __tf_o in 10 0; do [[ -S /proc/self/fd/$__tf_o ]] && { builtin printf "%s exit %s\n" "$__tf_nonce" "$__tf_rc" >&$__tf_o; builtin break; }; done 2>/dev/null' EXIT
-builtin set +euavx --
-builtin export -n __tf_dir __tf_snap __tf_nonce __tf_f __tf_save __tf_all __tf_o 2>/dev/null
-builtin printf '%s ready\n' "$__tf_nonce" >&10
+    [[ $__tf_o == @(history|monitor|noexec|onecmd|emacs|vi|privileged) ]] && builtin continue;
+    [[ :$__tf_so: == *:"$__tf_o":* ]] && builtin set -o "$__tf_o" || builtin set +o "$__tf_o";
+  done 2>/dev/null;
+fi;
+__tf_rc=${__tf_rc:-0} __tf_f=$-;
+builtin set +euavx --;
+builtin unset -v __tf_all __tf_o __tf_so __tf_bo BASH_EXECUTION_STRING;
+builtin export -n __tf_rc __tf_f __tf_u 2>/dev/null;
+builtin printf '%s ready\n' @TF_NONCE@ >&10;
 while IFS=' ' builtin read -r -u 10 __tf_n __tf_nonce __tf_cwd; do
   if [[ $__tf_cwd == c ]]; then
-    IFS= builtin read -r -d '' __tf_cwd <"$__tf_dir/c$__tf_n.cwd"
+    IFS= builtin read -r -d '' __tf_cwd <@TF_DIR@/c$__tf_n.cwd;
     if ! builtin cd -- "$__tf_cwd" 2>/dev/null; then
-      builtin printf '%s cwd\n' "$__tf_nonce" >&10
-      builtin continue
-    fi
-  fi
+      builtin printf '%s cwd\n' "$__tf_nonce" >&10;
+      builtin continue;
+    fi;
+  fi;
   {
-    builtin printf '%s go\n' "$__tf_nonce" >&10
-    [[ -n ${__tf_f//[!euavx]/} ]] && builtin set -"${__tf_f//[!euavx]/}"
-    builtin . "$__tf_dir/c$__tf_n.sh" >&95 2>&1 95>&-
-  } 95>"$__tf_dir/o$__tf_nonce" </dev/null >/dev/null 2>/dev/null
-  __tf_rc=$? __tf_f=$-
-  builtin eval "$__tf_save"
-  builtin set +euavx
-  builtin export -n __tf_n __tf_nonce __tf_cwd __tf_rc __tf_f __tf_dir __tf_snap __tf_save 2>/dev/null
-  builtin printf '%s %s\n' "$__tf_nonce" "$__tf_rc" >&10
-done
-} 0</dev/null 1>/dev/null
+    builtin printf '%s go\n' "$__tf_nonce" >&10;
+    if builtin unset -n BASH_EXECUTION_STRING 2>/dev/null; then
+      IFS= builtin read -r -d '' BASH_EXECUTION_STRING <@TF_DIR@/c$__tf_n.sh;
+    else
+      IFS= builtin read -r -d '' __tf_cmd <@TF_DIR@/c$__tf_n.sh;
+    fi;
+    __tf_r() { builtin unset -f __tf_r; builtin unset -v __tf_n __tf_nonce __tf_cwd __tf_rc __tf_f __tf_u; builtin return "$1"; };
+    [[ -n ${__tf_f//[!euavx]/} ]] && builtin set -"${__tf_f//[!euavx]/}";
+    if (( __tf_rc )); then
+      __tf_r "$__tf_rc" "$__tf_u" || builtin eval "${__tf_cmd-$BASH_EXECUTION_STRING}" >&95 2>&1 95>&- 96<&-;
+    else
+      __tf_r 0 "$__tf_u";
+      builtin eval "${__tf_cmd-$BASH_EXECUTION_STRING}" >&95 2>&1 95>&- 96<&-;
+    fi;
+    __tf_rc=$? __tf_f=$-;
+    builtin unset -v __tf_cmd;
+    builtin unset -n BASH_EXECUTION_STRING 2>/dev/null || builtin :;
+    builtin export -n __tf_rc __tf_f 2>/dev/null || builtin :;
+    {
+      builtin declare -p; builtin declare -f; builtin declare -F; builtin alias -p; builtin trap -p; builtin umask -p;
+      builtin printf 'builtin cd -- %q\n__tf_so=%q __tf_bo=%q\n' "$PWD" "$SHELLOPTS" "$BASHOPTS";
+    } >|@TF_SNAP@ 2>/dev/null || builtin :;
+    builtin set +euavx;
+    IFS=' ' builtin read -r -u 96 __tf_nonce __tf_u;
+  } 95>@TF_DIR@/o$__tf_nonce 96<<<"$__tf_nonce $__tf_u" </dev/null >/dev/null;
+  builtin export -n __tf_nonce __tf_u 2>/dev/null;
+  builtin printf '%s %s\n' "$__tf_nonce" "$__tf_rc" >&10;
+done;
+} 1>/dev/null 0</dev/null
 """
+# One line: ``eval`` numbers a command's lines from the line it is called on, and on line 1 the
+# command's first line is ``line 1`` in bash's messages, as under ``bash -c``.
+LOOP = " ".join(line.strip() for line in _LOOP_LINES.strip().splitlines()) + "\n"
+# ``ulimit`` flags of the limits the host sets (the agent's environment): the loop's statements.
+_LIMIT_FLAGS = (
+    ("TF_LIMIT_FSIZE_KB", "-f"),
+    ("TF_LIMIT_CPU_S", "-t"),
+    ("TF_LIMIT_AS_KB", "-v"),
+    ("TF_LIMIT_NPROC", "-u"),
+)
+
+
+def _quoted(text: str) -> str:
+    """``text`` as one single-quoted shell word."""
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def loop_script(limits: dict[str, str], cmd_dir: str, snapshot: str, restore: bool, nonce: str) -> bytes:
+    """:data:`LOOP` for one shell: its placeholders filled in, in one pass (a value is never read
+    again for placeholders). A limit is set only when its value is all ASCII digits."""
+    values = {
+        "LIMITS": "".join(
+            f"builtin ulimit {flag} {limits[name]} 2>/dev/null; "
+            for name, flag in _LIMIT_FLAGS
+            if limits.get(name) and all("0" <= c <= "9" for c in limits[name])
+        ),
+        "MODE": "restore" if restore else "new",
+        "SNAP": _quoted(snapshot),
+        "DIR": _quoted(cmd_dir),
+        "NONCE": nonce,
+    }
+    parts = LOOP.split("@TF_")
+    out = [parts[0]]
+    for part in parts[1:]:
+        name, at, rest = part.partition("@")
+        out.append(values[name] + rest if at and name in values else "@TF_" + part)
+    return "".join(out).encode("utf-8", "surrogateescape")
+
 
 # A command can read the loop's nonce (it runs in the loop's shell) and write the status line
 # itself: its call then ends early. Its real end shows up later, while the next command waits.
@@ -192,6 +259,7 @@ _KEYCTL_GET_KEYRING_ID, _KEYCTL_JOIN_SESSION_KEYRING, _KEYCTL_READ = 0, 1, 11
 _KEY_SPEC_USER, _KEY_SPEC_USER_SESSION = -4, -5
 _FS_IOC_GETFLAGS, _FS_IOC_SETFLAGS = 0x80086601, 0x40086602
 _CREDS_SPACE = _socket.CMSG_SPACE(12)  # struct ucred: pid, uid, gid
+_NAME = b"exec-agent"  # what ps and top show of the agent inside a sandbox (Kernel.rename)
 
 
 class suppress:  # noqa: N801 (contextlib's name: that module imports collections and functools)
@@ -353,6 +421,20 @@ class Kernel:
         make a reset lie about the sandbox's state. A non-dumpable process can only be traced with
         CAP_SYS_PTRACE, which nothing in the sandbox has."""
         self._libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+
+    def rename(self, name: bytes) -> None:
+        """Show as ``name`` to ``ps`` and ``top`` inside the sandbox: its command line and its
+        name (comm) said where the harness keeps its files and how it runs (issue 39). The kernel
+        reads /proc/PID/cmdline from the memory that holds our argv strings: overwritten in place
+        with the name and zeros, and a last byte that is not NUL, which tells the kernel the
+        title was set (setproctitle): it then reads up to the first NUL, the name alone."""
+        self._libc.prctl(15, name, 0, 0, 0)  # PR_SET_NAME
+        fields = _read("/proc/self/stat").rpartition(")")[2].split()
+        if len(fields) < 47 or not fields[45].isdigit() or not fields[46].isdigit():
+            return
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
+        if end - start > len(name) + 1:
+            self._c.memmove(start, name + b"\0" * (end - start - len(name) - 1) + b" ", end - start)
 
     def new_session_keyring(self) -> None:
         """Join a fresh anonymous session keyring: commands inherit it, so keys a rollout added
@@ -624,6 +706,7 @@ class Agent:
         run_as: tuple[int, int] | None = None,
         state_dir: str | None = None,
         max_procs: int = 0,
+        shm: str | None = None,
     ) -> None:
         self.workdir = workdir
         self.run_as = run_as
@@ -649,8 +732,10 @@ class Agent:
             self.kernel = Kernel()
             self.kernel.make_undumpable()
             self.kernel.new_session_keyring()
-        # The starting state that reset() must restore and verify.
-        self.baseline = Baseline((workdir, scratch), self.kernel) if reusable and self.kernel else None
+            self.kernel.rename(_NAME)
+        # The starting state that reset() must restore and verify (/dev/shm emptied like /tmp).
+        roots = (workdir, scratch, shm) if shm else (workdir, scratch)
+        self.baseline = Baseline(roots, self.kernel) if reusable and self.kernel else None
 
     def _session_dirs(self, base: str) -> tuple[str, str]:
         """Command files and output FIFOs are made by us in a directory commands cannot write
@@ -818,26 +903,26 @@ class Agent:
         nonce = os.urandom(16).hex()
         # A restored shell starts from nothing but the snapshot (it exports what was exported,
         # and a variable the session unset stays unset); a fresh one from the start environment.
+        # The limits are in the script, not the environment (where /proc/PID/environ shows them).
         env = {} if restore else dict(self.initial_env)
-        env.update({k: v for k, v in self.limits.items() if v})
-        argv = [
-            "bash",
-            "-c",
-            LOOP,
-            "bash",
-            self.cmd_dir,
-            self.snapshot,
-            "restore" if restore else "new",
-            nonce,
-        ]
         try:
-            pid = _start(argv, self.workdir, env, self.run_as, null, stdin=theirs.fileno(), errput=null)
+            script = _script_fd(
+                loop_script(self.limits, self.cmd_dir, self.snapshot, restore, nonce), self.cmd_dir
+            )
+        except BaseException:
+            ours.close()
+            theirs.close()
+            os.close(null)
+            raise
+        try:
+            pid = _start(["bash"], self.workdir, env, self.run_as, theirs.fileno(), stdin=script, errput=null)
         except BaseException:
             ours.close()
             raise
         finally:
             theirs.close()
             os.close(null)
+            os.close(script)
         shell = Shell(pid, ours, restore)
         self.groups.add(pid)
         # A restored shell must say its loop runs: a snapshot may break it.
@@ -997,7 +1082,8 @@ class Agent:
                             _unlink(fifo)
                         started = True
                         continue
-                    if word.startswith("exit "):  # from its EXIT trap: the shell is going
+                    if word.startswith("exit "):  # the shell says it is going (no loop says it
+                        # since issue 39 took the loop's EXIT trap away; a command can write it)
                         word, exiting = word[5:], True
                     code = int(word) if word.lstrip("-").isdigit() else word
                 elif previous and line.startswith(previous + " "):
@@ -1010,7 +1096,7 @@ class Agent:
                 if code is None and not shell.intruders and shell.ended():
                     take(shell.lines())  # what it said before it died is all there now
                     if code is None and not shell.intruders:
-                        code, ended = self._shell_exited(shell, overran and not started)
+                        code, ended = self._shell_exited(shell, overran and not started, not started)
                         note = ended if ended.startswith(_OVERRAN) else note + ended
                         done = True
                 if shell.intruders:
@@ -1057,9 +1143,9 @@ class Agent:
             except RuntimeError:
                 os.close(reader)
         if code is not None and self.shell is shell and shell.exit_code is None:
-            self.restorable = True  # the loop (or its EXIT trap) wrote the snapshot before it answered
+            self.restorable = True  # the loop wrote the snapshot before it answered
             shell.restored = False  # a restored shell that got through a command works
-            if exiting:  # its EXIT trap has saved the session: the next command gets a new shell
+            if exiting:  # it said it is going: the next command gets a new shell
                 self._forget_shell()
         return code, timed_out, note, foreign
 
@@ -1071,22 +1157,29 @@ class Agent:
                     os.kill(pid, signal.SIGKILL)
         return shell.intruders[0]
 
-    def _shell_exited(self, shell: Shell, overran: bool) -> tuple[int, str]:
-        """The shell ended during the command without reporting it (its EXIT trap reports the
-        end of an ``exit``, ``set -e``, ``set -u``: then the next command simply gets a new shell
-        from that snapshot). Its exit code, and what the model is told: when the command before
-        this one ended the shell before this one started (``overran``), that this one did not
-        run; otherwise (``exec``, a signal, a command that replaced the trap) that the next
-        command runs with the session from before this command."""
+    def _shell_exited(self, shell: Shell, overran: bool, unstarted: bool = False) -> tuple[int, str]:
+        """The shell ended during the command without reporting it: ``exit``, a ``set -e``
+        failure, a ``set -u`` error (they end it as they end ``bash -c``), ``exec``, a signal. Its
+        exit code, and what the model is told: when the command before this one ended the shell
+        before this one started (``overran``: its late end was seen, or ``unstarted``: the shell
+        never took this one), that this one did not run; otherwise that the next command runs in a
+        new shell with the session as it was before this command (the snapshot the loop wrote
+        after the last command that finished)."""
         shell.poll(block=True)  # everything it said has been read: its pid may go now
         code = shell.exit_code if shell.exit_code is not None else 0
         self._after_shell_died()
         if overran:
             self.restorable = True
             return code, _OVERRAN + "[... and then ended the shell: this command did not run]\n"
+        if unstarted:
+            return code, (
+                f"\n[the shell ended (status {code}) before this command started: it did not run; the next "
+                "command runs in a new shell with the session as it was after the last command that "
+                "finished]\n"
+            )
         return code, (
-            f"\n[the shell ended (status {code}) without saving its state; the next command runs in a "
-            "new shell with the session as it was before this command]\n"
+            f"\n[the shell ended (status {code}); the next command runs in a new shell with the session as "
+            "it was before this command]\n"
         )
 
     def _after_shell_died(self) -> None:
@@ -1201,6 +1294,29 @@ def _write_new(path: str, data: bytes) -> None:
         _write_all(fd, data)
     finally:
         os.close(fd)
+
+
+def _script_fd(script: bytes, spare_dir: str) -> int:
+    """A read-only-for-them fd at the start of ``script``: what a new shell reads its loop from.
+    A memory file (``memfd_create``: nothing on disk, seekable, so bash reads it in blocks rather
+    than a byte per system call as it does from a pipe); where the kernel or python lacks it, a
+    file of ours in ``spare_dir``, unlinked once open."""
+    try:
+        fd = os.memfd_create("bash", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        path = os.path.join(spare_dir, "loop-" + os.urandom(8).hex())
+        _write_new(path, script)
+        try:
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        finally:
+            _unlink(path)
+    try:
+        _write_all(fd, script)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _open_fifo(path: str, run_as: tuple[int, int] | None) -> tuple[int, int]:
@@ -1506,7 +1622,7 @@ def _reap() -> None:
 
 
 def _options(argv: list[str]) -> dict[str, Any]:
-    """``WORKDIR SCRATCH [--reusable] [--run-as UID:GID] [--state-dir DIR] [--max-procs N]``."""
+    """``WORKDIR SCRATCH [--reusable] [--run-as UID:GID] [--state-dir DIR] [--max-procs N] [--shm DIR]``."""
     opts: dict[str, Any] = {"reusable": False}
     rest = list(argv)
     while rest:
@@ -1520,6 +1636,8 @@ def _options(argv: list[str]) -> dict[str, Any]:
             opts["state_dir"] = rest.pop(0)
         elif flag == "--max-procs":
             opts["max_procs"] = int(rest.pop(0))
+        elif flag == "--shm":
+            opts["shm"] = rest.pop(0)
         else:
             raise SystemExit(f"exec agent: unknown option {flag!r}")
     return opts
@@ -1571,8 +1689,14 @@ def _json_codec() -> tuple[Any, Any]:
 
 
 def main() -> None:
-    workdir, scratch = sys.argv[1], sys.argv[2]
-    agent = Agent(workdir, scratch, **_options(sys.argv[3:]))
+    if sys.argv[0].startswith("/proc/self/fd/"):  # run from the fd of our file (bwrap): read already
+        with suppress(ValueError, OSError):
+            os.close(int(sys.argv[0][len("/proc/self/fd/") :]))
+    # The options in argv, or one a line in TF_AGENT_ARGS (bwrap: argv is what ps shows)
+    args = sys.argv[1:] or os.environ.get("TF_AGENT_ARGS", "").split("\n")
+    if len(args) < 2:
+        raise SystemExit("exec agent: WORKDIR and SCRATCH are required")
+    agent = Agent(args[0], args[1], **_options(args[2:]))
     dumps, loads = _json_codec()
     out = sys.stdout
     out.write(dumps({"ready": True, "pid": os.getpid()}) + "\n")

@@ -339,9 +339,9 @@ class ProcessSandboxFactory:
             return problem
         left, pids, stats = await self.io.run(resident.host_state)
         if left:
-            return "workdir or scratch dir not empty after reset"
+            return "workdir, scratch dir or /dev/shm not empty after reset"
         if stats != resident.dir_stats:
-            return "workdir or scratch dir mode/owner changed"
+            return "workdir, scratch dir or /dev/shm mode/owner changed"
         if sorted(pids) != sorted(resident.baseline_pids):
             return "unexpected processes in the sandbox cgroup"
         return None
@@ -463,6 +463,8 @@ class ProcessSandboxFactory:
             launch = await self._launch(task_id, layout, cgroup, image)
             agent = ExecAgent(launch.argv, log_path=layout.log, env=launch.env, pass_fds=launch.pass_fds)
             await agent.start()
+            if launch.started is not None:
+                launch.started()
         except BaseException:
             await self.io.run(cgroup.remove)
             if launch is not None and launch.teardown is not None:
@@ -524,6 +526,8 @@ class ProcessSandboxFactory:
                 copy_tree(template.lower, layout.work)
             if owner is not None:
                 chown_tree(layout.root, owner)  # before the overlay: never through it
+                for shared in (layout.tmp, layout.shm):  # root's and 1777, as on any Linux box
+                    os.chown(shared, 0, 0)
                 layout.root.chmod(0o700)
                 layout.owner = owner
             if (

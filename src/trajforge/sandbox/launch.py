@@ -23,6 +23,7 @@ class Launch:
     teardown: Callable[[], Awaitable[None]] | None = None
     owner: tuple[int, int] | None = None  # uid/gid that must own files the host writes
     pass_fds: tuple[int, ...] = ()  # fds the launcher refers to (kept open while it runs)
+    started: Callable[[], None] | None = None  # called once the agent runs (fds no longer needed)
 
 
 def command_env(config: SandboxConfig, workdir: str, scratch: str) -> dict[str, str]:

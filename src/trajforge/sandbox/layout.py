@@ -71,19 +71,27 @@ T = TypeVar("T")
 
 @dataclass
 class Layout:
-    """Host directories of one sandbox: ``work`` (the workdir), ``tmp`` (scratch), the agent copy."""
+    """Host directories of one sandbox: ``work`` (the workdir), ``tmp`` (scratch), ``shm`` (the
+    sandbox's ``/dev/shm``: POSIX shared memory and semaphores, which Python's multiprocessing,
+    pytest-xdist, joblib, PostgreSQL and Chromium need), the agent copy."""
 
     root: Path
     work: Path
     tmp: Path
     agent: Path
     log: Path
+    shm: Path
     owner: tuple[int, int] | None = None  # (uid, gid) the tree belongs to, when not ours
-    disk_capped: bool = False  # work and tmp live on a tmpfs of the configured size
+    disk_capped: bool = False  # work, tmp and shm live on one tmpfs of the configured size
+
+    @property
+    def writable(self) -> tuple[Path, ...]:
+        """The directories commands write: what a reset empties and the host checks."""
+        return (self.work, self.tmp, self.shm)
 
     def dir_stats(self) -> tuple[tuple[int, int], ...]:
-        """(mode, uid) of the workdir and the scratch dir: what a reset must leave as it found."""
-        return tuple((st.st_mode, st.st_uid) for st in map(os.lstat, (self.work, self.tmp)))
+        """(mode, uid) of the writable directories: what a reset must leave as it found."""
+        return tuple((st.st_mode, st.st_uid) for st in map(os.lstat, self.writable))
 
 
 def shared_root() -> Path:
@@ -118,9 +126,10 @@ class SandboxIO:
 def make_layout(
     root_dir: Path, task_id: str, disk: tuple[int, int] | None = None, agent: AgentFile | None = None
 ) -> Layout:
-    """A fresh sandbox directory; with ``disk`` (MiB, inodes) its work and tmp dirs share one
-    size-limited tmpfs when this process may mount one (``layout.disk_capped`` says). ``agent``:
-    the agent's file (default: its source)."""
+    """A fresh sandbox directory; with ``disk`` (MiB, inodes) its work, tmp and shm dirs share one
+    size-limited tmpfs when this process may mount one (``layout.disk_capped`` says): what a command
+    puts in ``/dev/shm`` counts against the same cap as its files. ``tmp`` and ``shm`` are 1777, as
+    ``/tmp`` and ``/dev/shm`` are on a Linux box. ``agent``: the agent's file (default: its source)."""
     agent = agent or agent_source()
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in task_id)[:40]
     root = Path(tempfile.mkdtemp(prefix=f"{safe}-", dir=root_dir))
@@ -131,10 +140,12 @@ def make_layout(
         remove_tree(root)
         raise
     base = files or root
-    layout = Layout(root, base / "work", base / "tmp", root / agent.name, root / "agent.log")
+    layout = Layout(root, base / "work", base / "tmp", root / agent.name, root / "agent.log", base / "shm")
     layout.disk_capped = files is not None
     layout.work.mkdir()
-    layout.tmp.mkdir()
+    for shared in (layout.tmp, layout.shm):
+        shared.mkdir()
+        shared.chmod(0o1777)
     layout.agent.write_bytes(agent.data)
     layout.agent.chmod(0o755 if agent.executable else 0o644)
     return layout

@@ -68,7 +68,7 @@ class Resident:
 
     def host_state(self) -> tuple[list[str], list[int], tuple[tuple[int, int], ...]]:
         """What the host itself can check after a reset: directory contents, processes, modes."""
-        left = os.listdir(self.layout.work) + os.listdir(self.layout.tmp)
+        left = [name for path in self.layout.writable for name in os.listdir(path)]
         return left, self.cgroup.pids(), self.layout.dir_stats()
 
 

@@ -144,9 +144,11 @@ async def _search_files(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     max_results = int(most.value)
     flags = "-rnI -E" if regex else "-rnI -F"
     include = f" --include={shlex.quote(glob)}" if glob else ""
+    # In a subshell: the command runs in the rollout's resident shell, where an ``exit`` ends the
+    # shell (as in ``bash -c``), and with it the model's background jobs.
     cmd = (
-        f"grep {flags}{include} -e {shlex.quote(pattern)} -- {shlex.quote(path)} 2>&1 "
-        f"| head -n {max_results}; exit ${{PIPESTATUS[0]}}"
+        f"( grep {flags}{include} -e {shlex.quote(pattern)} -- {shlex.quote(path)} 2>&1 "
+        f"| head -n {max_results}; exit ${{PIPESTATUS[0]}} )"
     )
     res = await ctx.ready_sandbox.exec(cmd, timeout=60)
     if res.exit_code == 1:
