@@ -514,8 +514,13 @@ def test_the_rollout_gc_policy_keeps_a_higher_threshold_and_restores() -> None:
 
 def test_ctrl_c_ends_a_waiting_worker_process_quietly(capfd: pytest.CaptureFixture[str]) -> None:
     """Ctrl-C during the preflight reaches the worker processes waiting for their share: each
-    exits with 130 and no traceback."""
-    pool = WorkerPool(1)
+    exits with 130 and no traceback. (The worker starts with SIGINT handled as in a terminal: a
+    suite started in the background or under nohup ignores it, and children inherit that.)"""
+    was = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        pool = WorkerPool(1)
+    finally:
+        signal.signal(signal.SIGINT, was)
     (proc,) = [p for p in multiprocessing.active_children() if p.name == "trajforge-w0"]
     try:
         for _ in range(400):  # until it blocks reading its pipe (system call 0, read)

@@ -94,6 +94,38 @@ async def test_exit_errexit_and_nounset_end_the_shell_as_they_end_bash_c(sandbox
     assert await _out(sandbox, "set +eu; f") == "f\n"
 
 
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_signals_the_launcher_ignored_or_blocked_reach_no_command(kind, tmp_path):
+    """Started under ``nohup`` or as a script's background job, trajforge ignores SIGHUP (SIGINT,
+    SIGQUIT); a disposition that is ignored or a signal that is blocked passes to every child, and
+    bash can neither trap nor reset a signal ignored at its start (``trap -p`` lists it as
+    ``trap -- '' SIGHUP``). A command in the sandbox starts as in a terminal: none of either."""
+    import signal
+
+    _needs(kind)
+    ignored = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGHUP, signal.SIGQUIT)}
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
+    try:
+        factory = create_sandbox_factory(
+            SandboxConfig(kind=kind, root_dir=str(tmp_path / "sb"), command_timeout_s=20)
+        )
+        sb = await factory.create("signals")
+    finally:
+        for number, was in ignored.items():
+            signal.signal(number, was)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    try:
+        out = await _out(sb, "trap -p; grep -E '^Sig(Blk|Ign)' /proc/self/status")
+        assert "trap --" not in out, out
+        masks = dict(line.split(":\t") for line in out.splitlines())
+        assert int(masks["SigBlk"], 16) == 0, out
+        hup, quit_ = 1 << (signal.SIGHUP - 1), 1 << (signal.SIGQUIT - 1)
+        assert int(masks["SigIgn"], 16) & (hup | quit_) == 0, out
+    finally:
+        await sb.close()
+        await factory.aclose()
+
+
 async def test_an_execd_or_killed_shell_is_replaced_and_the_model_is_told(sandbox):
     await _out(sandbox, "f() { echo f; }; cd /tmp; X=1")
     res = await sandbox.exec("Y=lost; exec sleep 0.1")

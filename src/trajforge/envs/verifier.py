@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import secrets
 import shlex
 from collections.abc import Mapping, Sequence
@@ -49,6 +50,9 @@ from trajforge.tools.base import Tool, ToolContext, ToolOutput
 from trajforge.tools.limits import ToolLimits
 
 _SCRATCH = ".trajforge-verifier"  # under the sandbox scratch dir, never the workdir
+# The exec agent's note when a command ended the resident shell (sandbox/exec_agent.py,
+# ``_shell_exited``): told to the model, never part of what the command printed.
+_SHELL_ENDED = re.compile(r"\n\[the shell ended \(status -?\d+\)[^\n]*\]\n\Z")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # Git settings that would run a program, neutralised for every verifier command: repository
@@ -415,7 +419,10 @@ class VerifierContext:
         if self.shell == "session" if session is None else session:
             res = await self.sandbox.exec(command, timeout=timeout)
             code = -1 if res.timed_out or res.exit_code is None else res.exit_code
-            return {"output": res.output, "exit_code": code, "timed_out": res.timed_out}
+            # ``exit N`` ends the session's shell as it ends ``bash -c``; the agent's note saying
+            # so is the model's, not part of what the command printed
+            output = _SHELL_ENDED.sub("", res.output)
+            return {"output": output, "exit_code": code, "timed_out": res.timed_out}
         ran = await self.exec(f"exec 2>&1\n{command}", timeout=timeout)  # one stream, in order
         out = (ran.stdout + ran.stderr).decode(errors="replace")
         code = -1 if ran.timed_out or ran.exit_code is None else ran.exit_code

@@ -2883,7 +2883,22 @@ static void send_answer(buf_t *out) {
     buf_clear(out);
 }
 
+/* What the agent's launcher ignored or blocked (nohup, a script's background job: SIGHUP, SIGINT,
+   SIGQUIT) every command would inherit, and bash can neither trap nor reset a signal ignored at its
+   start: a command in a terminal starts with none ignored and none blocked. */
+static void default_signals(void) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (int number = 1; number < NSIG; number++) {
+        struct sigaction was;
+        if (sigaction(number, NULL, &was) == 0 && was.sa_handler == SIG_IGN)
+            signal(number, SIG_DFL);
+    }
+}
+
 int main(int argc, char **argv) {
+    default_signals();
     signal(SIGPIPE, SIG_IGN); /* as python: a closed pipe is an error to handle, not a death */
     signal(SIGXFSZ, SIG_IGN);
     int real_argc = argc;

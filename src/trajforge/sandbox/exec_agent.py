@@ -1688,7 +1688,22 @@ def _json_codec() -> tuple[Any, Any]:
         return json.dumps, json.loads
 
 
+def _default_signals() -> None:
+    """What the agent's launcher ignored or blocked (nohup, a script's background job: SIGHUP,
+    SIGINT, SIGQUIT) every command would inherit, and bash can neither trap nor reset a signal
+    ignored at its start: a command in a terminal starts with none ignored and none blocked.
+    (SIGPIPE and SIGXFSZ are python's own; a child gets them back at its start.)"""
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    for number in range(1, signal.NSIG):
+        if number in (signal.SIGPIPE, signal.SIGXFSZ):
+            continue
+        with suppress(OSError, ValueError):
+            if signal.getsignal(number) == signal.SIG_IGN:
+                signal.signal(number, signal.SIG_DFL)
+
+
 def main() -> None:
+    _default_signals()
     if sys.argv[0].startswith("/proc/self/fd/"):  # run from the fd of our file (bwrap): read already
         with suppress(ValueError, OSError):
             os.close(int(sys.argv[0][len("/proc/self/fd/") :]))
