@@ -153,11 +153,11 @@ def supervised_until(
             rng.shuffle(fresh)
             order += fresh
         chosen, order = order[:batch], order[batch:]
-        # the last update takes only what is left of the budget (at least one sample), so the
-        # total lands within one sample of it rather than one batch
+        # the last update takes only what the budget still needs (the sample that crosses it
+        # included), so the total lands within one sample of it rather than one batch
         fit_in, running = [], done
         for s in chosen:
-            if fit_in and running + s.num_sampled > tokens:
+            if running >= tokens:
                 break
             fit_in.append(s)
             running += s.num_sampled
