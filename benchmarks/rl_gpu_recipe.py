@@ -317,14 +317,16 @@ def run_one(name: str, model_dir: Path, mode: str, args: argparse.Namespace, roo
 
     from trajforge.rl.config import TrainConfig
 
-    cfg = TrainConfig(
-        env="tiny_tasks",
-        model=model_dir,
-        lr=1e-5 if mode == "full" else 1e-4,
-        micro_batch=args.micro_batch,
-        precision=args.precision,
-        gradient_checkpointing=args.checkpointing if name != "tiny" else False,
-        lora={"r": args.lora_r, "alpha": 2.0 * args.lora_r} if mode == "lora" else None,
+    cfg = TrainConfig.model_validate(
+        {
+            "env": "tiny_tasks",
+            "model": model_dir,
+            "lr": 1e-5 if mode == "full" else 1e-4,
+            "micro_batch": args.micro_batch,
+            "precision": args.precision,
+            "gradient_checkpointing": args.checkpointing if name != "tiny" else False,
+            "lora": {"r": args.lora_r, "alpha": 2 * args.lora_r} if mode == "lora" else None,
+        }
     )
     model, row = train_phase(cfg, model_dir, args.device, args)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))

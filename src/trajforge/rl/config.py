@@ -110,7 +110,7 @@ class LoraSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     r: int = Field(16, ge=1, description="adapter rank")
-    alpha: float = Field(32.0, gt=0, description="scale: the update is B @ A * alpha / r")
+    alpha: int = Field(32, ge=1, description="scale: the update is B @ A * alpha / r")
     dropout: float = Field(
         0.0,
         ge=0,

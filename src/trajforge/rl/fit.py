@@ -186,7 +186,7 @@ def merged_state_dict(model: Any) -> dict[str, Any]:
             for adapter in module.active_adapters:
                 if adapter not in module.lora_A:
                     continue
-                delta = module.get_delta_weight(adapter).detach()
+                delta = module.get_delta_weight(adapter).detach()  # type: ignore[attr-defined]
                 key = f"{name}.weight"
                 deltas[key] = deltas[key] + delta if key in deltas else delta
     out: dict[str, Any] = {}
