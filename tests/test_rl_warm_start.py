@@ -351,29 +351,25 @@ def test_rl_demo_measures_warm_start_grpo_and_the_controls_alike(tmp_path: Path)
         "rft: {rounds: 1, lrs: [1.0e-3], validation_items: 2, validation_k: 1}\n"
     )
     out = tmp_path / "demo"
-    res = CliRunner().invoke(
-        app,
-        [
-            "rl",
-            "demo",
-            "--output-dir",
-            str(out.parent),
-            "--run-name",
-            out.name,
-            "--max-samples",
-            "5",
-            "--eval-k",
-            "2",
-            "--steps",
-            "1",
-            "--control",
-            "rft",
-            "--control",
-            "set",
-            "--config",
-            str(cfg),
-        ],
-    )
+    args = [
+        "rl",
+        "demo",
+        "--output-dir",
+        str(out.parent),
+        "--run-name",
+        out.name,
+        "--max-samples",
+        "5",
+        "--eval-k",
+        "2",
+        "--control",
+        "rft",
+        "--control",
+        "set",
+        "--config",
+        str(cfg),
+    ]
+    res = CliRunner().invoke(app, [*args, "--steps", "1"])
     assert res.exit_code == 0, (res.output, res.exception)
     report = json.loads((out / "report.json").read_text())
     names = [s["name"] for s in report["stages"]]
@@ -418,6 +414,36 @@ def test_rl_demo_measures_warm_start_grpo_and_the_controls_alike(tmp_path: Path)
     assert "grpo step 1/1 reward " in res.output and " eta " in res.output
     assert "GRPO minus it (sampled)" in res.output and "information used" in res.output
     assert "it/s" not in res.output
+
+    # the same command again resumes the directory: nothing is trained again, every stage is
+    # measured from the episodes already there, and the report counts the same compute
+    again = CliRunner().invoke(app, [*args, "--steps", "1"])
+    assert again.exit_code == 0, (again.output, again.exception)
+    assert "GRPO: the finished run in" in again.output and "grpo step" not in again.output
+    assert again.output.count("(an earlier run of this directory)") == 2
+    rerun = json.loads((out / "report.json").read_text())
+    assert rerun["compute"]["RFT"] == compute["RFT"] and rerun["compute"]["set SFT"] == compute["set SFT"]
+    for a, b in zip(rerun["stages"], report["stages"], strict=True):
+        assert (a["name"], a["families"], a["failures"]) == (b["name"], b["families"], b["failures"])
+    for key in ("sampled_episodes", "trained_tokens", "steps"):
+        assert rerun["compute"]["GRPO"][key] == compute["GRPO"][key]
+
+    # one more step: GRPO resumes from step 1, and RFT's budget and the curve count both steps;
+    # the stages trained again are measured afresh, not from the first model's episodes
+    more = CliRunner().invoke(app, [*args, "--steps", "2"])
+    assert more.exit_code == 0, (more.output, more.exception)
+    assert "GRPO resumed from step 1; 1 steps run now" in more.output
+    longer = json.loads((out / "report.json").read_text())
+    assert longer["headline"]["grpo_steps"] == 2 and [m["step"] for m in longer["metrics"]] == [1, 2]
+    assert longer["compute"]["GRPO"]["sampled_episodes"] == 4
+    assert longer["compute"]["RFT"]["sampled_episodes"] == 4
+    assert (
+        longer["controls"]["rft"]["budget"]["trained_tokens"] == longer["compute"]["GRPO"]["trained_tokens"]
+    )
+    assert longer["compute"]["set SFT"]["trained_tokens"] >= longer["compute"]["GRPO"]["trained_tokens"]
+    claimed = json.loads((out / "eval-GRPO" / "model.json").read_text())
+    assert claimed["model_dir"].endswith("step-00002")
+    assert len((out / "eval-GRPO" / "sampled" / "episodes.jsonl").read_text().splitlines()) == 10
 
 
 def test_the_closed_loop_figure_draws_each_stage_apart(tmp_path: Path) -> None:

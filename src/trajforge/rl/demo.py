@@ -41,6 +41,7 @@ import asyncio
 import json
 import math
 import os
+import shutil
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection
@@ -145,6 +146,8 @@ SUPERVISED_BATCH = 10
 """Demonstrations per update of the ``set``/``oracle`` controls."""
 ORACLE_CHUNK = 100
 """Oracle demonstrations collected at a time by the ``oracle`` control (each trained on once)."""
+CONTROL_FILE = "control.json"
+"""What a supervised control leaves in its model directory (its report)."""
 
 
 class DemoError(RuntimeError):
@@ -241,6 +244,7 @@ async def measure(
     the held-out items of these families only (default: every family). ``eval_seed``: which
     held-out items (default: the env's own)."""
     began = time.monotonic()
+    await asyncio.to_thread(_claim_eval_dir, out, model_dir)
     common: dict[str, Any] = {"max_tokens": EVAL_MAX_TOKENS, "max_concurrent_rollouts": 32, "seed": seed}
     if families:
         common["families"] = families
@@ -287,6 +291,35 @@ async def measure(
         breakdown(sampled_rows),
         breakdown(greedy_rows),
     )
+
+
+def _model_fingerprint(model_dir: Path) -> dict[str, Any]:
+    """Which weights a model directory holds: its path and its files' sizes and mtimes (a model
+    trained again into the same directory is a new fingerprint)."""
+    files = sorted(p for p in model_dir.iterdir() if p.is_file())
+    return {
+        "model_dir": str(model_dir.resolve()),
+        "files": {p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in files},
+    }
+
+
+def _claim_eval_dir(out: Path, model_dir: Path) -> None:
+    """An evaluation directory resumes episode by episode, so it must hold this model's episodes:
+    ``model.json`` records whose they are, and a directory of another model (a stage trained again
+    on a rerun) is started over rather than mixed. A directory without the record (written before
+    it existed) is taken as this model's."""
+    record = out / "model.json"
+    now = _model_fingerprint(model_dir)
+    if record.exists():
+        try:
+            old = json.loads(record.read_text())
+        except ValueError:
+            old = None
+        if old != now:
+            for sub in ("greedy", "sampled"):
+                shutil.rmtree(out / sub, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps(now, indent=2))
 
 
 def paired(
@@ -487,7 +520,10 @@ async def warm_stage(plan: DemoPlan) -> tuple[Path, dict[str, Any] | None]:
 class GrpoRun:
     checkpoint: Path
     metrics: list[dict[str, Any]]
+    """every step's metric line, from the run directory (a resumed run's earlier steps included)"""
     seconds: float
+    """wall time of the GRPO stage (a resumed run's: its steps' ``step_s`` summed)"""
+    resumed_from: int | None = None
 
     def compute(self) -> dict[str, Any]:
         """What GRPO spent, counted: the budget the controls get."""
@@ -502,13 +538,32 @@ class GrpoRun:
 
 async def grpo_stage(plan: DemoPlan, start: Path) -> GrpoRun:
     """GRPO from ``start`` for the config's steps; the last checkpoint and the metric lines."""
+    from trajforge.rl.checkpoint import RunDir
+
     began = time.monotonic()
     cfg = plan.config.model_copy(update={"model": start, "warm_start": None})
+    run_dir = RunDir(Path(cfg.output_dir))
+    state = await asyncio.to_thread(run_dir.open, cfg)  # checks a run already there is this one
+    if state is not None and state.final and state.step == cfg.steps:
+        plan.say(f"GRPO: the finished run in {run_dir.root} ({state.step} steps, an earlier run)")
+        metrics = await asyncio.to_thread(run_dir.read_metrics)
+        return GrpoRun(run_dir.root / state.checkpoint, metrics, _step_seconds(metrics), state.step)
     progress = StepProgress(cfg.steps, lambda line: plan.say(f"grpo {line}"))
     plan.say(f"GRPO: {cfg.steps} steps of {cfg.episodes_per_step} episodes")
     trainer = BuiltinTrainer(cfg, on_step=progress)
     result = await trainer.run()
-    return GrpoRun(result.final_checkpoint, result.metrics, time.monotonic() - began)
+    # every step's line from the run directory, not only this process's: a demo rerun on the same
+    # --output-dir resumes GRPO, and RFT's budget and the curve must count the steps before it
+    metrics = await asyncio.to_thread(run_dir.read_metrics)
+    if result.resumed_from is not None:
+        plan.say(f"GRPO resumed from step {result.resumed_from}; {result.steps_done} steps run now")
+    seconds = time.monotonic() - began if result.resumed_from is None else _step_seconds(metrics)
+    return GrpoRun(result.final_checkpoint, metrics, seconds, result.resumed_from)
+
+
+def _step_seconds(metrics: list[dict[str, Any]]) -> float:
+    """A resumed run's GRPO time: its steps' ``step_s`` summed (the wall clock spans the gap)."""
+    return sum(float(m.get("step_s") or 0.0) for m in metrics)
 
 
 async def rft_stage(plan: DemoPlan, start: Path, budget: RftBudget) -> tuple[Path, dict[str, Any]]:
@@ -637,6 +692,7 @@ async def control_stage(plan: DemoPlan, start: Path, kind: str, tokens: int) -> 
         "described": data,
         "updates": updates,
         "trained_tokens": trained,
+        "target_tokens": tokens,
         "oracle_episodes": oracle_episodes,
         "sampled_episodes": 0,
         "demonstrations": len(fixed_set) if fixed_set else demos,
@@ -652,7 +708,7 @@ async def control_stage(plan: DemoPlan, start: Path, kind: str, tokens: int) -> 
         "seconds": round(time.monotonic() - began, 1),
     }
     path = await asyncio.to_thread(
-        save_model_dir, plan.output_dir / kind, model, tokenizer, None, "control.json", info
+        save_model_dir, plan.output_dir / kind, model, tokenizer, None, CONTROL_FILE, info
     )
     return path, info
 
@@ -695,17 +751,51 @@ async def closed_loop(plan: DemoPlan) -> dict[str, Any]:
     after = await plan.measure("GRPO", grpo.checkpoint)
     spent = grpo.compute()
     controls: list[tuple[str, StageEval, dict[str, Any]]] = []
+    budget = RftBudget(spent["sampled_episodes"], spent["trained_tokens"])
     for kind in plan.controls:
-        if kind == "rft":
-            path, info = await rft_stage(
-                plan, warm_dir, RftBudget(spent["sampled_episodes"], spent["trained_tokens"])
-            )
+        kept = finished_control(plan, kind, budget)
+        if kept is not None:
+            path, info = kept
+            plan.say(f"{STAGE_NAMES[kind]}: the finished stage in {path} (an earlier run of this directory)")
+        elif kind == "rft":
+            path, info = await rft_stage(plan, warm_dir, budget)
         else:
             path, info = await control_stage(plan, warm_dir, kind, spent["trained_tokens"])
         controls.append((kind, await plan.measure(STAGE_NAMES[kind], path), info))
     report = build_report(plan, before, warm, after, controls, warm_info, grpo)
     write_report(plan, report)
     return report
+
+
+def finished_control(plan: DemoPlan, kind: str, budget: RftBudget) -> tuple[Path, dict[str, Any]] | None:
+    """The control ``kind`` an earlier run of this output directory finished with this budget, or
+    None. A demo rerun on the same directory resumes: the evaluations resume episode by episode,
+    GRPO from its last checkpoint, and a control whose model directory is complete (written whole,
+    then renamed into place) for the same counted budget is measured rather than trained again."""
+    from trajforge.rl.rft import INFO_FILE as RFT_INFO
+
+    if kind == "rft":
+        path, name = plan.output_dir / "rft" / "final", RFT_INFO
+    else:
+        path, name = plan.output_dir / kind, CONTROL_FILE
+    try:
+        info: dict[str, Any] = json.loads((path / name).read_text())
+    except (OSError, ValueError):
+        return None
+    if kind == "rft":
+        same = (
+            info.get("budget") == {"episodes": budget.episodes, "trained_tokens": budget.trained_tokens}
+            and info.get("settings") == plan.rft.model_dump(mode="json")
+            and info.get("validation_seed") == plan.validation_seed
+        )
+    else:
+        target = info.get("target_tokens")
+        same = info.get("data") == kind and (
+            target == budget.trained_tokens
+            if target is not None
+            else int(info.get("trained_tokens") or 0) >= budget.trained_tokens
+        )
+    return (path, info) if same else None
 
 
 def _stage_row(stage: StageEval, trained: Collection[str] | None) -> dict[str, Any]:
@@ -794,6 +884,7 @@ def build_report(
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "seconds_total": round(plan.elapsed(), 1),
         "grpo_steps": len(grpo.metrics),
+        "grpo_resumed_from": grpo.resumed_from,
         "trained_families": trained,
         "share_over": head,
         "sampled_pass1": {s.name: s.sampled.pass_at_1.value for s in measured},
