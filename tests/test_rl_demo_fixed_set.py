@@ -1,7 +1,7 @@
 """A warm start on a fixed demonstration set (``warm_start.demos``) and the demo's supervised
-control on the same set: the set is collected once, cycled through in epochs, kept beside the
-model, and the control trains more epochs on exactly it (no new oracle episode) -- or, with
-``control_data: oracle``, on fresh oracle demonstrations of GRPO's own families.
+controls: the set is collected once, cycled through in epochs, kept beside the model, and the
+``set`` control trains more epochs on exactly it (no new oracle episode) -- or, the ``oracle``
+control, on fresh oracle demonstrations of GRPO's own families -- each until GRPO's trained tokens.
 
 Real parts: the tiny_tasks env, its oracle and verifier, bubblewrap sandboxes, a tiny Qwen2 with a
 real tokenizer and chat template.
@@ -21,7 +21,16 @@ import trajforge.rl.warm_start as warm_start_module
 from trajforge.llm.chat_template import ChatTemplate
 from trajforge.rl.checkpoint import RunDir
 from trajforge.rl.config import TrainConfig
-from trajforge.rl.demo import DEMO_DEFAULTS, WARM_START, DemoError, DemoPlan, control_stage, make_plan
+from trajforge.rl.demo import (
+    DEMO_DEFAULTS,
+    WARM_START,
+    DemoError,
+    DemoPlan,
+    control_stage,
+    held_out_seed,
+    make_plan,
+    validation_seed,
+)
 from trajforge.rl.warm_start import (
     DEMOS_FILE,
     INFO_FILE,
@@ -99,8 +108,8 @@ def test_a_fixed_set_is_collected_once_cycled_and_kept(tiny_chatml_model: Path, 
     assert plain_info["fixed_set"] is None
 
 
-def _plan(cfg: TrainConfig, out: Path, control_data: str) -> DemoPlan:
-    return DemoPlan(out, cfg, 1, 1, 60.0, True, lambda _line: None, ["arithmetic"], control_data)
+def _plan(cfg: TrainConfig, out: Path) -> DemoPlan:
+    return DemoPlan(out, cfg, 1, 1, ["set", "oracle"], lambda _line: None, ["arithmetic"])
 
 
 def test_the_control_trains_more_epochs_on_the_warm_starts_set_or_on_the_oracle(
@@ -113,11 +122,17 @@ def test_the_control_trains_more_epochs_on_the_warm_starts_set_or_on_the_oracle(
     def no_oracle(*_a: Any, **_k: Any) -> Any:
         raise AssertionError("the set control collected new demonstrations")
 
+    kept = load_demonstrations(warm_dir)
+    assert kept is not None
+    set_tokens = sum(s.num_sampled for s in kept[0])
+    budget = 5 * set_tokens + 1  # five epochs and a bit: the control stops within one sample of it
     with monkeypatch.context() as m:
         m.setattr(warm_start_module, "collect_demonstrations", no_oracle)
-        path, info = asyncio.run(control_stage(_plan(cfg, tmp_path / "c1", "set"), warm_dir, 0.5))
+        path, info = asyncio.run(control_stage(_plan(cfg, tmp_path / "c1"), warm_dir, "set", budget))
     assert info["data"] == "set" and info["fixed_set"] is True and info["demonstrations"] == 3
-    assert info["updates"] >= 10 and info["epochs_on_the_set"] == pytest.approx(info["updates"] / 3, abs=0.01)
+    assert budget <= info["trained_tokens"] < budget + max(s.num_sampled for s in kept[0])
+    assert info["epochs_on_the_set"] == pytest.approx(info["trained_tokens"] / set_tokens, abs=0.01)
+    assert info["updates"] >= 2 and info["oracle_episodes"] == 0 and info["sampled_episodes"] == 0
     assert "fixed set of 3" in info["described"] and (path / "model.safetensors").is_file()
 
     # 'set' with no warm start before it (GRPO starts from the plain weights): the set is collected
@@ -131,49 +146,70 @@ def test_the_control_trains_more_epochs_on_the_warm_starts_set_or_on_the_oracle(
 
     with monkeypatch.context() as m:
         m.setattr(warm_start_module, "collect_demonstrations", counted)
-        _, info = asyncio.run(control_stage(_plan(cfg, tmp_path / "c3", "set"), tiny_chatml_model, 0.5))
+        _, info = asyncio.run(control_stage(_plan(cfg, tmp_path / "c3"), tiny_chatml_model, "set", budget))
     assert [c.get("stream") for c in calls] == ["warm-start"]
-    assert info["fixed_set"] is True and info["demonstrations"] == 3 and info["updates"] >= 10
-    assert info["families"] == ["count_lines", "find_value"]
+    assert info["fixed_set"] is True and info["demonstrations"] == 3 and info["trained_tokens"] >= budget
+    assert info["families"] == ["count_lines", "find_value"] and info["oracle_episodes"] == 3
 
-    # 'oracle': fresh oracle demonstrations of GRPO's own families (arithmetic), not the warm start's
-    path, info = asyncio.run(control_stage(_plan(cfg, tmp_path / "c2", "oracle"), warm_dir, 0.5))
+    # 'oracle': fresh oracle demonstrations of GRPO's own families (arithmetic), not the warm start's,
+    # each trained on once, collected until the budget is spent
+    path, info = asyncio.run(control_stage(_plan(cfg, tmp_path / "c2"), warm_dir, "oracle", 400))
     assert info["data"] == "oracle" and info["fixed_set"] is False and info["families"] == ["arithmetic"]
-    assert info["demonstrations"] >= 1 and info["updates"] >= 1
+    assert info["demonstrations"] >= 1 and info["updates"] >= 1 and 400 <= info["trained_tokens"] < 500
+    assert info["oracle_episodes"] % 100 == 0 and info["oracle_episodes"] >= 100
 
 
 def test_the_demos_own_setup_keeps_the_target_out_of_the_demonstrations(tmp_path: Path) -> None:
     """rl demo's defaults: GRPO's family has a checker and no demonstrations; the demonstration
-    set covers every other family; an unknown control is refused by name."""
+    set covers every other family; each run seed has its own held-out and validation items, apart
+    from each other and from the training items; an unknown control is refused by name."""
     grpo = set(DEMO_DEFAULTS["env_overrides"]["families"])
     warm = set(WARM_START["env_overrides"]["families"])
     assert grpo == {"arithmetic"} and not grpo & warm
     assert grpo | warm == {"arithmetic", "count_lines", "count_words", "find_value", "write_file"}
     # the held-out items the demo measures are not among the items GRPO trains on (a gain is not
-    # memorised answers): 0 of 40 prompts in the first 2,400 training items of two seeds
+    # memorised answers), nor among the validation items RFT chooses its lr on: 200 held-out and 48
+    # validation prompts against the first 2,400 training items, for three seeds
     from trajforge.envs.catalog import load_env
 
-    for seed in (0, 1):
-        env = load_env("tiny_tasks", {"families": sorted(grpo), "seed": seed})
-        held = {item["prompt"] for item in env.eval_items(40)}
-        assert len(held) == 40
-        assert not held & {env.generate(k, split="train")["prompt"] for k in range(2400)}
-    plan = make_plan(
-        tmp_path, eval_n=4, eval_k=2, steps=1, overrides={}, budget_s=60, control=True, echo=print
-    )
+    held_sets = []
+    for seed in (0, 1, 2):
+        env = load_env(
+            "tiny_tasks", {"families": sorted(grpo), "seed": seed, "eval_seed": held_out_seed(seed)}
+        )
+        held = {item["prompt"] for item in env.eval_items(200)}
+        val_env = load_env(
+            "tiny_tasks", {"families": sorted(grpo), "seed": seed, "eval_seed": validation_seed(seed)}
+        )
+        val = {item["prompt"] for item in val_env.eval_items(48)}
+        assert len(held) == 200 and len(val) == 48 and not held & val
+        training = {env.generate(k, split="train")["prompt"] for k in range(2400)}
+        assert not held & training and not val & training
+        held_sets.append(held)
+    assert not held_sets[0] & held_sets[1] and not held_sets[1] & held_sets[2]  # varied with the seed
+    plan = make_plan(tmp_path, eval_n=4, eval_k=2, steps=1, overrides={}, echo=print)
     # GRPO starts from the given weights (a warm start on the other families drives arithmetic to
-    # 0% sampled: docs/benchmarks.md); the control trains on the set for GRPO's time
+    # 0% sampled: docs/rl.md); the controls: RFT, the demonstration set, oracle demonstrations
     assert plan.config.warm_start is None and WARM_START["demos"] == 100
-    assert plan.eval_families == ["arithmetic"] and plan.control_data == "set"
-    with pytest.raises(DemoError, match="control data 'more-sft': use one of set, oracle"):
+    assert plan.eval_families == ["arithmetic"] and plan.controls == ["rft", "set", "oracle"]
+    assert plan.held_out_seed == held_out_seed(0) != plan.validation_seed
+    with pytest.raises(DemoError, match="control 'more-sft': use any of rft, set, oracle, or none"):
+        make_plan(tmp_path, eval_n=4, eval_k=2, steps=1, overrides={}, echo=print, controls=["more-sft"])
+    with pytest.raises(DemoError, match="set control .* --family arithmetic only"):
         make_plan(
             tmp_path,
             eval_n=4,
             eval_k=2,
             steps=1,
             overrides={},
-            budget_s=60,
-            control=True,
             echo=print,
-            control_data="more-sft",
+            controls=["set"],
+            family="write_file",
         )
+    written = make_plan(tmp_path, eval_n=4, eval_k=2, steps=1, overrides={}, echo=print, family="write_file")
+    assert written.controls == ["rft"] and written.eval_families == ["write_file"]
+    assert "weights" in str(written.config.model)  # the embedded policy: its write_file groups are mixed
+    assert (
+        make_plan(tmp_path, eval_n=4, eval_k=2, steps=1, overrides={}, echo=print, controls=["none"]).controls
+        == []
+    )

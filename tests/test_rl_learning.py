@@ -1,14 +1,19 @@
-"""Does GRPO learn? The builtin trainer's own update path (``rl/update.py``: collate, the clipped
-ratio, token-mean loss, AdamW) on a bandit through a tiny real transformers model.
+"""Does GRPO learn? The builtin trainer's own path from rewards to weights -- judged episodes with
+their token traces -> ``build_samples`` (group advantages, uniform groups dropped) -> ``grpo_update``
+(collate, the clipped ratio, token-mean loss, AdamW) -- on a bandit through a tiny real
+transformers model. Nothing on that path is re-implemented here: the test hands the trainer
+episodes as the rollouts hand them over, so flipping the advantage's sign anywhere on it (in
+``group_advantages``, ``build_samples``, ``collate`` or ``grpo_loss``) fails the test (each flip
+was applied and seen to fail: docs/rl.md).
 
 The bandit: one prompt and a set of "winning" next tokens that the untrained model picks with
 probability ~5% (chosen so: a random ordering of the vocabulary, cut where the model's own
 probability mass reaches 5%). A rollout samples one token at T=1; reward 1 if it wins; a step is
 GROUPS groups of GROUP rollouts.
 Expected reward is read exactly off the model's distribution (no sampling noise), so the
-assertions are about the policy, not about a lucky draw. With the advantages' sign flipped the
-same updates must push the policy away from the winners: a control that proves the rise comes
-from the reward signal and not from drift.
+assertions are about the policy, not about a lucky draw. With the reward inverted (1 for every
+token but the winners) the same path must push the policy away from the winners: a control that
+proves the rise comes from the reward signal and not from drift.
 
 Also here: dropout is off during an update (an on-policy ratio is exactly 1 even for a model
 configured with dropout), and per-token advantages (``opd``) reach the loss position by position.
@@ -22,8 +27,11 @@ from typing import Any
 import pytest
 import torch
 
+from trajforge.envs.types import Episode, TokenRecord
+from trajforge.llm.token_trace import MASKED, MASKED_LOGPROB
 from trajforge.rl.config import TrainConfig
-from trajforge.rl.grpo import Sample, collate, group_advantages
+from trajforge.rl.grpo import Sample, collate
+from trajforge.rl.samples import StepRollouts, build_samples
 from trajforge.rl.update import grpo_update
 from trajforge.testing.tiny import build_tiny_model, build_tiny_tokenizer
 
@@ -87,30 +95,37 @@ def _expected_reward(model: Any, prompts: list[list[int]], winners: list[set[int
 
 
 def _rollouts(
-    model: Any, prompts: list[list[int]], winners: list[set[int]], gen: torch.Generator, sign: float
-) -> list[Sample]:
-    """One step's groups: GROUP sampled tokens per prompt, with the sampler's logprobs; uniform
-    groups dropped (no signal), as the trainer does."""
-    samples = []
-    for ids, win in [pair for pair in zip(prompts, winners, strict=True) for _ in range(GROUPS)]:
+    model: Any, prompts: list[list[int]], winners: list[set[int]], gen: torch.Generator, invert: bool
+) -> StepRollouts:
+    """One step's groups as the rollouts hand them to the trainer: judged episodes, each with
+    its exact token trace (prompt masked, the sampled token with the sampler's logprob)."""
+    groups = []
+    pairs = [pair for pair in zip(prompts, winners, strict=True) for _ in range(GROUPS)]
+    for g, (ids, win) in enumerate(pairs):
         probs = _next_token_probs(model, ids)
         actions = torch.multinomial(probs, GROUP, replacement=True, generator=gen).tolist()
-        rewards = [1.0 if a in win else 0.0 for a in actions]
-        if max(rewards) == min(rewards):
-            continue
-        for a, adv in zip(actions, group_advantages(rewards), strict=True):
-            samples.append(
-                Sample(
-                    tokens=[*ids, a],
-                    sampled=[False] * len(ids) + [True],
-                    old_logprobs=[0.0] * len(ids) + [float(torch.log(probs[a]))],
-                    advantage=sign * adv,
+        group = []
+        for r, a in enumerate(actions):
+            won = a in win
+            group.append(
+                Episode(
+                    item_id=f"bandit-{g}",
+                    rollout=r,
+                    group_size=GROUP,
+                    status="completed",
+                    reward=float(won != invert),
+                    trace=TokenRecord(
+                        tokens=[*ids, a],
+                        masks=[MASKED] * len(ids) + [a],
+                        logprobs=[MASKED_LOGPROB] * len(ids) + [float(torch.log(probs[a]))],
+                    ),
                 )
             )
-    return samples
+        groups.append(group)
+    return StepRollouts(groups=groups, version=0, weights_step=0)
 
 
-def _train(model_dir: Path, sign: float) -> list[float]:
+def _train(model_dir: Path, invert: bool) -> list[float]:
     torch.manual_seed(0)
     model = _load(model_dir)
     prompts = _prompt_ids(model_dir)
@@ -122,15 +137,21 @@ def _train(model_dir: Path, sign: float) -> list[float]:
     gen = torch.Generator().manual_seed(2)
     curve = [_expected_reward(model, prompts, winners)]
     for step in range(1, STEPS + 1):
-        samples = _rollouts(model, prompts, winners, gen, sign)
-        grpo_update(model, optimizer, samples, cfg, step=step, temperature=1.0, pad_id=0, device="cpu")
+        batch = build_samples(
+            _rollouts(model, prompts, winners, gen, invert),
+            scale=cfg.scale_rewards,
+            skip_uniform=cfg.skip_uniform_groups,
+        )
+        grpo_update(model, optimizer, batch.samples, cfg, step=step, temperature=1.0, pad_id=0, device="cpu")
         curve.append(_expected_reward(model, prompts, winners))
     return curve
 
 
-def test_grpo_raises_expected_reward_and_the_sign_flipped_control_does_not(tiny_dir: Path) -> None:
-    learned = _train(tiny_dir, sign=1.0)
-    control = _train(tiny_dir, sign=-1.0)
+def test_grpo_raises_expected_reward_through_the_trainers_path_and_the_inverted_reward_does_not(
+    tiny_dir: Path,
+) -> None:
+    learned = _train(tiny_dir, invert=False)
+    control = _train(tiny_dir, invert=True)
     start = learned[0]
     assert control[0] == pytest.approx(start)
     assert 0.04 <= start <= 0.08, start  # chance is small but not zero: groups carry some signal

@@ -335,11 +335,12 @@ def test_rl_demo_names_the_weights_it_cannot_start_from(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(900)  # four stages, each served and evaluated; slow on a loaded machine
 @pytest.mark.slow
-def test_rl_demo_measures_warm_start_grpo_and_the_supervised_control_alike(tmp_path: Path) -> None:
+def test_rl_demo_measures_warm_start_grpo_and_the_controls_alike(tmp_path: Path) -> None:
     """``trajforge rl demo`` end to end, shrunk: the recipe's policy evaluated greedy and sampled,
-    warm-started, then one GRPO step and the equal-compute supervised control from the same warm
-    start, each evaluated on the same held-out items with the same per-episode seeds; the report
-    gives GRPO's share next to the control's, the figure is written and the table printed last."""
+    warm-started, then one GRPO step, the RFT control and the demonstration-set control from the
+    same warm start with GRPO's counted compute, each evaluated on the same held-out items with the
+    same per-episode seeds; the report gives GRPO's share and its margin over each control, the
+    compute each spent, the failure kinds; the figure is written and the tables printed last."""
     from trajforge.cli.main import app
     from trajforge.endpoint import recipe_weights
 
@@ -347,68 +348,107 @@ def test_rl_demo_measures_warm_start_grpo_and_the_supervised_control_alike(tmp_p
     cfg.write_text(
         "warm_start: {batch: 3, updates: 2, demos: 4, env_overrides: {families: [count_lines]}}\n"
         "group_size: 2\ngroups_per_step: 1\nconcurrency: 4\nmax_batch: 4\n"
+        "rft: {rounds: 1, lrs: [1.0e-3], validation_items: 2, validation_k: 1}\n"
     )
     out = tmp_path / "demo"
-    res = CliRunner().invoke(
-        app,
-        [
-            "rl",
-            "demo",
-            "--output-dir",
-            str(out.parent),
-            "--run-name",
-            out.name,
-            "--max-samples",
-            "5",
-            "--eval-k",
-            "2",
-            "--steps",
-            "1",
-            "--time-budget-min",
-            "30",
-            "--config",
-            str(cfg),
-        ],
-    )
+    args = [
+        "rl",
+        "demo",
+        "--output-dir",
+        str(out.parent),
+        "--run-name",
+        out.name,
+        "--max-samples",
+        "5",
+        "--eval-k",
+        "2",
+        "--control",
+        "rft",
+        "--control",
+        "set",
+        "--config",
+        str(cfg),
+    ]
+    res = CliRunner().invoke(app, [*args, "--steps", "1"])
     assert res.exit_code == 0, (res.output, res.exception)
     report = json.loads((out / "report.json").read_text())
     names = [s["name"] for s in report["stages"]]
-    assert names == ["before", "warm start", "GRPO", "control"]
+    assert names == ["before", "warm start", "GRPO", "RFT", "set SFT"]
     for stage in report["stages"]:
         cell = stage["families"]["all"]
         assert cell["items"] == 5 and 0.0 <= cell["sampled_pass1"]["value"] <= 1.0
         assert set(cell) >= {"greedy", "sampled_pass1", "sampled_pass_at_k"}
+        assert (
+            sum(stage["failures"]["sampled"].values()) == 10
+            and sum(stage["failures"]["greedy"].values()) == 5
+        )
     head = report["headline"]
     assert head["grpo_steps"] == 1 and set(head["sampled_pass1"]) == set(names)
     shares = report["shares"]["all"]
-    for key in ("grpo_sampled", "grpo_greedy", "control_sampled", "grpo_minus_control_sampled"):
+    for key in ("grpo_sampled", "grpo_greedy", "rft_sampled", "grpo_minus_rft_sampled", "set_sampled"):
         assert shares[key]["items"] == 5 and shares[key]["low"] <= shares[key]["delta"] <= shares[key]["high"]
     assert head["grpo_share_sampled_points"] == round(100 * shares["grpo_sampled"]["delta"], 1)
-    # the control had GRPO's wall time, spent on supervised updates from the same warm start, on
-    # the warm start's own fixed set
-    assert report["control"]["updates"] >= 1 and report["control"]["seconds"] > 0
-    assert report["control"]["fixed_set"] is True and report["control"]["data"] == "set"
+    assert head["grpo_minus_rft_sampled"]["points"] == round(
+        100 * shares["grpo_minus_rft_sampled"]["delta"], 1
+    )
+    # every control had GRPO's counted compute from the same warm start: RFT its sampled episodes
+    # and trained tokens, the set control its trained tokens on the warm start's own fixed set
+    compute = report["compute"]
+    grpo_tokens = compute["GRPO"]["trained_tokens"]
+    assert compute["RFT"]["sampled_episodes"] == compute["GRPO"]["sampled_episodes"] == 2
+    assert compute["set SFT"]["trained_tokens"] >= grpo_tokens and compute["set SFT"]["sampled_episodes"] == 0
+    assert report["controls"]["set"]["fixed_set"] is True and report["controls"]["set"]["data"] == "set"
+    assert report["controls"]["rft"]["validation_seed"] == report["eval"]["validation_seed"]
     assert report["warm_start"]["fixed_set"] == 4
-    assert "grpo_over_start_sampled" in shares and "GRPO over start" in res.output
     assert report["warm_start"]["updates"] == 2 and report["train_config"]["model"] == str(recipe_weights())
     # every stage: the same items, and the same seed for each sampled episode (paired comparison)
     seeds = []
-    for d in ("eval-before", "eval-warm-start", "eval-GRPO", "eval-control"):
+    for d in ("eval-before", "eval-warm-start", "eval-GRPO", "eval-RFT", "eval-set-SFT"):
         eps = [json.loads(x) for x in (out / d / "sampled" / "episodes.jsonl").read_text().splitlines()]
         seeds.append(sorted((e["item_id"], e["rollout"], e["seed"]) for e in eps))
         greedy = (out / d / "greedy" / "episodes.jsonl").read_text().splitlines()
         assert len(eps) == 10 and len(greedy) == 5
-    assert seeds[0] == seeds[1] == seeds[2] == seeds[3]
+    assert seeds[0] == seeds[1] == seeds[2] == seeds[3] == seeds[4]
     assert (out / "closed_loop.png").stat().st_size > 10_000
-    # live lines while it ran, the table at the end
+    # live lines while it ran, the tables at the end
     assert "grpo step 1/1 reward " in res.output and " eta " in res.output
-    assert "GRPO share" in res.output and "control share" in res.output
+    assert "GRPO minus it (sampled)" in res.output and "information used" in res.output
     assert "it/s" not in res.output
+
+    # the same command again resumes the directory: nothing is trained again, every stage is
+    # measured from the episodes already there, and the report counts the same compute
+    again = CliRunner().invoke(app, [*args, "--steps", "1"])
+    assert again.exit_code == 0, (again.output, again.exception)
+    assert "GRPO: the finished run in" in again.output and "grpo step" not in again.output
+    assert again.output.count("(an earlier run of this directory)") == 2
+    rerun = json.loads((out / "report.json").read_text())
+    assert rerun["compute"]["RFT"] == compute["RFT"] and rerun["compute"]["set SFT"] == compute["set SFT"]
+    for a, b in zip(rerun["stages"], report["stages"], strict=True):
+        assert (a["name"], a["families"], a["failures"]) == (b["name"], b["families"], b["failures"])
+    for key in ("sampled_episodes", "trained_tokens", "steps"):
+        assert rerun["compute"]["GRPO"][key] == compute["GRPO"][key]
+
+    # one more step: GRPO resumes from step 1, and RFT's budget and the curve count both steps;
+    # the stages trained again are measured afresh, not from the first model's episodes
+    more = CliRunner().invoke(app, [*args, "--steps", "2"])
+    assert more.exit_code == 0, (more.output, more.exception)
+    assert "GRPO resumed from step 1; 1 steps run now" in more.output
+    longer = json.loads((out / "report.json").read_text())
+    assert longer["headline"]["grpo_steps"] == 2 and [m["step"] for m in longer["metrics"]] == [1, 2]
+    assert longer["compute"]["GRPO"]["sampled_episodes"] == 4
+    assert longer["compute"]["RFT"]["sampled_episodes"] == 4
+    assert (
+        longer["controls"]["rft"]["budget"]["trained_tokens"] == longer["compute"]["GRPO"]["trained_tokens"]
+    )
+    assert longer["compute"]["set SFT"]["trained_tokens"] >= longer["compute"]["GRPO"]["trained_tokens"]
+    claimed = json.loads((out / "eval-GRPO" / "model.json").read_text())
+    assert claimed["model_dir"].endswith("step-00002")
+    assert len((out / "eval-GRPO" / "sampled" / "episodes.jsonl").read_text().splitlines()) == 10
 
 
 def test_the_closed_loop_figure_draws_each_stage_apart(tmp_path: Path) -> None:
-    """The warm start gets a stretch of its own left of step 0; GRPO and the control (same wall
-    time) sit at GRPO's last step; the figure renders with and without a control."""
+    """The warm start gets a stretch of its own left of step 0; GRPO and the controls (GRPO's
+    compute) sit at GRPO's last step; the figure renders with and without controls."""
     from trajforge.rl.plot import plot_closed_loop, stage_x
 
     def cell(p: float) -> dict[str, Any]:
@@ -432,10 +472,11 @@ def test_the_closed_loop_figure_draws_each_stage_apart(tmp_path: Path) -> None:
             stage("before", 0.3),
             stage("warm start", 0.5),
             stage("GRPO", 0.7),
-            stage("control", 0.55),
+            stage("RFT", 0.55),
+            stage("set SFT", 0.1),
         ],
     }
-    assert stage_x(full) == {"before": -10.0, "warm start": 0.0, "GRPO": 40.0, "control": 40.0}
+    assert stage_x(full) == {"before": -10.0, "warm start": 0.0, "GRPO": 40.0, "RFT": 40.0, "set SFT": 40.0}
     no_control = {**full, "stages": full["stages"][:3]}
     for name, report in (("full", full), ("no-control", no_control)):
         assert plot_closed_loop(report, tmp_path / f"{name}.png").stat().st_size > 10_000

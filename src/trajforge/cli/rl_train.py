@@ -218,24 +218,29 @@ def _train(cfg: object, mode: str) -> Any:
 def demo_cmd(
     output_dir: Path = typer.Option(Path("runs"), "--output-dir", help="Parent of the run directory."),
     run_name: str = typer.Option("rl-demo", "--run-name", help="Run directory name."),
-    eval_n: int = typer.Option(40, "--max-samples", min=1, help="Held-out items evaluated at each stage."),
+    eval_n: int = typer.Option(200, "--max-samples", min=1, help="Held-out items evaluated at each stage."),
     eval_k: int = typer.Option(
         4, "--eval-k", min=1, help="Sampled episodes per held-out item (pass@1 at T, and pass@k)."
     ),
     steps: int = typer.Option(
-        200, "--steps", min=1, help="GRPO steps at most (the time budget usually stops it first)."
+        32,
+        "--steps",
+        min=1,
+        help="GRPO's steps: its budget, which every control gets too (counted, not timed).",
     ),
-    config: Path | None = typer.Option(None, "--config", help="YAML/JSON TrainConfig fields to override."),
-    model: str = typer.Option(
-        "recipe",
+    config: Path | None = typer.Option(
+        None, "--config", help="YAML/JSON TrainConfig fields (and rft) to override."
+    ),
+    family: str = typer.Option(
+        "arithmetic",
+        "--family",
+        help="Target family: arithmetic or write_file (tiny_tasks; rl.demo.FAMILIES).",
+    ),
+    model: str | None = typer.Option(
+        None,
         "--model-path",
-        help="Weights to start from: recipe (the recipe's: the loop's documented start), embedded "
-        "(the committed default) or a model directory.",
-    ),
-    time_budget_min: float = typer.Option(
-        20.0,
-        "--time-budget-min",
-        help="The whole demo's wall time (GRPO and the control share what is left).",
+        help="Weights to start from: recipe, embedded or a model directory (default: the family's: "
+        "recipe for arithmetic, embedded for write_file).",
     ),
     guide: str | None = typer.Option(
         None, "--guide", help="none (the demo's default) or oracle (TrainConfig.guide); overrides --config."
@@ -247,20 +252,17 @@ def demo_cmd(
         "--config) before GRPO; default: only when --config has a warm_start (the demo's GRPO starts "
         "from the starting weights: a warm start on the other families drives its target to 0%).",
     ),
-    control: bool = typer.Option(
-        True,
-        "--control/--no-control",
-        help="The equal-compute supervised control: GRPO's wall time spent on more warm-start updates.",
-    ),
-    control_data: str = typer.Option(
-        "set",
-        "--control-data",
-        help="What the control trains on: set (the demonstration set, rl.demo.WARM_START's: the warm "
-        "start's when it ran; more epochs) or oracle (fresh oracle demonstrations of GRPO's own "
-        "families: the strongest control).",
+    control: list[str] | None = typer.Option(
+        None,
+        "--control",
+        help="A control, repeatable: rft (rejection-sampling fine-tuning: the checker on its own "
+        "samples), set (SFT on the other families' demonstrations: a forgetting control), oracle "
+        "(SFT on oracle demonstrations of the target), none; default: the family's (arithmetic: all three).",
     ),
     seed: int | None = typer.Option(
-        None, "--seed", help="The run's seed (TrainConfig.seed): items, samples, the warm start's set."
+        None,
+        "--seed",
+        help="The run's seed (TrainConfig.seed): training items, samples, the held-out and validation items.",
     ),
     eval_all: bool = typer.Option(
         False,
@@ -269,11 +271,11 @@ def demo_cmd(
         metavar="",
     ),
 ) -> None:
-    """The closed loop: evaluate, warm-start, GRPO and an equal-compute supervised control, each
-    evaluated greedy and sampled on the same held-out items; prints the table at the end."""
-    from trajforge.endpoint import embedded_weights, recipe_weights
+    """The closed loop: evaluate, GRPO, and the controls (RFT, SFT on the demonstration set, SFT
+    on oracle demonstrations) from the same start with GRPO's counted compute, each evaluated greedy
+    and sampled on the same held-out items; prints the tables at the end."""
     from trajforge.rl.config import TrainConfigError, load_config_file
-    from trajforge.rl.demo import TABLE_TITLE, WARM_START, DemoError, format_table, run_demo
+    from trajforge.rl.demo import TABLE_TITLE, WARM_START, DemoError, format_table, run_demo, start_weights
     from trajforge.rl.progress import quiet_third_party
 
     try:
@@ -286,9 +288,8 @@ def demo_cmd(
             overrides["warm_start"] = None
         elif warm and not overrides.get("warm_start"):
             overrides["warm_start"] = WARM_START
-        if "model" not in overrides or model != "recipe":
-            named = {"recipe": recipe_weights, "embedded": embedded_weights}
-            overrides["model"] = str(named[model]() if model in named else Path(model))
+        if model is not None:
+            overrides["model"] = str(start_weights(model))
         with quiet_third_party():
             report = run_demo(
                 run_dir(output_dir, run_name, "rl-demo") or output_dir / run_name,
@@ -296,10 +297,9 @@ def demo_cmd(
                 eval_k=eval_k,
                 steps=steps,
                 overrides=overrides,
-                time_budget_s=time_budget_min * 60,
-                control=control,
+                controls=control,
                 eval_all_families=eval_all,
-                control_data=control_data,
+                family=family,
                 echo=typer.echo,
             )
     except (TrainConfigError, DemoError, FileNotFoundError) as exc:

@@ -24,7 +24,8 @@ Usage::
     trainer.train(); adapter.close()
 
 TRL's ``RepeatSampler`` repeats each dataset row ``num_generations`` times, so the prompts
-``rollout_func`` receives already form the GRPO groups; rollout ``k`` of an item gets its own
+``rollout_func`` receives already form the GRPO groups (under ``accelerate launch`` each process
+receives whole groups of its own items: ``rl/trl_trainer.py`` lays the batch out so); rollout ``k`` of an item gets its own
 seed, toolset draw and sandbox. The dataset's ``prompt`` (the env's user prompt) identifies the
 item; :meth:`EnvGRPO.dataset` refuses items whose prompts collide. The env's system prompt and
 tool schemas are added by the rollout, as in every other trajforge path.
@@ -231,6 +232,11 @@ class EnvGRPO:
                 )
             items.append(item)
         model = trainer.accelerator.unwrap_model(trainer.model)
+        if hasattr(model, "peft_config") and hasattr(model, "get_base_model"):
+            # a LoRA policy: sample from the adapted transformers model inside the peft wrapper
+            # (its layers carry the live adapters; the wrapper's forward would not pass the engine's
+            # KV cache through under the name this transformers version takes)
+            model = model.get_base_model()
         tokenizer = trainer.processing_class
         tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor wraps its tokenizer
         policy = self._loop.call(self._ensure_policy(model, tokenizer))

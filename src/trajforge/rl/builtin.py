@@ -151,19 +151,30 @@ class BuiltinTrainer:
 
     def _load(self, state: RunState | None, base: Path) -> tuple[Any, Any, Any, Any]:
         """Policy, tokenizer, optimizer and KL reference. ``base`` is the model GRPO starts from
-        (the warm start's when there is one): the reference, and the policy of a fresh run."""
+        (the warm start's when there is one): the reference, and the policy of a fresh run. With
+        LoRA (``config.lora``) the policy is ``base`` with adapters -- a resumed run's adapters
+        from its checkpoint -- and the reference is the same model with its adapters off."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from trajforge.rl import fit
 
         cfg = self.config
         torch.manual_seed(cfg.seed)
         tokenizer = AutoTokenizer.from_pretrained(str(cfg.model))
-        source = self.run_dir.root / state.checkpoint if state else base
-        model: Any = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32)
-        model = model.to(self.device)
-        model.eval()  # dropout off in RL updates (rl/update.py); gradients still flow
+        checkpoint = self.run_dir.root / state.checkpoint if state else None
+        if cfg.lora is not None:
+            adapter = fit.adapter_dir(checkpoint) if checkpoint is not None else None
+            if checkpoint is not None and adapter is None:
+                raise TrainConfigError(
+                    f"{checkpoint} has no LoRA adapters ({fit.ADAPTER_DIR}/) to resume; it was trained "
+                    "without lora: resume it without lora or pick another --output-dir"
+                )
+            model = fit.load_policy(cfg, base, self.device, adapter=adapter)
+        else:
+            model = fit.load_policy(cfg, checkpoint or base, self.device)
         optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
+            fit.trainable_parameters(model), lr=cfg.lr, weight_decay=cfg.weight_decay
         )
         if state is not None:
             opt_path = self.run_dir.root / state.checkpoint / OPTIMIZER_FILE
@@ -172,11 +183,21 @@ class BuiltinTrainer:
                 for group in optimizer.param_groups:
                     group["lr"] = cfg.lr
         ref: Any = None
-        if cfg.kl_coef > 0:
+        if cfg.kl_coef > 0 and cfg.lora is not None:
+            ref = fit.AdapterDisabled(model)
+        elif cfg.kl_coef > 0:
             ref = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
             ref = ref.to(self.device)
             ref.eval().requires_grad_(False)
         return model, tokenizer, optimizer, ref
+
+    def _reload_target(self, checkpoint: Path) -> Path:
+        """What the server loads after a step: the checkpoint, or with LoRA (``reload: adapter``)
+        its adapters, which the server merges onto the base it started from."""
+        lora = self.config.lora
+        if lora is not None and lora.reload == "adapter":
+            return checkpoint / "adapter"
+        return checkpoint
 
     # ------------------------------------------------------------------ the run
 
@@ -204,6 +225,9 @@ class BuiltinTrainer:
         self._loaded_step = start - 1
         self.temperature = float(env.config.agent_temperature)
         serve_from = self.run_dir.root / state.checkpoint if state else base
+        adapter_reload = cfg.lora is not None and cfg.lora.reload == "adapter"
+        if adapter_reload:
+            serve_from = base  # adapters are merged onto the base the server started from
         metrics: list[dict[str, Any]] = []
         last = serve_from
         try:
@@ -221,6 +245,8 @@ class BuiltinTrainer:
                 log_path=self.run_dir.root / "serve.log",
             ) as server:
                 self.server = server
+                if adapter_reload and state is not None:
+                    await server.reload(self._reload_target(self.run_dir.root / state.checkpoint))
                 self._step_of_version = {server.version: start - 1}
                 registry = default_registry()
                 rollouts = Rollouts(env, RolloutBackends(server.chat_model, factory, registry))
@@ -399,8 +425,9 @@ class BuiltinTrainer:
             tokenizer,
             optimizer if resumable else None,
             {"weights_of_step": step},
+            merged=resumable or cfg.lora is None or cfg.lora.reload == "merged",
         )
-        version = await server.reload(path)
+        version = await server.reload(self._reload_target(path))
         self._step_of_version[version] = step
         async with self._loaded:
             self._loaded_step = step

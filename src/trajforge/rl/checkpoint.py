@@ -58,17 +58,22 @@ def save_model_dir(
     info_file: str,
     info: dict[str, Any],
     extra: dict[str, bytes] | None = None,
+    *,
+    merged: bool = True,
 ) -> Path:
     """Write a servable model directory (weights, tokenizer, optimizer state when given,
     ``info_file`` and the ``extra`` files) next to ``final`` and rename it into place: ``final``
-    exists only complete."""
+    exists only complete. A LoRA policy writes its adapters (``adapter/``) and, when ``merged``,
+    the merged weights as a plain checkpoint (:func:`trajforge.rl.fit.save_policy`)."""
     import torch
+
+    from trajforge.rl.fit import save_policy
 
     tmp = final.with_name(final.name + ".partial")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    model.save_pretrained(str(tmp))
+    save_policy(model, tmp, merged=merged)
     tokenizer.save_pretrained(str(tmp))
     if optimizer is not None:
         torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
@@ -150,9 +155,17 @@ class RunDir:
     # -- checkpoints ------------------------------------------------------------------------
 
     def save(
-        self, step: int, model: Any, tokenizer: Any, optimizer: Any | None, extra: dict[str, Any]
+        self,
+        step: int,
+        model: Any,
+        tokenizer: Any,
+        optimizer: Any | None,
+        extra: dict[str, Any],
+        *,
+        merged: bool = True,
     ) -> Path:
-        """Write ``checkpoints/step-N`` (weights + tokenizer, and optimizer state when given)."""
+        """Write ``checkpoints/step-N`` (weights + tokenizer, and optimizer state when given;
+        a LoRA policy's adapters, and its merged weights when ``merged``)."""
         return save_model_dir(
             step_dir(self.root, step),
             model,
@@ -160,6 +173,7 @@ class RunDir:
             optimizer,
             "trainer_step.json",
             {"step": step, **extra},
+            merged=merged,
         )
 
     @property

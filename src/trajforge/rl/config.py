@@ -104,6 +104,35 @@ class WarmStart(BaseModel):
         return sum(p.updates for p in self.schedule())
 
 
+class LoraSettings(BaseModel):
+    """LoRA adapters through ``peft`` in place of full fine-tuning (:mod:`trajforge.rl.fit`)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    r: int = Field(16, ge=1, description="adapter rank")
+    alpha: int = Field(32, ge=1, description="scale: the update is B @ A * alpha / r")
+    dropout: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="dropout on the adapters' input; 0 keeps the on-policy ratio at exactly 1",
+    )
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear",
+        description="module names to adapt (e.g. [q_proj, v_proj]), or all-linear: every linear "
+        "layer but the output head",
+    )
+    reload: Literal["adapter", "merged"] = Field(
+        "adapter",
+        description="what the rollout server loads after each step: the adapters alone (it merges "
+        "them onto the base it started from: small files) or the merged weights (a full checkpoint "
+        "every step, as a server that takes no adapter needs)",
+    )
+
+
+Precision = Literal["auto", "fp32", "bf16"]
+
+
 class TrainConfig(BaseModel):
     """GRPO on an env's rollouts. Step = ``groups_per_step`` items x ``group_size`` rollouts."""
 
@@ -167,7 +196,24 @@ class TrainConfig(BaseModel):
     max_turns: int | None = Field(None, ge=1, description="model calls per rollout (default: the env's)")
     concurrency: int = Field(32, ge=1, description="rollouts at once")
     max_batch: int = Field(32, ge=1, description="sequences the server decodes together")
-    micro_batch: int = Field(16, ge=1, description="sequences per forward/backward pass")
+    micro_batch: int = Field(
+        16,
+        ge=1,
+        description="sequences per forward/backward pass; an update accumulates the gradients of "
+        "its micro-batches (gradient accumulation: the same update as one batch, in less memory)",
+    )
+    lora: LoraSettings | None = Field(
+        None, description="train LoRA adapters (peft) instead of every weight (None = full fine-tuning)"
+    )
+    precision: Precision = Field(
+        "auto",
+        description="bf16: autocast the forward pass to bf16 (weights, gradients and optimizer stay "
+        "float32); auto: bf16 on a CUDA device that has it, else fp32",
+    )
+    gradient_checkpointing: bool = Field(
+        False,
+        description="recompute each layer's activations in the backward pass (less memory, ~30% more compute)",
+    )
     device: str = Field("auto", description="training device: auto (cuda when present), cpu, cuda, cuda:N")
     serve_device: str = Field("cpu", description="device of the rollout server (trajforge serve --device)")
     serve_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(

@@ -1,6 +1,6 @@
 """The closed-loop figure (``rl demo``): GRPO's training reward per step with the held-out
 sampled success of each stage on the same axis, and per family the held-out success of every
-stage side by side -- the warm start, GRPO and the equal-compute supervised control drawn apart.
+stage side by side -- the warm start, GRPO and each control (RFT, the supervised ones) drawn apart.
 
 matplotlib (the ``rl`` extra) is imported here only; the demo runs without it and says so.
 """
@@ -10,15 +10,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-COLORS = {"before": "tab:gray", "warm start": "tab:orange", "GRPO": "tab:blue", "control": "tab:green"}
+COLORS = {
+    "before": "tab:gray",
+    "warm start": "tab:orange",
+    "GRPO": "tab:blue",
+    "RFT": "tab:red",
+    "set SFT": "tab:green",
+    "oracle SFT": "tab:olive",
+}
+MARKERS = {"RFT": "D", "set SFT": "v", "oracle SFT": "^"}
 
 
 def stage_x(report: dict[str, Any]) -> dict[str, float]:
     """Where each stage's held-out result sits on the step axis: the warm start at 0 and the
     evaluation before it left of 0 (a stretch of its own, so its jump is not drawn on top of GRPO's
-    first point); GRPO at its last step, and the control there too (it had the same wall time)."""
+    first point); GRPO at its last step, and the controls there too (they had GRPO's compute)."""
     last = float(report["metrics"][-1]["step"]) if report.get("metrics") else 1.0
-    xs = {"before": -max(1.0, 0.25 * last), "warm start": 0.0, "GRPO": last, "control": last}
+    xs = {"before": -max(1.0, 0.25 * last), "warm start": 0.0, "GRPO": last}
     return {s["name"]: xs.get(s["name"], last) for s in report["stages"]}
 
 
@@ -48,14 +56,16 @@ def _curve(ax: Any, report: dict[str, Any]) -> None:
         ys = [m.get("reward_by_category", {}).get(fam) for m in metrics]
         ax.plot(steps, ys, lw=0.8, alpha=0.6, label=f"  {fam}")
     xs = stage_x(report)
+    controls = [s["name"] for s in report["stages"] if s["name"] in MARKERS]
     for stage in report["stages"]:
         cell = stage["families"]["all"]["sampled_pass1"]
-        x = xs[stage["name"]] + (0.015 * max(1.0, xs.get("GRPO", 1.0)) if stage["name"] == "control" else 0.0)
+        shift = controls.index(stage["name"]) + 1 if stage["name"] in controls else 0
+        x = xs[stage["name"]] + 0.02 * shift * max(1.0, xs.get("GRPO", 1.0))
         ax.errorbar(
             [x],
             [cell["value"]],
             yerr=[[cell["value"] - cell["low"]], [cell["high"] - cell["value"]]],
-            fmt="s" if stage["name"] != "control" else "D",
+            fmt=MARKERS.get(stage["name"], "s"),
             color=COLORS.get(stage["name"], "tab:purple"),
             ms=8,
             capsize=4,
@@ -104,6 +114,7 @@ def _families(ax: Any, report: dict[str, Any]) -> None:
     ax.set_ylim(0, 1.05)
     ev = report.get("eval", {})
     ax.set_title(
-        f"held-out tiny_tasks by family ({ev.get('items')} items x {ev.get('samples_per_item')} samples, 95% CI)"
+        f"held-out {ev.get('env', 'tiny_tasks')} by family ({ev.get('items')} items x "
+        f"{ev.get('samples_per_item')} samples, 95% CI)"
     )
     ax.legend(fontsize=7, loc="lower left")

@@ -12,7 +12,16 @@ same directory contract as the builtin trainer:
 - ``metrics.jsonl`` gets one line per logged step with the shared names (``reward_mean``,
   ``reward_std``, ``pass_rate``, ``kl``, ``entropy``, ``clip_fraction``, ``tokens_per_s``,
   ``staleness`` = 0);
-- the final weights are also saved as ``checkpoints/step-N``.
+- the final weights are also saved as ``checkpoints/step-N`` (with LoRA: the adapters in
+  ``adapter/`` and the merged weights as a plain checkpoint, :mod:`trajforge.rl.fit`).
+
+Fitting a real model: ``lora`` becomes TRL's ``peft_config``, ``precision`` its ``bf16``,
+``gradient_checkpointing`` its own, and ``micro_batch`` the per-device batch, with gradient
+accumulation making up the step's episodes (:func:`batch_layout`). Under ``accelerate launch``
+(``--num_processes N``) each process samples the groups of its share of the step's items (its own
+live policy, sandboxes and rollouts; TRL gathers the rewards for the group advantages) and DDP
+averages the gradients: two processes compute the update one process computes with the doubled
+batch (tested on gloo). Only the main process writes the run directory.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from trajforge.rl.builtin import StepHook, TrainResult, resolve_device, training_env
-from trajforge.rl.checkpoint import RunDir, RunState
+from trajforge.rl.checkpoint import RunDir, RunState, step_dir
 from trajforge.rl.config import TrainConfig, TrainConfigError
 from trajforge.rl.progress import quiet_third_party
 from trajforge.rl.samples import PASS_THRESHOLD
@@ -47,29 +56,61 @@ def _latest_trl_checkpoint(root: Path) -> Path | None:
     if not base.is_dir():
         return None
     found = [p for p in base.iterdir() if p.is_dir() and p.name.startswith("checkpoint-")]
-    found = [p for p in found if (p / "config.json").is_file() and (p / "trainer_state.json").is_file()]
+    found = [
+        p
+        for p in found
+        if ((p / "config.json").is_file() or (p / "adapter_config.json").is_file())
+        and (p / "trainer_state.json").is_file()
+    ]
     return max(found, key=lambda p: int(p.name.split("-")[1]), default=None)
+
+
+def batch_layout(config: TrainConfig, processes: int) -> tuple[int, int]:
+    """``(per_device_train_batch_size, gradient_accumulation_steps)`` so that one optimizer
+    step is one step's episodes (``groups_per_step x group_size``) over ``processes``, in
+    micro-batches of at most ``micro_batch`` episodes. Each process must hold whole groups: TRL
+    hands each its consecutive share of the step's rows, and a rollout's seed is its index in its
+    group."""
+    if config.groups_per_step % processes:
+        raise TrainConfigError(
+            f"groups_per_step={config.groups_per_step} does not split over {processes} processes; "
+            "use a multiple of the process count so each process samples whole groups"
+        )
+    per_process = config.episodes_per_step // processes
+    micro = max(d for d in range(1, min(config.micro_batch, per_process) + 1) if per_process % d == 0)
+    return micro, per_process // micro
 
 
 def train_trl(config: TrainConfig, *, on_step: StepHook | None = None) -> TrainResult:
     """Blocking. ``on_step`` gets each step's metric line as TRL logs it (the CLI's live line);
     TRL's own progress bar and printed log dicts are off."""
+    from accelerate import PartialState
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl import GRPOConfig, GRPOTrainer  # type: ignore[attr-defined]
 
     from trajforge.envs.trl import EnvGRPO
+    from trajforge.rl import fit
     from trajforge.sandbox.types import SandboxConfig
 
     cfg = config
+    device = resolve_device(cfg.device)
+    # one process, or this one of `accelerate launch`'s (torchrun: on a CPU, gloo -- accelerate
+    # takes a CPU run for a GPU one unless told, so the state is made here with `cpu` set)
+    processes = PartialState(cpu=device == "cpu")
+    main = processes.is_main_process
+    per_device, accumulation = batch_layout(cfg, processes.num_processes)
     run_dir = RunDir(cfg.output_dir)
-    run_state = run_dir.open(cfg)
+    if main:  # one writer of the run directory; the others read what it decided
+        run_dir.open(cfg)
+    processes.wait_for_everyone()
+    run_state = run_dir.read_state()
     resume = _latest_trl_checkpoint(cfg.output_dir)
     if run_state is not None and run_state.step >= cfg.steps:
         raise TrainConfigError(
             f"{cfg.output_dir} already finished step {run_state.step} of {cfg.steps}; raise --steps or pick another --output-dir"
         )
-    device = resolve_device(cfg.device)
+    precision = fit.resolve_precision(cfg.precision, device)
     env = training_env(cfg)
     if getattr(env, "scores_tokens", False):
         raise TrainConfigError(
@@ -90,7 +131,7 @@ def train_trl(config: TrainConfig, *, on_step: StepHook | None = None) -> TrainR
         def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             # `state` is TRL's TrainerState (global_step); the run's own is `run_state`
             logs: dict[str, Any] | None = kwargs.get("logs")
-            if not logs or "reward" not in logs:
+            if not logs or "reward" not in logs or not state.is_world_process_zero:
                 return
             now = time.monotonic()
             line: dict[str, Any] = {"step": int(state.global_step), "staleness": 0, "device": device}
@@ -99,8 +140,10 @@ def train_trl(config: TrainConfig, *, on_step: StepHook | None = None) -> TrainR
                     line[name] = logs[key]
             line.setdefault("kl", None)  # TRL computes it only with a reference (kl_coef > 0)
             rewards = list(adapter.stats.last_rewards)
+            # this process's share of the step's episodes (TRL's `reward` above is over all of them)
             line["pass_rate"] = sum(r >= PASS_THRESHOLD for r in rewards) / max(1, len(rewards))
             line["episodes"] = len(rewards)
+            line["processes"] = processes.num_processes
             line["step_s"] = round(now - self.last, 3)
             sampled = adapter.stats.sampled_tokens - self.tokens
             self.tokens = adapter.stats.sampled_tokens
@@ -116,7 +159,13 @@ def train_trl(config: TrainConfig, *, on_step: StepHook | None = None) -> TrainR
                 on_step(line)
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if not state.is_world_process_zero:
+                return
             ckpt = cfg.output_dir / TRL_DIR / f"checkpoint-{state.global_step}"
+            policy = kwargs.get("model")
+            if cfg.lora is not None and policy is not None and ckpt.is_dir():
+                # TRL saved the adapters; the merged weights make the checkpoint servable as well
+                fit.save_merged(policy, ckpt)
             if (ckpt / "config.json").is_file():
                 run_dir.write_state(RunState(step=int(state.global_step), checkpoint=run_dir.relative(ckpt)))
 
@@ -125,13 +174,15 @@ def train_trl(config: TrainConfig, *, on_step: StepHook | None = None) -> TrainR
         dataset = adapter.dataset(cfg.steps * cfg.groups_per_step)
         args = GRPOConfig(
             output_dir=str(cfg.output_dir / TRL_DIR),
-            per_device_train_batch_size=cfg.episodes_per_step,
+            per_device_train_batch_size=per_device,
+            gradient_accumulation_steps=accumulation,
             num_generations=cfg.group_size,
             max_steps=cfg.steps,
             learning_rate=cfg.lr,
             weight_decay=cfg.weight_decay,
             max_grad_norm=cfg.max_grad_norm,
-            lr_scheduler_type="constant",
+            lr_scheduler_type="constant_with_warmup" if cfg.warmup_steps else "constant",
+            warmup_steps=cfg.warmup_steps,
             beta=cfg.kl_coef,
             num_iterations=cfg.epochs,
             epsilon=cfg.clip_low,
@@ -144,8 +195,8 @@ def train_trl(config: TrainConfig, *, on_step: StepHook | None = None) -> TrainR
             save_total_limit=cfg.keep_checkpoints,
             report_to=[],
             use_cpu=device == "cpu",
-            bf16=False,
-            activation_checkpointing=False,
+            bf16=precision == "bf16",
+            gradient_checkpointing=cfg.gradient_checkpointing,
             seed=cfg.seed,
             dataloader_num_workers=0,
             disable_tqdm=True,
@@ -158,13 +209,19 @@ def train_trl(config: TrainConfig, *, on_step: StepHook | None = None) -> TrainR
             processing_class=tokenizer,
             rollout_func=adapter.rollout_func,
             callbacks=[_Record()],
+            peft_config=fit.lora_config(cfg.lora) if cfg.lora is not None else None,
         )
         for noisy in (PrinterCallback, ProgressCallback):  # log dicts / bars: the CLI prints its own line
             trainer.remove_callback(noisy)
         with quiet_third_party():
             trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    final = run_dir.save(cfg.steps, trainer.model, tokenizer, None, {"trainer": "trl"})
-    run_dir.write_state(RunState(step=cfg.steps, checkpoint=run_dir.relative(final), final=True))
+    final = step_dir(run_dir.root, cfg.steps)
+    if main:
+        final = run_dir.save(cfg.steps, trainer.model, tokenizer, None, {"trainer": "trl"})
+        run_dir.write_state(RunState(step=cfg.steps, checkpoint=run_dir.relative(final), final=True))
+    processes.wait_for_everyone()
+    if processes.num_processes > 1:
+        processes.destroy_process_group()  # gloo aborts the interpreter at exit otherwise
     return TrainResult(
         steps_done=len(metrics),
         last_step=cfg.steps,

@@ -18,6 +18,7 @@ from typing import Any
 
 from trajforge.distributions import derive_seed
 from trajforge.rl.config import TrainConfig, step_lr
+from trajforge.rl.fit import autocast, resolve_precision, trainable_parameters, update_mode
 from trajforge.rl.grpo import LossParts, Sample, collate, grpo_loss, token_logprobs
 from trajforge.rl.samples import chunks
 
@@ -43,7 +44,9 @@ def grpo_update(
     if not samples:
         return {**total.means(), "updates": 0, "grad_norm": 0.0, "train_tokens_per_s": 0.0}
     began = time.monotonic()
-    model.eval()  # dropout off; autograd is unaffected
+    update_mode(model)  # dropout off (checkpointed layers still recompute); autograd is unaffected
+    precision = resolve_precision(config.precision, device)
+    params = trainable_parameters(model)
     lr = step_lr(config, step)
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -60,11 +63,12 @@ def grpo_update(
         for micro in chunks(minibatch, -(-len(minibatch) // config.micro_batch)):
             batch = collate(micro, pad_id, device)
             seen_tokens += int(batch.attention_mask.sum())
-            lp, entropy = token_logprobs(model, batch, temperature=temperature, with_entropy=True)
-            ref_lp = None
-            if ref is not None:
-                with torch.no_grad():
-                    ref_lp, _ = token_logprobs(ref, batch, temperature=temperature)
+            with autocast(device, precision):
+                lp, entropy = token_logprobs(model, batch, temperature=temperature, with_entropy=True)
+                ref_lp = None
+                if ref is not None:
+                    with torch.no_grad():
+                        ref_lp, _ = token_logprobs(ref, batch, temperature=temperature)
             loss, parts = grpo_loss(
                 lp,
                 batch,
@@ -77,7 +81,7 @@ def grpo_update(
             )
             loss.backward()  # type: ignore[no-untyped-call]
             total.add(parts)
-        grad_norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)))
+        grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)))
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     seconds = time.monotonic() - began
@@ -87,4 +91,5 @@ def grpo_update(
         "updates": len(passes),
         "grad_norm": max(grad_norms),
         "train_tokens_per_s": round(seen_tokens / seconds, 2) if seconds > 0 else 0.0,
+        "precision": precision,
     }

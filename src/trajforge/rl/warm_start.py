@@ -179,6 +179,7 @@ def supervised_updates(
     device: str,
     on_update: Callable[[int, float], None] | None = None,
     optimizer: Any = None,
+    precision: str = "fp32",
 ) -> list[float]:
     """AdamW updates of ``ws.batch`` samples each: for each phase of ``ws.schedule()`` its
     ``updates``, cycling through that phase's samples (``phases[i]``) in order; one optimizer,
@@ -190,8 +191,11 @@ def supervised_updates(
     probability of the demonstrated token, no gradient through the weight): the few tokens the
     policy gets wrong -- a value to copy -- get the update instead of the many it already writes
     right. AdamW's step does not depend on the loss's scale, so this redistributes the update
-    rather than shrinking it. ``optimizer``: continue one (its moments) instead of a new AdamW."""
+    rather than shrinking it. ``optimizer``: continue one (its moments) instead of a new AdamW.
+    ``precision``: ``bf16`` autocasts the forward passes (:func:`trajforge.rl.fit.autocast`)."""
     import torch
+
+    from trajforge.rl.fit import autocast, trainable_parameters
 
     if optimizer is None:
         optimizer = torch.optim.AdamW(
@@ -217,12 +221,13 @@ def supervised_updates(
         loss = 0.0
         for micro in chunks(batch, -(-len(batch) // micro_batch)):
             b = collate(micro, pad_id, device)
-            lp, _ = token_logprobs(model, b)
+            with autocast(device, precision):
+                lp, _ = token_logprobs(model, b)
             nll = -(lp * b.loss_mask)
             weight = (1.0 - lp.detach().exp()).clamp_min(0.0) ** ws.focal if ws.focal else 1.0
             (nll * weight).sum().div(tokens).backward()  # type: ignore[no-untyped-call]
             loss += float(nll.detach().sum()) / tokens
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(trainable_parameters(model), 1.0)
         optimizer.step()
         losses.append(loss)
         if on_update is not None:
@@ -260,12 +265,13 @@ async def warm_start(
 
     def train() -> tuple[Any, Any, list[float]]:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
+
+        from trajforge.rl.fit import load_policy, resolve_precision
 
         torch.manual_seed(derive_seed(config.seed, "warm-start") & 0x7FFFFFFF)
         tokenizer = AutoTokenizer.from_pretrained(str(config.model))
-        model: Any = AutoModelForCausalLM.from_pretrained(str(config.model), dtype=torch.float32)
-        model = model.to(device)
+        model = load_policy(config, config.model, device)  # LoRA, checkpointing as the run says
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         losses = supervised_updates(
             model,
@@ -274,6 +280,7 @@ async def warm_start(
             micro_batch=config.micro_batch,
             pad_id=pad_id,
             device=device,
+            precision=resolve_precision(config.precision, device),
         )
         return model, tokenizer, losses
 

@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from trajforge.serve.adapters import is_adapter_dir, load_merged_adapter
 from trajforge.serve.config import LogprobsMode, ServeConfig, check_model_dir
 from trajforge.serve.decode import BatchRun, LogitsHook
 from trajforge.serve.errors import EngineError, RequestError
@@ -96,6 +97,8 @@ class Engine:
         self.device = next(model.parameters()).device
         self.dtype = dtype or next(model.parameters()).dtype
         self.weights_path = weights_path
+        self.base_path = weights_path
+        """The weights the server started from: LoRA adapters are merged onto these (serve/adapters.py)."""
         self.max_batch = max_batch
         self.batch_wait_s = batch_wait_s
         self.default_max_tokens = default_max_tokens
@@ -223,7 +226,8 @@ class Engine:
     # -- weights ---------------------------------------------------------------------------
 
     async def load_weights(self, path: str | Path) -> int:
-        """Load a checkpoint directory and swap it in between batches; returns the new version."""
+        """Load a checkpoint directory -- or a LoRA adapter directory, merged onto the weights the
+        server started from -- and swap it in between batches; returns the new version."""
         async with self._load_lock:
             checked, new = await self._load_checkpoint(path)
             async with self._swap_lock:
@@ -238,8 +242,7 @@ class Engine:
     async def _load_checkpoint(self, path: str | Path) -> tuple[Path, torch.nn.Module]:
         """The checked directory and its model; :class:`RequestError` when it cannot be served."""
         try:
-            checked = check_model_dir(Path(path))
-            new = await asyncio.to_thread(load_model, checked, self.device, self.dtype)
+            checked, new = await asyncio.to_thread(self._read_weights, Path(path))
         except ValueError as exc:
             raise RequestError(str(exc)) from exc
         new_vocab = vocab_size(new)
@@ -249,6 +252,18 @@ class Engine:
                 f"tokenizer/model has {self.vocab_size}; load a checkpoint of the same model"
             )
         return checked, new
+
+    def _read_weights(self, path: Path) -> tuple[Path, torch.nn.Module]:
+        """A model directory's weights, or a LoRA adapter directory merged onto the base the
+        engine started from (serve/adapters.py). Blocking."""
+        if is_adapter_dir(path):
+            if self.base_path is None:
+                raise ValueError("this engine has no base weights on disk to merge LoRA adapters onto")
+            return path.resolve(), load_merged_adapter(
+                path.resolve(), self.base_path, self.device, self.dtype
+            )
+        checked = check_model_dir(path)
+        return checked, load_model(checked, self.device, self.dtype)
 
     # -- the batching loop -------------------------------------------------------------------
 
