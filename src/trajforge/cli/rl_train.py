@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import typer
 
@@ -179,7 +179,7 @@ def _train(cfg: object, mode: str) -> Any:
     the start (loading the policy, starting its server and the first step's rollouts take a
     minute on a CPU, and once printed nothing), then one line per step (rl/progress.py:
     reward, pass rate, KL, clipping, s/step, ETA) with the bar's done/total, rate and ETA."""
-    from trajforge.cli.live import LiveProgress
+    from trajforge.cli.live import LiveProgress, Mode
     from trajforge.rl.config import TrainConfig
     from trajforge.rl.progress import StepProgress, quiet_third_party
 
@@ -187,10 +187,10 @@ def _train(cfg: object, mode: str) -> Any:
     live = LiveProgress(
         "rl train",
         unit="steps",
-        mode=mode,
+        mode=cast("Mode", mode),  # checked against the four modes by the command
         every_s=float("inf"),
         quiet_s=0,
-        heartbeat_s=5.0,  # type: ignore[arg-type]
+        heartbeat_s=5.0,
     )
     lines = StepProgress(cfg.steps, live.note)
     start = "resuming" if (cfg.output_dir / "state.json").exists() else "starting"

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+from trajforge.envs.hooks import scores_tokens
 from trajforge.rl.builtin import StepHook, TrainResult, resolve_device, training_env
 from trajforge.rl.checkpoint import RunDir, RunState, step_dir
 from trajforge.rl.config import TrainConfig, TrainConfigError
@@ -112,7 +113,7 @@ def train_trl(config: TrainConfig, *, on_step: StepHook | None = None) -> TrainR
         )
     precision = fit.resolve_precision(cfg.precision, device)
     env = training_env(cfg)
-    if getattr(env, "scores_tokens", False):
+    if scores_tokens(env):
         raise TrainConfigError(
             f"env {env.name!r} gives per-token advantages, which TRL's GRPOTrainer has no input for "
             "(it would train on the scalar reward alone); use --trainer builtin, which trains on them"
