@@ -298,3 +298,13 @@ def test_paired_pass_at_k_and_the_table() -> None:
         in table
     )
     assert "GRPO | 32 | 2048 | 90000 | 0 | 600 | reward" in table
+
+
+@pytest.mark.parametrize("lr", [0.0, -1e-4])
+def test_an_rft_learning_rate_must_be_positive(lr: float) -> None:
+    """A zero or negative candidate would train nothing (or away from what passed) and could still
+    win the validation round by doing least harm."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="greater than 0"):
+        RftSettings(lrs=[1e-4, lr])

@@ -89,7 +89,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     small = root / "small.yaml"
     small.write_text("group_size: 2\ngroups_per_step: 1\n")
     _trajforge("rl", "demo", "--output-dir", str(out), "--run-name", "demo", "--max-samples", "1",
-               "--eval-k", "1", "--steps", "1", "--time-budget-min", "10", "--no-control",
+               "--eval-k", "1", "--steps", "1", "--control", "none",
                "--config", str(small))  # fmt: skip
     _trajforge("rl", "start", "tiny_tasks", "--steps", "1", "--group-size", "2", "--output-dir", str(out),
                "--run-name", "managed")  # fmt: skip

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -64,7 +64,7 @@ class RftSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     rounds: int = Field(4, ge=1, description="expert-iteration rounds: sample, keep, train")
-    lrs: list[float] = Field(
+    lrs: list[Annotated[float, Field(gt=0)]] = Field(  # finite (the model's allow_inf_nan), positive
         default_factory=lambda: [1e-4, 3e-4, 1e-3],
         min_length=1,
         description="candidate learning rates, chosen per round on the validation split",
