@@ -2218,6 +2218,18 @@ static void kill_everything(buf_t *note) {
                agent.max_procs);
 }
 
+/* Whether a fork of ours is refused for want of processes (exec_agent._cannot_fork). */
+static int cannot_fork(void) {
+    pid_t pid = fork();
+    if (pid < 0)
+        return errno == EAGAIN;
+    if (pid == 0)
+        _exit(0);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    return 0;
+}
+
 /* Whether the sandbox's tasks are near its limit (exec_agent.Agent._near_process_limit). */
 static int near_process_limit(void) {
     if (agent.max_procs <= 0)
@@ -2237,7 +2249,7 @@ static int near_process_limit(void) {
         pids = proc_pids(&n);
         size_t tasks = count_tasks(pids, n);
         free(pids);
-        if ((double)tasks >= agent.max_procs * PROCS_HEADROOM)
+        if ((double)tasks >= agent.max_procs * PROCS_HEADROOM || cannot_fork())
             return 1;
         sleep_s(0.01);
     }
