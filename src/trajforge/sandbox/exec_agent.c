@@ -839,6 +839,30 @@ static int session_ids(int pid, long long *pgrp, long long *sid) {
     return ok;
 }
 
+/* Clock ticks since boot, as /proc/PID/stat's starttime counts them. */
+static long long boot_ticks(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_BOOTTIME, &now);
+    long tick = sysconf(_SC_CLK_TCK);
+    return (long long)now.tv_sec * tick + (long long)now.tv_nsec / (1000000000LL / tick);
+}
+
+/* When `pid` started, in clock ticks since boot (-1 when it is gone). */
+static long long start_ticks(int pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    buf_t b = {0};
+    read_text(path, &b);
+    long long ticks = -1;
+    char *at = b.p ? strrchr(b.p, ')') : NULL;
+    for (int field = 2; at && field < 22; field++) /* field 2 ends at ')'; starttime is field 22 */
+        at = strchr(at + 1, ' ');
+    if (at)
+        ticks = strtoll(at + 1, NULL, 10);
+    buf_free(&b);
+    return ticks;
+}
+
 /* The processes of our pid namespace but us and bwrap (pid 1), at most `cap` of them in `out`;
  * how many there are. */
 static size_t other_pids(int *out, size_t cap) {
@@ -2444,6 +2468,7 @@ static long long shell_exited(shell_t *s, int overran, int unstarted, buf_t *end
 }
 
 /* Kill the shell and every process the command started after `last` (exec_agent._kill_command). */
+static long long command_ticks; /* when the current command was sent: boot_ticks() */
 static void kill_command(shell_t *s, long long last) {
     kill(s->pid, SIGKILL);
     int me = getpid();
@@ -2455,6 +2480,8 @@ static void kill_command(shell_t *s, long long last) {
             int pid = pids[i];
             if (pid == 1 || pid == me || (!wrapped && pid <= last && pid != s->pid))
                 continue;
+            if (wrapped && pid != s->pid && start_ticks(pid) < command_ticks)
+                continue; /* wrapped: an earlier command's job by its start time */
             long long pgrp, sid;
             if (session_ids(pid, &pgrp, &sid) && (pgrp == s->pid || sid == s->pid)) {
                 kill(pid, SIGKILL);
@@ -2685,6 +2712,7 @@ static void exec_session(const request_t *r, double started, double timeout, cap
     char **fresh = shell_lines(s); /* a fresh shell's "ready" */
     lines_free(fresh);
     long long last = last_pid();
+    command_ticks = boot_ticks();
     char line[128];
     int n = snprintf(line, sizeof line, "%lld %s %s\n", agent.counter, nonce, has_cwd ? "c" : "-");
     write_all(s->channel, line, (size_t)n); /* the shell is gone already: its exit is read below */

@@ -1027,6 +1027,7 @@ class Agent:
         reader, holder = _open_fifo(fifo, self.run_as)
         shell.lines()  # a fresh shell's "ready"
         last_pid = _last_pid()
+        self.command_ticks = _boot_ticks()
         with suppress(OSError):  # the shell is gone already: its exit is read below
             shell.send(f"{self.counter} {nonce} {'c' if cwd is not None else '-'}\n".encode())
         try:
@@ -1204,6 +1205,8 @@ class Agent:
             for pid in _pids():
                 if pid in (1, me) or (not wrapped and pid <= last_pid and pid != shell.pid):
                     continue
+                if wrapped and pid != shell.pid and _start_ticks(pid) < self.command_ticks:
+                    continue  # wrapped: an earlier command's job, by its start time
                 ids = _session_ids(pid)
                 if ids is not None and shell.pid in ids:
                     victims.append(pid)
@@ -1340,6 +1343,20 @@ def _last_pid() -> int:
     """The last pid the kernel handed out in our pid namespace (0 when unknown)."""
     text = _read("/proc/sys/kernel/ns_last_pid").strip()
     return int(text) if text.isdigit() else 0
+
+
+def _boot_ticks() -> int:
+    """Clock ticks since boot, as /proc/PID/stat's starttime counts them."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
+
+
+def _start_ticks(pid: int) -> int:
+    """When ``pid`` started, in clock ticks since boot (-1 when it is gone). The pid numbers of
+    the local backend are the host's (32,768 of them here, a busy host cycles through in
+    seconds): only the start time tells an earlier command's job from this one's after a wrap."""
+    text = _read(f"/proc/{pid}/stat")
+    fields = text[text.rfind(")") + 2 :].split()
+    return int(fields[19]) if len(fields) > 19 else -1
 
 
 def _session_ids(pid: int) -> tuple[int, int] | None:
