@@ -16,9 +16,11 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from trajforge.extras import missing_ml
+from trajforge.llm.dialects import DialectChoice
+from trajforge.llm.parsers import ParserName
 
 if TYPE_CHECKING:  # the client (and the openai SDK) load when one is built, not at CLI start-up
     from trajforge.llm.openai_client import OpenAIChatModel
@@ -65,31 +67,17 @@ class EndpointConfig(BaseModel):
         "auto",
         description="with tokenizer: which completion API the endpoint speaks (auto: its dialect's)",
     )
-    tool_call_parser: str = Field(
+    tool_call_parser: ParserName = Field(
         "auto",
         description="tool-call format of the model's text (trajforge.llm.parsers; auto: detect it): parsed "
         "by the token-level client, and on the chat path from calls the endpoint returned as text (auto: "
         "where the dialect says the server may not parse them itself; none: never)",
     )
-    endpoint_dialect: str = Field(
+    endpoint_dialect: DialectChoice = Field(
         "auto",
         description="which server the endpoint is (llm/dialects.py: openai, vllm, sglang, llamacpp, "
         "llamacpp_python, ollama, openrouter, trajforge); auto: probe what it says about itself",
     )
-
-    @field_validator("endpoint_dialect")
-    @classmethod
-    def _known_dialect(cls, value: str) -> str:
-        from trajforge.llm.dialects import check_dialect_name
-
-        return check_dialect_name(value)
-
-    @field_validator("tool_call_parser")
-    @classmethod
-    def _known_parser(cls, value: str) -> str:
-        from trajforge.llm.parsers import check_parser_name
-
-        return check_parser_name(value)
 
     @property
     def embedded(self) -> bool:

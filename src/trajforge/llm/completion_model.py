@@ -51,7 +51,7 @@ from trajforge.llm.completion_wire import (
     openai_finish_reason,
     parse_response,
 )
-from trajforge.llm.dialects import check_dialect_name, get_dialect
+from trajforge.llm.dialects import DialectChoice, get_dialect
 from trajforge.llm.keys import redact, resolve_api_key
 from trajforge.llm.parsers import ToolCallParser, get_parser, to_tool_calls
 from trajforge.llm.retry import (
@@ -87,7 +87,7 @@ class CompletionModelConfig(BaseModel):
         "input_ids); auto: the one the server's dialect serves (vllm_generate for a server that does not "
         "say what it is)",
     )
-    endpoint_dialect: str = Field(
+    endpoint_dialect: DialectChoice = Field(
         default="auto", description="which server this is (trajforge.llm.dialects); auto: probe it"
     )
     model: str | None = Field(
@@ -120,11 +120,6 @@ class CompletionModelConfig(BaseModel):
             raise ValueError(f"base_url must be an http(s) URL like http://127.0.0.1:8000, got {value!r}")
         value = value.rstrip("/")
         return value[: -len("/v1")] if value.endswith("/v1") else value
-
-    @field_validator("endpoint_dialect")
-    @classmethod
-    def _known_dialect(cls, value: str) -> str:
-        return check_dialect_name(value)
 
     def url(self, kind: EndpointKind | None = None) -> str:
         """The route of ``kind`` (default: the configured one) below the server root."""

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from trajforge.llm.completion_wire import EndpointKind
 
@@ -199,3 +199,7 @@ def check_dialect_name(value: str) -> str:
     if value not in DIALECT_CHOICES:
         raise ValueError(f"unknown endpoint dialect {value!r}; choose one of: {', '.join(DIALECT_CHOICES)}")
     return value
+
+
+DialectChoice = Annotated[str, AfterValidator(check_dialect_name)]
+"""A config field naming a dialect (or ``auto``), checked as ``--endpoint-dialect`` is."""

@@ -11,8 +11,8 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from trajforge.llm.dialects import Dialect, ReasoningStyle, check_dialect_name
-from trajforge.llm.parsers import check_parser_name
+from trajforge.llm.dialects import Dialect, DialectChoice, ReasoningStyle
+from trajforge.llm.parsers import ParserName
 from trajforge.llm.retry import BackoffBase, BackoffMax, MaxRetries, MaxRetryAfter
 
 __all__ = ["OpenAIModelConfig", "ReasoningStyle"]
@@ -48,12 +48,12 @@ class OpenAIModelConfig(BaseModel):
         "reasoning_effort), openrouter (reasoning: {...}), chat_template (vLLM/SGLang "
         "chat_template_kwargs), none; auto: the endpoint dialect's",
     )
-    endpoint_dialect: str = Field(
+    endpoint_dialect: DialectChoice = Field(
         default="auto",
         description="which server this is (trajforge.llm.dialects: openai, vllm, sglang, llamacpp, "
         "llamacpp_python, ollama, openrouter, trajforge); auto: probe what the server says about itself",
     )
-    tool_call_parser: str = Field(
+    tool_call_parser: ParserName = Field(
         default="auto",
         description="tool calls the endpoint returned as text are parsed with this family "
         "(trajforge.llm.parsers) and run; auto: detect the family, only where the dialect says the "
@@ -73,16 +73,6 @@ class OpenAIModelConfig(BaseModel):
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(f"base_url must be an http(s) URL like https://host/v1, got {value!r}")
         return value.rstrip("/")
-
-    @field_validator("endpoint_dialect")
-    @classmethod
-    def _known_dialect(cls, value: str) -> str:
-        return check_dialect_name(value)
-
-    @field_validator("tool_call_parser")
-    @classmethod
-    def _known_parser(cls, value: str) -> str:
-        return check_parser_name(value)
 
     def resolved_reasoning_style(self, dialect: Dialect | None = None) -> ReasoningStyle:
         """The configured style, else the dialect's (without one: openrouter for openrouter.ai, else openai)."""

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import importlib
 from types import MappingProxyType
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 from trajforge.llm.parsers.base import (
     ParsedCall,
@@ -70,10 +73,14 @@ def check_parser_name(value: str) -> str:
     return value
 
 
+ParserName = Annotated[str, AfterValidator(check_parser_name)]
+"""A config field naming a tool-call parser (or ``auto``/``none``), checked as ``--tool-call-parser`` is."""
+
 __all__ = [
     "ParseError",
     "ParseResult",
     "ParsedCall",
+    "ParserName",
     "ToolCallParser",
     "Tools",
     "check_parser_name",
