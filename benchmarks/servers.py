@@ -30,9 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,35 +86,6 @@ def install_gpu_servers(names: list[str]) -> None:
         subprocess.run([*pip, GPU_WHEELS[name]], check=True)
 
 
-def _wait(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 600) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(
-                f"server exited ({proc.returncode}): {log.read_text(errors='replace')[-3000:]}"
-            )
-        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as resp:
-            if resp.status == 200:
-                return
-        time.sleep(1)
-    raise RuntimeError(f"{url} did not answer in {timeout_s:g}s: {log.read_text(errors='replace')[-3000:]}")
-
-
-@contextlib.contextmanager
-def _process(argv: list[str], ready: str, log: Path, env: dict[str, str] | None = None) -> Iterator[None]:
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        _wait(ready, proc, log)
-        yield
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
 async def _post_json(
     url: str, body: dict[str, Any], headers: dict[str, str] | None = None
 ) -> tuple[int, Any]:
@@ -137,6 +106,7 @@ async def serve(name: str, logs: Path) -> AsyncIterator[Served]:
 
     weights = embedded_weights()
     port = llamacpp.free_port()
+    common = ["--served-model-name", SERVED, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]
     if name == "trajforge":
         from trajforge.serve.launcher import LocalServer
 
@@ -154,21 +124,13 @@ async def serve(name: str, logs: Path) -> AsyncIterator[Served]:
             yield Served(url)  # neither loads new weights into a running server
     elif name == "vllm":
         python = str(GPU_VENV / "bin" / "python")
-        argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(weights)]
-        argv += [
-            "--served-model-name",
-            SERVED,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--dtype",
-            "float32",
-        ]
+        argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(weights), *common]
         argv += ["--max-model-len", "1024", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
         argv += ["--reasoning-parser", "deepseek_r1", "--enforce-eager", "--gpu-memory-utilization", "0.3"]
         env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")  # /collective_rpc, for the reload check
-        with _process(argv, f"http://127.0.0.1:{port}/health", logs / "vllm.log", env):
+        with llamacpp.running(
+            argv, f"http://127.0.0.1:{port}/health", logs / "vllm.log", env=env, ready_s=600
+        ):
 
             async def reload(path: Path) -> str:
                 root = f"http://127.0.0.1:{port}"
@@ -184,17 +146,7 @@ async def serve(name: str, logs: Path) -> AsyncIterator[Served]:
             yield Served(f"http://127.0.0.1:{port}/v1", reload)
     elif name == "sglang":
         python = str(GPU_VENV / "bin" / "python")
-        argv = [python, "-m", "sglang.launch_server", "--model-path", str(weights)]
-        argv += [
-            "--served-model-name",
-            SERVED,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--dtype",
-            "float32",
-        ]
+        argv = [python, "-m", "sglang.launch_server", "--model-path", str(weights), *common]
         argv += [
             "--context-length",
             "1024",
@@ -204,7 +156,7 @@ async def serve(name: str, logs: Path) -> AsyncIterator[Served]:
             "deepseek-r1",
         ]
         argv += ["--mem-fraction-static", "0.3"]
-        with _process(argv, f"http://127.0.0.1:{port}/health", logs / "sglang.log"):
+        with llamacpp.running(argv, f"http://127.0.0.1:{port}/health", logs / "sglang.log", ready_s=600):
 
             async def reload(path: Path) -> str:
                 status, body = await _post_json(
@@ -220,44 +172,12 @@ async def serve(name: str, logs: Path) -> AsyncIterator[Served]:
 # -- the checks -----------------------------------------------------------------------------------
 
 
-def _lines(run_dir: Path) -> list[dict[str, Any]]:
-    import orjson
-
-    names = ("trajectories.jsonl", "failed.jsonl", "filtered.jsonl")
-    found = [
-        orjson.loads(x)
-        for n in names
-        if (run_dir / n).exists()
-        for x in (run_dir / n).read_bytes().splitlines()
-    ]
-    return sorted(found, key=lambda line: line["prompt_index"])
-
-
 async def _batch(
-    dataset: Path, out: Path, name: str, base_url: str | None, temperature: float, **extra: Any
+    dataset: Path, out: Path, name: str, base_url: str | None, temperature: float, **settings: Any
 ) -> list[dict[str, Any]]:
-    from trajforge.batch.config import load_config
-    from trajforge.batch.progress import NullProgress
-    from trajforge.batch.runner import run_batch
+    import llamacpp
 
-    endpoint = {"model": SERVED, "base_url": base_url, "api_key_env": ""} if base_url else {}
-    cfg = load_config(
-        None,
-        {
-            "dataset": dataset,
-            "run_name": name,
-            "output_dir": out,
-            "toolsets": ["terminal", "file"],
-            "env": "tiny_tasks",
-            "progress": "none",
-            "temperature": temperature,
-            "max_tokens": 256,
-            **endpoint,
-            **extra,
-        },
-    )
-    summary = await run_batch(cfg, progress=NullProgress())
-    return _lines(summary.run_dir)
+    return await llamacpp.tiny_tasks_batch(dataset, out, name, base_url, temperature=temperature, **settings)
 
 
 def _calls(line: dict[str, Any]) -> int:

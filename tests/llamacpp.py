@@ -40,6 +40,9 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 VERSION = "0.3.36"
 """llama-cpp-python's version on PyPI; its sdist vendors the llama.cpp both servers are built from."""
@@ -249,7 +252,51 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path, timeout_s: float = 120.0) -> None:
+@contextlib.contextmanager
+def running(
+    argv: list[str], ready: str, log: Path, *, env: dict[str, str] | None = None, ready_s: float = 120.0
+) -> Iterator[None]:
+    """A server process (its output in ``log``) for the block, once ``ready`` answers 200; stopped
+    after it (killed when it does not stop). Also the benchmark's way to run vLLM and SGLang."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    try:
+        _wait_ready(proc, ready, log, ready_s)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def tiny_tasks_batch(
+    dataset: Path, out: Path, name: str, base_url: str | None = None, **settings: Any
+) -> list[dict[str, Any]]:
+    """``trajforge batch --env tiny_tasks`` over ``dataset`` (greedy, the terminal and file tools)
+    against ``base_url`` serving the policy as ``tiny`` (None: the embedded policy); every line of
+    the run, whatever its status, in dataset order. ``settings`` override the batch's."""
+    from trajforge.batch.config import load_config
+    from trajforge.batch.runner import run_batch
+    from trajforge.export.formats import OUTPUT_FILES
+
+    endpoint = {"model": "tiny", "base_url": base_url, "api_key_env": ""} if base_url else {}
+    base = {"toolsets": ["terminal", "file"], "env": "tiny_tasks", "progress": "none", "temperature": 0.0}
+    fields = {**base, "max_tokens": 256, **endpoint, **settings}
+    cfg = load_config(None, {"dataset": dataset, "run_name": name, "output_dir": out, **fields})
+    run_dir = (await run_batch(cfg)).run_dir
+    lines = [
+        orjson.loads(x)
+        for file in OUTPUT_FILES
+        if (run_dir / file).exists()
+        for x in (run_dir / file).read_bytes().splitlines()
+    ]
+    return sorted(lines, key=lambda line: line["prompt_index"])
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -287,19 +334,8 @@ def serve(
         env = b.python_env()
     else:
         raise ValueError(f"unknown llama.cpp server {kind!r}")
-    log = log_dir / f"{kind}-{port}.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    try:
-        _wait_ready(proc, ready, log)
+    with running(argv, ready, log_dir / f"{kind}-{port}.log", env=env):
         yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def main(argv: list[str]) -> None:

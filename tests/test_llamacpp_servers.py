@@ -26,8 +26,6 @@ import pytest
 from typer.testing import CliRunner
 
 import llamacpp
-from trajforge.batch.config import load_config
-from trajforge.batch.runner import run_batch
 from trajforge.cli.main import app
 from trajforge.endpoint import EndpointConfig, build_token_model, embedded_weights, preflight_model
 from trajforge.llm.openai_client import OpenAIChatModel, OpenAIModelConfig
@@ -67,39 +65,12 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _lines(run_dir: Path) -> list[dict[str, Any]]:
-    return [
-        orjson.loads(x)
-        for name in ("trajectories.jsonl", "failed.jsonl", "filtered.jsonl")
-        if (run_dir / name).exists()
-        for x in (run_dir / name).read_bytes().splitlines()
-    ]
-
-
 def _batch(
-    dataset: Path, out: Path, name: str, base_url: str | None = None, **extra: Any
+    dataset: Path, out: Path, name: str, base_url: str | None = None, **settings: Any
 ) -> list[dict[str, Any]]:
     import asyncio
 
-    endpoint = {"model": "tiny", "base_url": base_url, "api_key_env": ""} if base_url else {}
-    cfg = load_config(
-        None,
-        {
-            "dataset": dataset,
-            "run_name": name,
-            "output_dir": out,
-            "toolsets": ["terminal", "file"],
-            "env": "tiny_tasks",
-            "progress": "none",
-            "temperature": 0.0,
-            "max_tokens": 256,
-            "concurrency": 4,
-            **endpoint,
-            **extra,
-        },
-    )
-    summary = asyncio.run(run_batch(cfg))
-    return sorted(_lines(summary.run_dir), key=lambda line: line["prompt_index"])
+    return asyncio.run(llamacpp.tiny_tasks_batch(dataset, out, name, base_url, concurrency=4, **settings))
 
 
 @pytest.fixture(scope="module")
