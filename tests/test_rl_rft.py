@@ -238,39 +238,17 @@ def test_paired_pass_at_k_and_the_table() -> None:
     b = stage("GRPO", {"x": 0.5, "y": 0.0, "z": 1.0})
     assert paired(a, b)["delta"] == pytest.approx((0.5 - 0.25 + 0) / 3, abs=1e-4)
     assert paired(a, b, metric="pass_at_k")["delta"] == pytest.approx((1 - 1 + 0) / 3, abs=1e-4)
+
+    def row(name: str, sampled: float, at_k: float, greedy: float) -> dict[str, Any]:
+        rates = {
+            "sampled_pass1": {"value": sampled},
+            "sampled_pass_at_k": {"4": at_k},
+            "greedy": {"value": greedy},
+        }
+        return {"name": name, "families": {"all": rates}}
+
     report = {
-        "stages": [
-            {
-                "name": "before",
-                "families": {
-                    "all": {
-                        "sampled_pass1": {"value": 0.2},
-                        "sampled_pass_at_k": {"4": 0.5},
-                        "greedy": {"value": 0.4},
-                    }
-                },
-            },
-            {
-                "name": "GRPO",
-                "families": {
-                    "all": {
-                        "sampled_pass1": {"value": 0.6},
-                        "sampled_pass_at_k": {"4": 0.9},
-                        "greedy": {"value": 0.9},
-                    }
-                },
-            },
-            {
-                "name": "RFT",
-                "families": {
-                    "all": {
-                        "sampled_pass1": {"value": 0.5},
-                        "sampled_pass_at_k": {"4": 0.9},
-                        "greedy": {"value": 0.95},
-                    }
-                },
-            },
-        ],
+        "stages": [row("before", 0.2, 0.5, 0.4), row("GRPO", 0.6, 0.9, 0.9), row("RFT", 0.5, 0.9, 0.95)],
         "eval": {"samples_per_item": 4},
         "headline": {"share_over": "all"},
         "shares": {

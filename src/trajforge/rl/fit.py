@@ -249,3 +249,40 @@ def adapter_dir(checkpoint: Path) -> Path | None:
     """A checkpoint's LoRA adapters, when it has them."""
     path = checkpoint / ADAPTER_DIR
     return path if (path / "adapter_config.json").is_file() else None
+
+
+def supervised_update(
+    model: Any,
+    optimizer: Any,
+    batch: list[Any],
+    *,
+    tokens: float,
+    micro_batch: int,
+    pad_id: int,
+    device: str,
+    precision: str,
+    focal: float = 0.0,
+) -> float:
+    """One supervised update on ``batch`` (``rl.grpo.Sample``s): the negative log-likelihood of
+    their trained tokens per ``tokens``, in forward passes of ``micro_batch`` samples at most,
+    gradients clipped to norm 1. ``focal`` > 0 weights each token by ``(1 - p)^focal`` (no gradient
+    through the weight: warm start's rule). Returns the loss before any weight. The caller sets the
+    learning rate and the model's mode. Blocking."""
+    import torch
+
+    from trajforge.rl.grpo import collate, token_logprobs
+    from trajforge.rl.samples import chunks
+
+    optimizer.zero_grad(set_to_none=True)
+    loss = 0.0
+    for micro in chunks(batch, -(-len(batch) // micro_batch)):
+        b = collate(micro, pad_id, device)
+        with autocast(device, precision):
+            lp, _ = token_logprobs(model, b)
+        nll = -(lp * b.loss_mask)
+        weight = (1.0 - lp.detach().exp()).clamp_min(0.0) ** focal if focal else 1.0
+        (nll * weight).sum().div(tokens).backward()  # type: ignore[no-untyped-call]
+        loss += float(nll.detach().sum()) / tokens
+    torch.nn.utils.clip_grad_norm_(trainable_parameters(model), 1.0)
+    optimizer.step()
+    return loss

@@ -48,9 +48,9 @@ from trajforge.llm.token_trace import MASKED
 from trajforge.rl.builtin import UNFILTERED, resolve_device, training_env
 from trajforge.rl.checkpoint import save_model_dir
 from trajforge.rl.config import TrainConfig
-from trajforge.rl.grpo import Sample, collate, token_logprobs
+from trajforge.rl.grpo import Sample
 from trajforge.rl.policy_server import PolicyServer
-from trajforge.rl.samples import PASS_THRESHOLD, chunks
+from trajforge.rl.samples import PASS_THRESHOLD
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.tools.builtin import default_registry
@@ -136,13 +136,10 @@ def supervised_until(
     """Supervised updates of ``batch`` samples each, in shuffled passes over ``samples``, until
     ``tokens`` trained tokens are reached (the last update is cut to what is left of it). Returns
     ``(updates, trained tokens, losses)``. Blocking: run it in a worker thread."""
-    import torch
-
-    from trajforge.rl.fit import autocast, trainable_parameters, update_mode
+    from trajforge.rl.fit import supervised_update, update_mode
 
     for group in optimizer.param_groups:
         group["lr"] = lr
-    params = trainable_parameters(model)
     rng = random.Random(seed)
     order: list[Sample] = []
     done = updates = 0
@@ -164,17 +161,10 @@ def supervised_until(
         chosen = fit_in
         count = float(sum(s.num_sampled for s in chosen)) or 1.0
         update_mode(model)
-        optimizer.zero_grad(set_to_none=True)
-        loss = 0.0
-        for micro in chunks(chosen, -(-len(chosen) // micro_batch)):
-            b = collate(micro, pad_id, device)
-            with autocast(device, precision):
-                lp, _ = token_logprobs(model, b)
-            nll = -(lp * b.loss_mask).sum() / count
-            nll.backward()  # type: ignore[no-untyped-call]
-            loss += float(nll.detach())
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
+        loss = supervised_update(
+            model, optimizer, chosen, tokens=count, micro_batch=micro_batch, pad_id=pad_id, device=device,
+            precision=precision,
+        )  # fmt: skip
         optimizer.zero_grad(set_to_none=True)
         done += int(count)
         updates += 1

@@ -54,9 +54,9 @@ from trajforge.llm.chat_template import ChatTemplate
 from trajforge.protocols import SandboxFactory
 from trajforge.rl.checkpoint import RunDir, save_model_dir
 from trajforge.rl.config import TrainConfig, TrainConfigError, WarmStart
-from trajforge.rl.grpo import Sample, collate, token_logprobs
+from trajforge.rl.grpo import Sample
 from trajforge.rl.guide import GuideError, oracle_trace
-from trajforge.rl.samples import PASS_THRESHOLD, chunks
+from trajforge.rl.samples import PASS_THRESHOLD
 from trajforge.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ def supervised_updates(
     ``precision``: ``bf16`` autocasts the forward passes (:func:`trajforge.rl.fit.autocast`)."""
     import torch
 
-    from trajforge.rl.fit import autocast, trainable_parameters
+    from trajforge.rl.fit import supervised_update
 
     if optimizer is None:
         optimizer = torch.optim.AdamW(
@@ -217,18 +217,10 @@ def supervised_updates(
         model.train()  # (an on_update callback may have evaluated)
         batch = [samples[(j * ws.batch + i) % len(samples)] for i in range(ws.batch)]
         tokens = float(sum(s.num_sampled for s in batch)) or 1.0
-        optimizer.zero_grad(set_to_none=True)
-        loss = 0.0
-        for micro in chunks(batch, -(-len(batch) // micro_batch)):
-            b = collate(micro, pad_id, device)
-            with autocast(device, precision):
-                lp, _ = token_logprobs(model, b)
-            nll = -(lp * b.loss_mask)
-            weight = (1.0 - lp.detach().exp()).clamp_min(0.0) ** ws.focal if ws.focal else 1.0
-            (nll * weight).sum().div(tokens).backward()  # type: ignore[no-untyped-call]
-            loss += float(nll.detach().sum()) / tokens
-        torch.nn.utils.clip_grad_norm_(trainable_parameters(model), 1.0)
-        optimizer.step()
+        loss = supervised_update(
+            model, optimizer, batch, tokens=tokens, micro_batch=micro_batch, pad_id=pad_id, device=device,
+            precision=precision, focal=ws.focal,
+        )  # fmt: skip
         losses.append(loss)
         if on_update is not None:
             on_update(k + 1, loss)
