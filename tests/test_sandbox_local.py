@@ -142,3 +142,28 @@ async def test_session_state_survives_odd_values_and_shell_settings(sandbox):
     await sandbox.exec("unset EQ")
     out = await sandbox.exec('echo "[${EQ-unset}][$MULTI]"')
     assert out.output == "[unset][line1\nline2]\n"
+
+
+def test_start_ticks_tell_an_earlier_process_from_a_later_one() -> None:
+    """After the pid counter wrapped (the local backend's pids are the host's), a timed-out
+    command's kill spares an earlier command's background job by start time: a process started
+    before the moment the command was sent reads earlier than it, one started after does not."""
+    import subprocess
+    import time
+
+    from trajforge.sandbox import exec_agent
+
+    before = subprocess.Popen(["sleep", "5"])
+    try:
+        time.sleep(0.05)  # the clock counts 100ths of a second
+        moment = exec_agent._boot_ticks()
+        after = subprocess.Popen(["sleep", "5"])
+        try:
+            assert exec_agent._start_ticks(before.pid) < moment <= exec_agent._start_ticks(after.pid)
+        finally:
+            after.kill()
+            after.wait()
+    finally:
+        before.kill()
+        before.wait()
+    assert exec_agent._start_ticks(-1) == -1  # no such process: nothing to spare or kill

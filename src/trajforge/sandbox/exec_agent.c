@@ -1070,6 +1070,7 @@ static struct {
     size_t n_groups;
     long long counter;
     long long tasks_counted, tasks_at; /* see near_process_limit */
+    long long command_ticks;           /* when the current command was sent: boot_ticks() */
     char *cmd_dir, *out_dir, *snapshot;
     shell_t *shell;
     char previous_nonce[33];
@@ -2468,7 +2469,6 @@ static long long shell_exited(shell_t *s, int overran, int unstarted, buf_t *end
 }
 
 /* Kill the shell and every process the command started after `last` (exec_agent._kill_command). */
-static long long command_ticks; /* when the current command was sent: boot_ticks() */
 static void kill_command(shell_t *s, long long last) {
     kill(s->pid, SIGKILL);
     int me = getpid();
@@ -2480,7 +2480,7 @@ static void kill_command(shell_t *s, long long last) {
             int pid = pids[i];
             if (pid == 1 || pid == me || (!wrapped && pid <= last && pid != s->pid))
                 continue;
-            if (wrapped && pid != s->pid && start_ticks(pid) < command_ticks)
+            if (wrapped && pid != s->pid && start_ticks(pid) < agent.command_ticks)
                 continue; /* wrapped: an earlier command's job by its start time */
             long long pgrp, sid;
             if (session_ids(pid, &pgrp, &sid) && (pgrp == s->pid || sid == s->pid)) {
@@ -2712,7 +2712,7 @@ static void exec_session(const request_t *r, double started, double timeout, cap
     char **fresh = shell_lines(s); /* a fresh shell's "ready" */
     lines_free(fresh);
     long long last = last_pid();
-    command_ticks = boot_ticks();
+    agent.command_ticks = boot_ticks();
     char line[128];
     int n = snprintf(line, sizeof line, "%lld %s %s\n", agent.counter, nonce, has_cwd ? "c" : "-");
     write_all(s->channel, line, (size_t)n); /* the shell is gone already: its exit is read below */
