@@ -15,6 +15,7 @@ import functools
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -62,6 +63,32 @@ def compiler() -> str | None:
     return next((found for name in _COMPILERS if (found := shutil.which(name))), None)
 
 
+class CompileError(RuntimeError):
+    """The C compiler refused a source; the message is the end of what it said."""
+
+
+def compile_c(
+    cc: str, name: str, source: bytes, output: str, flags: Sequence[str], headers: Mapping[str, str] = {}
+) -> bytes:
+    """``source`` (saved as ``name``, beside ``headers``) compiled by ``cc`` with ``flags`` into
+    ``output``, in a private temporary directory with a plain environment; the output's bytes.
+    Raises :class:`CompileError` with the compiler's last 1,500 characters. Blocking."""
+    with tempfile.TemporaryDirectory(prefix="trajforge-cc-") as tmp:
+        work = Path(tmp)
+        (work / name).write_bytes(source)
+        for header, text in headers.items():
+            (work / header).write_text(text)
+        done = subprocess.run(
+            [cc, *flags, "-I", str(work), "-o", str(work / output), str(work / name)],
+            capture_output=True,
+            timeout=120,
+            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C"},
+        )
+        if done.returncode != 0:
+            raise CompileError((done.stderr or done.stdout).decode(errors="replace").strip()[-1500:])
+        return (work / output).read_bytes()
+
+
 @functools.cache
 def build_native_agent(static: bool = False, extra_flags: tuple[str, ...] = ()) -> AgentFile:
     """The compiled agent (blocking, ~1 s, then cached for the process). Raises
@@ -76,34 +103,16 @@ def build_native_agent(static: bool = False, extra_flags: tuple[str, ...] = ()) 
             "compiler: apt-get install gcc (or choose agent: python)"
         )
     source = resources.files("trajforge.sandbox").joinpath(SOURCE).read_bytes()
-    with tempfile.TemporaryDirectory(prefix="trajforge-native-agent-") as tmp:
-        work = Path(tmp)
-        (work / SOURCE).write_bytes(source)
-        (work / "agent_scripts.h").write_text(scripts_header())
-        done = subprocess.run(
-            [
-                cc,
-                *_FLAGS,
-                *(["-static"] if static else []),
-                *extra_flags,
-                "-I",
-                str(work),
-                "-o",
-                str(work / BINARY),
-                str(work / SOURCE),
-            ],
-            capture_output=True,
-            timeout=120,
-            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C"},
+    flags = [*_FLAGS, *(["-static"] if static else []), *extra_flags]
+    try:
+        binary = compile_c(cc, SOURCE, source, BINARY, flags, {"agent_scripts.h": scripts_header()})
+    except CompileError as exc:
+        hint = (
+            " (a static build needs the C library's static archive: apt-get install libc6-dev)"
+            if static
+            else ""
         )
-        if done.returncode != 0:
-            text = (done.stderr or done.stdout).decode(errors="replace").strip()[-1500:]
-            hint = (
-                " (a static build needs the C library's static archive: apt-get install libc6-dev)"
-                if static
-                else ""
-            )
-            raise SandboxUnavailableError(
-                f"the native exec agent did not compile with {cc} ({text}){hint}; choose agent: python"
-            )
-        return AgentFile(BINARY, (work / BINARY).read_bytes(), executable=True)
+        raise SandboxUnavailableError(
+            f"the native exec agent did not compile with {cc} ({exc}){hint}; choose agent: python"
+        ) from None
+    return AgentFile(BINARY, binary, executable=True)

@@ -11,12 +11,9 @@ refuses it, and the verifier then refuses to judge: see ``tb_verify``).
 from __future__ import annotations
 
 import functools
-import subprocess
-import tempfile
 from importlib import resources
-from pathlib import Path
 
-from trajforge.sandbox.native_agent import compiler
+from trajforge.sandbox.native_agent import CompileError, compile_c, compiler
 
 SOURCE = "tb_guard.c"
 NAME = "tb_guard.so"
@@ -39,19 +36,9 @@ def build_guard(extra_flags: tuple[str, ...] = ()) -> bytes:
             "tests run, and judges nothing without it"
         )
     source = resources.files("trajforge.envs.library").joinpath(SOURCE).read_bytes()
-    with tempfile.TemporaryDirectory(prefix="trajforge-tb-guard-") as tmp:
-        work = Path(tmp)
-        (work / SOURCE).write_bytes(source)
-        done = subprocess.run(
-            [cc, *_FLAGS, *extra_flags, "-o", str(work / NAME), str(work / SOURCE)],
-            capture_output=True,
-            timeout=120,
-            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C"},
-        )
-        if done.returncode != 0:
-            text = (done.stderr or done.stdout).decode(errors="replace").strip()[-1500:]
-            raise GuardUnavailableError(
-                f"terminal_bench's verifier guard did not compile with {cc} ({text}); it judges "
-                "nothing without it"
-            )
-        return (work / NAME).read_bytes()
+    try:
+        return compile_c(cc, SOURCE, source, NAME, (*_FLAGS, *extra_flags))
+    except CompileError as exc:
+        raise GuardUnavailableError(
+            f"terminal_bench's verifier guard did not compile with {cc} ({exc}); it judges nothing without it"
+        ) from None
