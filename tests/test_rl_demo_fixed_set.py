@@ -208,7 +208,13 @@ def test_the_demos_own_setup_keeps_the_target_out_of_the_demonstrations(tmp_path
         )
     written = make_plan(tmp_path, eval_n=4, eval_k=2, steps=1, overrides={}, echo=print, family="write_file")
     assert written.controls == ["rft"] and written.eval_families == ["write_file"]
-    assert "weights" in str(written.config.model)  # the embedded policy: its write_file groups are mixed
+    assert "weights" in str(written.config.model)  # the embedded policy
+    # ... sampled hot: at T=1 it passes ~94% (uniform groups), at T=1.5 ~50% (mixed); --config wins
+    assert written.config.temperature == 1.5
+    cooled = make_plan(
+        tmp_path, eval_n=4, eval_k=2, steps=1, overrides={"temperature": 1.0}, echo=print, family="write_file"
+    )
+    assert cooled.config.temperature == 1.0
     assert (
         make_plan(tmp_path, eval_n=4, eval_k=2, steps=1, overrides={}, echo=print, controls=["none"]).controls
         == []

@@ -106,10 +106,19 @@ FAMILIES: dict[str, dict[str, Any]] = {
     },
     "write_file": {
         "start": "embedded",
-        "overrides": {"env": "tiny_tasks", "env_overrides": {"families": ["write_file"]}},
+        # the embedded policy solves write_file greedily and in ~94% of samples at T=1 (uniform
+        # groups: nothing to learn); at T=1.5 it passes ~50% (40 probe items, 2026-12-05), so its
+        # groups are mixed from the first step. Trained and evaluated at that temperature: the
+        # skill is the copy staying right under a hot sampler. (The recipe's weights pass ~2% at
+        # T=1 -- the first word is wrong -- and a longer text, 5-8 words, 0%: no signal either.)
+        "overrides": {
+            "env": "tiny_tasks",
+            "env_overrides": {"families": ["write_file"]},
+            "temperature": 1.5,
+        },
         "controls": ["rft"],
-        "what": "write a given text to a file: the checker reads the file the multi-turn rollout left "
-        "in its sandbox (the reward comes from the sandbox, not from the answer)",
+        "what": "write a given text to a file, sampled at T=1.5: the checker reads the file the "
+        "multi-turn rollout left in its sandbox (the reward comes from the sandbox, not from the answer)",
     },
 }
 """The demo's target families (``--family``): where GRPO starts, on which env, and the default controls."""
