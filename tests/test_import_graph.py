@@ -26,6 +26,7 @@ FLOORS: list[set[str]] = [
     {"batch"},
     {"models"},
     {"rl"},
+    {"experiments"},
     {"cli"},
 ]
 FLOOR = {pkg: i for i, floor in enumerate(FLOORS) for pkg in floor}

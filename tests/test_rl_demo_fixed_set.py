@@ -18,10 +18,7 @@ from typing import Any
 import pytest
 
 import trajforge.rl.warm_start as warm_start_module
-from trajforge.llm.chat_template import ChatTemplate
-from trajforge.rl.checkpoint import RunDir
-from trajforge.rl.config import TrainConfig
-from trajforge.rl.demo import (
+from trajforge.experiments.closed_loop import (
     DEMO_DEFAULTS,
     WARM_START,
     DemoError,
@@ -31,6 +28,9 @@ from trajforge.rl.demo import (
     make_plan,
     validation_seed,
 )
+from trajforge.llm.chat_template import ChatTemplate
+from trajforge.rl.checkpoint import RunDir
+from trajforge.rl.config import TrainConfig
 from trajforge.rl.warm_start import (
     DEMOS_FILE,
     INFO_FILE,

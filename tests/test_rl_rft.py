@@ -1,4 +1,4 @@
-"""The RFT control (``rl/rft.py``) and what the demo reports with it (``rl/demo.py``, ``rl/failures.py``).
+"""The RFT control (``rl/rft.py``) and what the demo reports with it (``experiments/closed_loop.py``, ``experiments/failures.py``).
 
 - RFT learns through its own path: sampled episodes -> the passing ones kept -> supervised updates;
   on the bandit of ``test_rl_learning.py`` its expected reward rises (it is a real control, not a
@@ -24,8 +24,8 @@ import torch
 from trajforge.envs.base import BaseEnv
 from trajforge.envs.config import EnvConfig
 from trajforge.envs.types import Item, RewardBreakdown
+from trajforge.experiments.failures import breakdown, failure_kind
 from trajforge.rl.config import TrainConfig
-from trajforge.rl.failures import breakdown, failure_kind
 from trajforge.rl.grpo import Sample
 from trajforge.rl.rft import RftBudget, RftSettings, rft, supervised_until
 
@@ -226,7 +226,7 @@ def test_failure_kinds_fold_the_particulars_away() -> None:
 
 def test_paired_pass_at_k_and_the_table() -> None:
     from trajforge.envs.summary import summarize
-    from trajforge.rl.demo import StageEval, format_table, paired
+    from trajforge.experiments.closed_loop import StageEval, format_table, paired
 
     def stage(name: str, by_item: dict[str, float]) -> StageEval:
         summary = summarize([], "tiny_tasks")

@@ -284,7 +284,7 @@ def test_warm_start_settings_are_validated_and_reach_the_cli(tmp_path: Path) -> 
         WarmStart.model_validate({"phases": [{"updates": 0}]})
     # rl demo's own warm start is a valid one: a fixed set of every family GRPO does not train on
     # (tests/test_rl_demo_fixed_set.py checks the split)
-    from trajforge.rl.demo import WARM_START
+    from trajforge.experiments.closed_loop import WARM_START
 
     demo_ws = WarmStart.model_validate(WARM_START)
     assert demo_ws.total_updates >= 1 and demo_ws.demos == 100
@@ -449,7 +449,7 @@ def test_rl_demo_measures_warm_start_grpo_and_the_controls_alike(tmp_path: Path)
 def test_the_closed_loop_figure_draws_each_stage_apart(tmp_path: Path) -> None:
     """The warm start gets a stretch of its own left of step 0; GRPO and the controls (GRPO's
     compute) sit at GRPO's last step; the figure renders with and without controls."""
-    from trajforge.rl.plot import plot_closed_loop, stage_x
+    from trajforge.experiments.plot import plot_closed_loop, stage_x
 
     def cell(p: float) -> dict[str, Any]:
         iv = {"value": p, "low": max(0.0, p - 0.1), "high": min(1.0, p + 0.1)}

@@ -234,7 +234,7 @@ def demo_cmd(
     family: str = typer.Option(
         "arithmetic",
         "--family",
-        help="Target family: arithmetic or write_file (tiny_tasks; rl.demo.FAMILIES).",
+        help="Target family: arithmetic or write_file (tiny_tasks; experiments.closed_loop.FAMILIES).",
     ),
     model: str | None = typer.Option(
         None,
@@ -248,7 +248,7 @@ def demo_cmd(
     warm: bool | None = typer.Option(
         None,
         "--warm-start/--no-warm-start",
-        help="Supervised updates on the demonstration set (rl.demo.WARM_START, or a warm_start in "
+        help="Supervised updates on the demonstration set (experiments.closed_loop.WARM_START, or a warm_start in "
         "--config) before GRPO; default: only when --config has a warm_start (the demo's GRPO starts "
         "from the starting weights: a warm start on the other families drives its target to 0%).",
     ),
@@ -274,8 +274,15 @@ def demo_cmd(
     """The closed loop: evaluate, GRPO, and the controls (RFT, SFT on the demonstration set, SFT
     on oracle demonstrations) from the same start with GRPO's counted compute, each evaluated greedy
     and sampled on the same held-out items; prints the tables at the end."""
+    from trajforge.experiments.closed_loop import (
+        TABLE_TITLE,
+        WARM_START,
+        DemoError,
+        format_table,
+        run_demo,
+        start_weights,
+    )
     from trajforge.rl.config import TrainConfigError, load_config_file
-    from trajforge.rl.demo import TABLE_TITLE, WARM_START, DemoError, format_table, run_demo, start_weights
     from trajforge.rl.progress import quiet_third_party
 
     try:

@@ -7,7 +7,7 @@ Phases, each a function below:
    **sampled** at the training temperature (``eval_k`` episodes per item; pass@1 is their mean,
    pass@k whether any passed), with the same per-episode seeds at every stage, so two stages are
    compared item by item (:func:`paired`: the mean per-item difference, 95% interval), and a
-   breakdown of the failures by kind (:mod:`trajforge.rl.failures`). The held-out items are drawn
+   breakdown of the failures by kind (:mod:`trajforge.experiments.failures`). The held-out items are drawn
    from a seed derived from the run's seed (:func:`held_out_seed`): another seed, another
    held-out set; a validation split of its own seed (:func:`validation_seed`) is what the RFT
    control chooses its learning rate on.
@@ -55,9 +55,9 @@ from trajforge.envs.catalog import load_env
 from trajforge.envs.episode import RolloutBackends
 from trajforge.envs.runner import run_eval
 from trajforge.envs.summary import EvalSummary, mean_interval
+from trajforge.experiments.failures import breakdown
 from trajforge.rl.builtin import UNFILTERED, BuiltinTrainer, resolve_device
 from trajforge.rl.config import TrainConfig, TrainConfigError, WarmStart
-from trajforge.rl.failures import breakdown
 from trajforge.rl.policy_server import PolicyServer
 from trajforge.rl.progress import StepProgress
 from trajforge.rl.rft import RftBudget, RftSettings
@@ -989,7 +989,7 @@ def write_report(plan: DemoPlan, report: dict[str, Any]) -> None:
     out = plan.output_dir
     (out / "report.json").write_text(json.dumps(report, indent=2))
     try:
-        from trajforge.rl.plot import plot_closed_loop
+        from trajforge.experiments.plot import plot_closed_loop
 
         plot_closed_loop(report, out / "closed_loop.png")
         plan.say(f"figure: {out / 'closed_loop.png'}")
