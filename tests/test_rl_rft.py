@@ -191,6 +191,69 @@ def test_rft_spends_grpos_budget_and_chooses_its_lr_on_validation(
     assert {r["item_id"] for r in val_rows} == {f"eval-7-{i}" for i in range(3)}
 
 
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+@pytest.mark.timeout(600)
+def test_a_stopped_rft_resumes_after_its_last_finished_round(tiny_chatml_model: Path, tmp_path: Path) -> None:
+    """Stopped inside round 2 (after its sampling), a rerun into the same directory continues from
+    round 1's checkpoint: round 1 is neither sampled nor trained again, the report counts both
+    rounds once, and a checkpoint of another run (another budget) is not taken for this one's."""
+    from trajforge.rl.rft import ROUND_DIR, ROUND_FILE, finished_rounds, run_identity
+
+    cfg = TrainConfig.model_validate(
+        {
+            "env": ENV_REF,
+            "model": tiny_chatml_model,
+            "output_dir": tmp_path / "grpo",
+            "group_size": 4,
+            "groups_per_step": 2,
+            "device": "cpu",
+            "concurrency": 8,
+            "micro_batch": 8,
+            "max_tokens": 8,
+            "temperature": 1.0,
+        }
+    )
+    budget = RftBudget(episodes=16, trained_tokens=60)
+    settings = RftSettings(rounds=2, lrs=[1e-3], batch=4, validation_items=2, validation_k=1)
+    out = tmp_path / "rft"
+    first: list[str] = []
+
+    def stop_in_round_2(line: str) -> None:
+        first.append(line)
+        if line.startswith("rft round 2/2"):
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        asyncio.run(
+            rft(cfg, tiny_chatml_model, out, budget, settings, validation_seed=7, say=stop_in_round_2)
+        )
+    saved = json.loads((out / ROUND_DIR / ROUND_FILE).read_text())
+    assert [r["round"] for r in saved["rounds"]] == [1] and not (out / "final").exists()
+    identity = run_identity(cfg, tiny_chatml_model, budget, settings, 7)
+    assert finished_rounds(out, identity) is not None
+    other = run_identity(cfg, tiny_chatml_model, RftBudget(episodes=32, trained_tokens=60), settings, 7)
+    assert finished_rounds(out, other) is None  # another budget: started over, never continued
+
+    second: list[str] = []
+    path, info = asyncio.run(
+        rft(cfg, tiny_chatml_model, out, budget, settings, validation_seed=7, say=second.append)
+    )
+    assert any(line.startswith("rft: resuming after round 1 of 2") for line in second)
+    assert not any(line.startswith("rft round 1/2") for line in second)
+    assert sum(line.startswith("rft round 2/2:") for line in second) == 1
+    assert info["resumed_after_round"] == 1
+    assert [r["round"] for r in info["rounds"]] == [1, 2] and info["rounds"][0] == saved["rounds"][0]
+    assert info["sampled_episodes"] == 16
+    assert info["trained_tokens"] == sum(r["trained_tokens"] for r in info["rounds"])
+    assert info["validation_episodes"] == 2 * sum(1 for r in info["rounds"] if r["kept"])
+    assert (path / "model.safetensors").is_file() and not (out / ROUND_DIR).exists()
+
+
 def test_failure_kinds_fold_the_particulars_away() -> None:
     def rec(**kw: Any) -> dict[str, Any]:
         base = {

@@ -23,13 +23,21 @@ What a round keeps is every passing episode with its exact token trace (the toke
 sampled carry the loss; prompt, tool results and template text do not), as GRPO's samples are.
 The loss is the token-mean negative log-likelihood; dropout is off as in GRPO's update
 (:func:`~trajforge.rl.fit.update_mode`), and LoRA, bf16 and checkpointing follow the config.
+
+**A stopped RFT resumes after its last finished round.** Each round ends by writing the policy,
+its AdamW state and the rounds' reports to ``OUT/round/`` (whole or not at all); a rerun into
+the same ``OUT`` with the same config, start, budget, settings and validation seed starts from
+there -- the items of the finished rounds skipped in the run's stream, its episodes' seeds as
+they were -- so a long control (an hour on the demo's CPU) loses at most one round to a stop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import random
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,7 +54,7 @@ from trajforge.envs.runner import run_eval
 from trajforge.envs.types import Episode
 from trajforge.llm.token_trace import MASKED
 from trajforge.rl.builtin import UNFILTERED, resolve_device, training_env
-from trajforge.rl.checkpoint import save_model_dir
+from trajforge.rl.checkpoint import OPTIMIZER_FILE, save_model_dir
 from trajforge.rl.config import TrainConfig
 from trajforge.rl.grpo import Sample
 from trajforge.rl.policy_server import PolicyServer
@@ -56,6 +64,9 @@ from trajforge.sandbox.types import SandboxConfig
 from trajforge.tools.builtin import default_registry
 
 INFO_FILE = "rft.json"
+ROUND_DIR = "round"
+"""``OUT/round/``: the policy and optimizer after the latest finished round, for a resume."""
+ROUND_FILE = "rft_round.json"
 
 
 class RftSettings(BaseModel):
@@ -172,6 +183,31 @@ def supervised_until(
     return updates, done, losses
 
 
+def run_identity(
+    config: TrainConfig, start: Path, budget: RftBudget, settings: RftSettings, validation_seed: int
+) -> dict[str, Any]:
+    """What a resumed RFT must share with the run whose rounds it continues (JSON as written)."""
+    identity = {
+        "config": config.model_dump(mode="json", exclude={"output_dir"}),
+        "start": str(Path(start).resolve()),
+        "budget": vars(budget),
+        "settings": settings.model_dump(mode="json"),
+        "validation_seed": validation_seed,
+    }
+    loaded: dict[str, Any] = json.loads(json.dumps(identity))
+    return loaded
+
+
+def finished_rounds(out: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
+    """The round checkpoint an earlier run of ``out`` left with this identity, or None (none, an
+    unreadable one, or another run's: that one is started over)."""
+    try:
+        info: dict[str, Any] = json.loads((out / ROUND_DIR / ROUND_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return info if info.get("identity") == identity else None
+
+
 def validation_env(config: TrainConfig, eval_seed: int) -> AgentEnv:
     """The run's env with held-out items drawn from ``eval_seed`` (the validation split), sampled
     as the training rollouts are."""
@@ -203,7 +239,7 @@ async def rft(
     import torch
     from transformers import AutoTokenizer
 
-    from trajforge.rl.fit import load_policy, resolve_precision, trainable_parameters
+    from trajforge.rl.fit import adapter_dir, load_policy, resolve_precision, trainable_parameters
 
     began = time.monotonic()
     device = resolve_device(config.device)
@@ -214,11 +250,24 @@ async def rft(
     per_round = max(config.group_size, budget.episodes // rounds)
     items_per_round = max(1, per_round // config.group_size)
 
+    identity = run_identity(config, start, budget, settings, validation_seed)
+    resumed = finished_rounds(out, identity)
+    checkpoint = out / ROUND_DIR
+
     def load() -> tuple[Any, Any, Any]:
         torch.manual_seed(derive_seed(config.seed, "rft") & 0x7FFFFFFF)
         tokenizer = AutoTokenizer.from_pretrained(str(config.model))
-        model = load_policy(config, start, device)
+        if resumed is None:
+            model = load_policy(config, start, device)
+        elif config.lora is not None:
+            model = load_policy(config, start, device, adapter=adapter_dir(checkpoint))
+        else:
+            model = load_policy(config, checkpoint, device)
         optimizer = torch.optim.AdamW(trainable_parameters(model), lr=settings.lrs[0], weight_decay=0.0)
+        if resumed is not None:
+            optimizer.load_state_dict(
+                torch.load(checkpoint / OPTIMIZER_FILE, map_location=device, weights_only=True)
+            )
         return model, tokenizer, optimizer
 
     model, tokenizer, optimizer = await asyncio.to_thread(load)
@@ -231,6 +280,12 @@ async def rft(
     reports: list[RoundReport] = []
     trained = 0
     validation_episodes = 0
+    earlier_seconds = 0.0
+    if resumed is not None:
+        reports = [RoundReport(**r) for r in resumed["rounds"]]
+        trained, validation_episodes = int(resumed["trained"]), int(resumed["validation_episodes"])
+        earlier_seconds = float(resumed["seconds"])
+        say(f"rft: resuming after round {len(reports)} of {rounds} (an earlier run of {out})")
     try:
         await env.setup()
         await val_env.setup()
@@ -247,7 +302,11 @@ async def rft(
             registry = default_registry()
             backends = RolloutBackends(server.chat_model, factory, registry)
             rollouts = Rollouts(env, backends)
-            for r in range(1, rounds + 1):
+            if reports:
+                for _ in range(len(reports) * items_per_round):  # the finished rounds' items
+                    await env.get_next_item()
+                await server.reload(checkpoint)
+            for r in range(len(reports) + 1, rounds + 1):
                 round_began = time.monotonic()
                 rep = RoundReport(round=r)
                 items = [await env.get_next_item() for _ in range(items_per_round)]
@@ -321,6 +380,16 @@ async def rft(
                     await server.reload(chosen)
                 rep.seconds = round(time.monotonic() - round_began, 1)
                 reports.append(rep)
+                progress = {
+                    "identity": identity,
+                    "rounds": [vars(x) for x in reports],
+                    "trained": trained,
+                    "validation_episodes": validation_episodes,
+                    "seconds": round(earlier_seconds + time.monotonic() - began, 1),
+                }
+                await asyncio.to_thread(
+                    save_model_dir, checkpoint, model, tokenizer, optimizer, ROUND_FILE, progress
+                )
     finally:
         await close_factory(factory)
     info: dict[str, Any] = {
@@ -334,9 +403,11 @@ async def rft(
         "validation_seed": validation_seed,
         "settings": settings.model_dump(),
         "precision": precision,
-        "seconds": round(time.monotonic() - began, 1),
+        "seconds": round(earlier_seconds + time.monotonic() - began, 1),
+        "resumed_after_round": None if resumed is None else len(resumed["rounds"]),
     }
     path = await asyncio.to_thread(save_model_dir, out / "final", model, tokenizer, None, INFO_FILE, info)
+    await asyncio.to_thread(shutil.rmtree, checkpoint, True)  # ``final`` is the run's result now
     return path, info
 
 
