@@ -135,16 +135,12 @@ def test_rft_learns_the_bandit_through_its_own_path(tmp_path: Path) -> None:
     assert 0.04 <= start <= 0.08 and _expected_reward(model, prompts, winners) >= 0.5
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
-@pytest.mark.timeout(600)
-def test_rft_spends_grpos_budget_and_chooses_its_lr_on_validation(
-    tiny_chatml_model: Path, tmp_path: Path
-) -> None:
-    cfg = TrainConfig.model_validate(
+def _parity_run(model: Path, tmp_path: Path) -> TrainConfig:
+    """GRPO's config for the parity env on the tiny model: 2 groups of 4 per step, 8 tokens."""
+    return TrainConfig.model_validate(
         {
             "env": ENV_REF,
-            "model": tiny_chatml_model,
+            "model": model,
             "output_dir": tmp_path / "grpo",
             "group_size": 4,
             "groups_per_step": 2,
@@ -155,6 +151,15 @@ def test_rft_spends_grpos_budget_and_chooses_its_lr_on_validation(
             "temperature": 1.0,
         }
     )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+@pytest.mark.timeout(600)
+def test_rft_spends_grpos_budget_and_chooses_its_lr_on_validation(
+    tiny_chatml_model: Path, tmp_path: Path
+) -> None:
+    cfg = _parity_run(tiny_chatml_model, tmp_path)
     budget = RftBudget(episodes=16, trained_tokens=60)
     settings = RftSettings(rounds=2, lrs=[1e-4, 5e-2], batch=4, validation_items=3, validation_k=2)
     lines: list[str] = []
@@ -204,20 +209,7 @@ def test_a_stopped_rft_resumes_after_its_last_finished_round(tiny_chatml_model: 
     rounds once, and a checkpoint of another run (another budget) is not taken for this one's."""
     from trajforge.rl.rft import ROUND_DIR, ROUND_FILE, finished_rounds, run_identity
 
-    cfg = TrainConfig.model_validate(
-        {
-            "env": ENV_REF,
-            "model": tiny_chatml_model,
-            "output_dir": tmp_path / "grpo",
-            "group_size": 4,
-            "groups_per_step": 2,
-            "device": "cpu",
-            "concurrency": 8,
-            "micro_batch": 8,
-            "max_tokens": 8,
-            "temperature": 1.0,
-        }
-    )
+    cfg = _parity_run(tiny_chatml_model, tmp_path)
     budget = RftBudget(episodes=16, trained_tokens=60)
     settings = RftSettings(rounds=2, lrs=[1e-3], batch=4, validation_items=2, validation_k=1)
     out = tmp_path / "rft"
