@@ -23,8 +23,8 @@ import pytest
 
 pytest.importorskip("atroposlib", reason="the atropos extra is not installed")
 
-from trajforge.envs.adapters.atropos_groups import GroupTally, scored_group  # noqa: E402
 from trajforge.envs.types import Episode, TokenRecord  # noqa: E402
+from trajforge.rl.adapters.atropos_groups import GroupTally, scored_group  # noqa: E402
 from trajforge.serve.launcher import LocalServer  # noqa: E402
 from trajforge.testing.tiny import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 

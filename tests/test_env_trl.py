@@ -90,7 +90,7 @@ def test_trl_grpo_trains_on_env_rollouts_with_sandbox_rewards(tiny_policy: Any, 
     import torch
     from trl import GRPOConfig, GRPOTrainer
 
-    from trajforge.envs.trl import EnvGRPO
+    from trajforge.rl.adapters.trl import EnvGRPO
 
     model, tok = tiny_policy
     model.train()
@@ -167,7 +167,7 @@ def test_trl_rollouts_mask_tool_results_in_multi_turn_episodes(tmp_path: Any) ->
 
     import trajforge.models.tiny as tiny_pkg
     from trajforge.envs import load_env
-    from trajforge.envs.trl import EnvGRPO
+    from trajforge.rl.adapters.trl import EnvGRPO
 
     weights = Path(tiny_pkg.__file__).parent / "weights"
     model = AutoModelForCausalLM.from_pretrained(str(weights), dtype="float32")

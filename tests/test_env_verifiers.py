@@ -70,7 +70,7 @@ ENV_SOURCE = textwrap.dedent(
 
 PLUGIN_SOURCE = textwrap.dedent(
     """
-    from trajforge.envs.verifiers_adapter import EnvHarness, EnvTaskset
+    from trajforge.rl.adapters.verifiers import EnvHarness, EnvTaskset
 
     __all__ = ["EnvTaskset", "EnvHarness"]
     """

@@ -25,8 +25,8 @@ _CONFIG_SUFFIXES = ("Config", "Settings", "Limits", "Check", "Start", "Phase")
 # Config models that are not trajforge's to change here, each with why:
 _ELSEWHERE = {
     # subclasses of third-party config models (their fields are the libraries')
-    "trajforge.envs.adapters.atropos.AtroposEnvConfig",
-    "trajforge.envs.verifiers_adapter.EnvHarnessConfig",
+    "trajforge.rl.adapters.atropos.AtroposEnvConfig",
+    "trajforge.rl.adapters.verifiers.EnvHarnessConfig",
 }
 
 

@@ -148,7 +148,7 @@ async def test_weights_dir_confines_what_a_token_holder_may_load(dirs: dict[str,
 
 
 async def test_an_app_without_a_token_takes_no_reloads(server: RunningServer, dirs: dict[str, Path]) -> None:
-    """The trainer's live policy (envs/hf_policy.py) serves the same routes without a token: none reloads."""
+    """The trainer's live policy (rl/adapters/hf_policy.py) serves the same routes without a token: none reloads."""
     app = create_app(server.ctx)
     for path in RELOADS:
         assert any(r.resource is not None and r.resource.canonical == path for r in app.router.routes())

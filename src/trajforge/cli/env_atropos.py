@@ -60,13 +60,13 @@ def run_mode(mode: str, env: str, args: list[str]) -> None:
     if problem:
         raise fail(problem)
     try:
-        from trajforge.envs.adapters.atropos import atropos_env_class
+        from trajforge.rl.adapters.atropos import atropos_env_class
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in {"atroposlib", "wandb", "pydantic_cli"}:
             raise fail(f"trajforge env {mode} needs atroposlib: pip install 'trajforge[atropos]'") from None
         raise
-    from trajforge.envs.adapters.atropos import AtroposAdapterError
     from trajforge.envs.catalog import UnknownEnvError
+    from trajforge.rl.adapters.atropos import AtroposAdapterError
 
     try:
         cls = atropos_env_class(env)

@@ -1,6 +1,6 @@
 """The ``trl`` trainer: TRL's ``GRPOTrainer`` on env rollouts, behind ``trajforge rl train``.
 
-Rollouts come from :class:`~trajforge.envs.trl.EnvGRPO` (``rollout_func``: our agent loop,
+Rollouts come from :class:`~trajforge.rl.adapters.trl.EnvGRPO` (``rollout_func``: our agent loop,
 sandboxes, ``compute_reward``, exact token traces with ``env_mask``), sampled by the live
 module TRL trains (so there is no staleness: TRL samples between its own steps). This module
 only maps :class:`~trajforge.rl.config.TrainConfig` onto ``GRPOConfig`` and gives the run the
@@ -90,8 +90,8 @@ def train_trl(config: TrainConfig, *, on_step: StepHook | None = None) -> TrainR
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl import GRPOConfig, GRPOTrainer  # type: ignore[attr-defined]
 
-    from trajforge.envs.trl import EnvGRPO
     from trajforge.rl import fit
+    from trajforge.rl.adapters.trl import EnvGRPO
     from trajforge.sandbox.types import SandboxConfig
 
     cfg = config

@@ -5,7 +5,7 @@
 reference; atroposlib's own CLI modes then run on it (``serve``: register with the Atropos API
 and push ``/scored_data``; ``process``: write groups to JSONL offline; ``evaluate``). A group is
 ``Rollouts.group`` -- each rollout in its own sandbox, judged there -- turned into a
-``ScoredDataGroup`` by :mod:`trajforge.envs.adapters.atropos_groups`.
+``ScoredDataGroup`` by :mod:`trajforge.rl.adapters.atropos_groups`.
 
 Inference does not go through atroposlib's server classes: each ``APIServerConfig`` of the
 (list of) server configs becomes a trajforge model, so token-level endpoints give exact traces
@@ -31,7 +31,6 @@ from atroposlib.envs.base import APIServer, APIServerConfig, BaseEnvConfig, Serv
 from atroposlib.envs.base import BaseEnv as AtroposBaseEnv
 from pydantic import Field, field_validator
 
-from trajforge.envs.adapters.atropos_groups import GroupTally, describe_phase, scored_group
 from trajforge.envs.catalog import load_env
 from trajforge.envs.episode import RolloutBackends, Rollouts, env_sandbox_config
 from trajforge.envs.hooks import env_name
@@ -39,6 +38,7 @@ from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.summary import summarize
 from trajforge.envs.types import Episode, Item
 from trajforge.protocols import ChatModel
+from trajforge.rl.adapters.atropos_groups import GroupTally, describe_phase, scored_group
 
 log = logging.getLogger(__name__)
 

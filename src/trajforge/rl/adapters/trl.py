@@ -10,7 +10,7 @@ loop, our tools, each rollout in its own sandbox, the reward computed by the env
 token trace (every turn's sampled ids with their logprobs; tool results and the template's
 text between turns masked out), never a re-tokenization.
 
-The policy that samples is the trainer's own model, through :class:`~trajforge.envs.hf_policy.
+The policy that samples is the trainer's own model, through :class:`~trajforge.rl.adapters.hf_policy.
 LivePolicy` (the ``trajforge serve`` engine around the live module, on loopback). TRL's
 ``_generate`` calls ``rollout_func`` between optimizer steps, so every rollout samples the
 current weights.
@@ -54,7 +54,7 @@ from trajforge.tools.builtin import default_registry
 from trajforge.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
-    from trajforge.envs.hf_policy import LivePolicy
+    from trajforge.rl.adapters.hf_policy import LivePolicy
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +246,7 @@ class EnvGRPO:
         return self._to_trl(episodes, prompts, policy)
 
     async def _ensure_policy(self, model: Any, tokenizer: Any) -> LivePolicy:
-        from trajforge.envs.hf_policy import LivePolicy
+        from trajforge.rl.adapters.hf_policy import LivePolicy
 
         if self._policy is not None and self._policy.model is model and self._policy.tokenizer is tokenizer:
             return self._policy

@@ -22,7 +22,7 @@ optionally one ``Harness``, which becomes the default) via ``__all__``. A two-li
 anywhere on ``sys.path`` is enough::
 
     # trajforge_env.py
-    from trajforge.envs.verifiers_adapter import EnvHarness, EnvTaskset
+    from trajforge.rl.adapters.verifiers import EnvHarness, EnvTaskset
     __all__ = ["EnvTaskset", "EnvHarness"]
 
     $ vf-eval trajforge_env --env.taskset.env tiny_tasks --env.agent.runtime.type subprocess \\
