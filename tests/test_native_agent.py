@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_driver import ENDED, RESTARTED, drive, exec_request, ran
+from agent_driver import ENDED, ENV, RESTARTED, drive, exec_request, ran
 
 from trajforge.batch.config import BatchConfig
 from trajforge.sandbox import native_agent
@@ -198,6 +199,40 @@ def recovery_answers(root: Path) -> list[dict[str, Any]]:
 def test_a_killed_or_timed_out_shell_is_recovered(native_binary: Path, tmp_path: Path) -> None:
     root = tmp_path / "agent"
     assert drive([str(native_binary)], root, recovery_requests()) == recovery_answers(root)
+
+
+@pytest.mark.parametrize(
+    "line", ['{"id": -, "op": "stop"}', '{"id": [1,}, "op": "stop"}', '{"id": tru, "op": "stop"}', '{"id": 01}']
+)
+def test_a_request_that_is_not_json_ends_the_agent_clearly(native_binary: Path, tmp_path: Path, line: str) -> None:
+    """The id is echoed as sent, so it must be JSON: a lenient reader once echoed ``-`` or ``[1,}``
+    into an answer the host could not parse (found by the fuzzer, tests/test_agent_sanitized.py)."""
+    (tmp_path / "w").mkdir()
+    (tmp_path / "t").mkdir()
+    done = subprocess.run(
+        [str(native_binary), str(tmp_path / "w"), str(tmp_path / "t")],
+        input=f'{{"id": 1, "op": "stop"}}\n{line}\n{{"id": 2, "op": "stop"}}\n'.encode(),
+        capture_output=True,
+        env=ENV,
+        timeout=60,
+    )
+    answers = [json.loads(out) for out in done.stdout.splitlines()]
+    assert [a.get("id") for a in answers] == [None, 1]  # the greeting, then the line before it
+    assert done.returncode == 1 and done.stderr.startswith(b"exec agent: unreadable request: " + line.encode())
+
+
+def test_huge_timeouts_and_caps_are_long_ones(native_binary: Path, tmp_path: Path) -> None:
+    requests: list[dict[str, Any] | str] = [
+        exec_request(1, "echo a", timeout=1e308, cap=2**62),
+        exec_request(2, "echo b", timeout=2**63, fresh=True),
+        exec_request(3, "echo c", cap=-5),  # a negative cap keeps nothing, and says so
+    ]
+    assert drive([str(native_binary)], tmp_path / "agent", requests) == [
+        {"ready": True},
+        ran(1, "a\n"),
+        ran(2, "b\n"),
+        ran(3, "\n\n[... 2 bytes of output omitted (2 total) ...]\n\n", truncated=True, output_bytes=2),
+    ]
 
 
 def test_the_agent_compiles_without_a_warning() -> None:

@@ -3051,11 +3051,13 @@ int main(int argc, char **argv) {
     int real_argc = argc;
     char **real_argv = argv;
     if (argc < 2 && getenv("TF_AGENT_ARGS")) { /* the options one a line (bwrap: argv is what ps shows) */
-        char *text = xstrdup(getenv("TF_AGENT_ARGS"));
+        static char *text; /* static: kept for the process's life (LeakSanitizer: reachable) */
+        text = xstrdup(getenv("TF_AGENT_ARGS"));
         size_t n = 2;
         for (char *c = text; *c; c++)
             n += *c == '\n';
-        char **args = xcalloc(n + 1, sizeof *args);
+        static char **args;
+        args = xcalloc(n + 1, sizeof *args);
         args[0] = argv[0];
         argc = 1;
         for (char *line = text;; argc++) {
@@ -3075,7 +3077,9 @@ int main(int argc, char **argv) {
     /* Run from the fd of our file (bwrap: /proc/self/fd/N): the kernel holds the program itself. */
     if (!strncmp(argv[0], "/proc/self/fd/", 14) && argv[0][14] >= '0' && argv[0][14] <= '9')
         close(atoi(argv[0] + 14));
-    const char *scratch = xstrdup(argv[2]), *state_dir = NULL, *shm = NULL;
+    /* static: they live as long as the process (LeakSanitizer counts them reachable) */
+    static const char *scratch, *state_dir, *shm;
+    scratch = xstrdup(argv[2]);
     agent.workdir = xstrdup(argv[1]);
     for (int i = 3; i < argc; i++) {
         if (!strcmp(argv[i], "--reusable"))
