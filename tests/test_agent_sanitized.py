@@ -269,3 +269,69 @@ def test_fuzzed_protocol_lines_never_trip_a_sanitizer(sanitized: Path, tmp_path:
             else:
                 _check_exec(answer, printed)
         assert len(answers) >= len(requests) + 1, stderr[-2000:]  # every well-formed one answered
+
+
+# ---------------------------------------------------------------------------- resets in bwrap
+
+_PLANTS = [
+    "mkdir -p $(printf 'd/%.0s' $(seq 1 {depth})) && touch $(printf 'd/%.0s' $(seq 1 {depth}))f",
+    "touch \"$(printf 'n\\377\\001e\\nline')\" \"$(head -c 255 /dev/zero | tr '\\0' L)\"",
+    "ln -s loop loop; ln -s / root-link; ln -s /etc/passwd pw; ln pw-hard 2>/dev/null; :",
+    "mkfifo fifo; mkdir closed; touch closed/x; chmod 000 closed; touch locked; chmod 000 locked",
+    "sleep 1045 & setsid sleep 1046 & (trap '' TERM; sleep 1047) & echo started",
+    "head -c {size} /dev/urandom > /dev/shm/blob; head -c {size} /dev/urandom > /tmp/blob; ls /dev/shm /tmp | wc -l",
+    "command -v ipcmk >/dev/null && ipcmk -M 4096 >/dev/null && ipcmk -Q >/dev/null; echo ipc",
+    "cd /tmp && mkdir -p a/b/c && cd a/b/c && export GONE=1 && f(){ :; }",
+    "head -c {size} /dev/urandom | od -An -c | head -c {size}",
+]
+
+
+async def test_resets_in_bwrap_under_sanitizers(sanitized: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reset (tree walks, restores, process kills, IPC and keyring cleanup) is the agent's most
+    intricate C, and it runs only in a real sandbox: rollouts plant deep trees, odd names, links,
+    FIFOs, unreadable directories, background jobs and IPC objects, each sandbox is reset and
+    reused, and every agent's stderr (read before its directory is removed) has no report."""
+    from trajforge.sandbox import SandboxConfig, create_sandbox_factory, factory, process
+    from trajforge.sandbox.layout import AgentFile
+
+    if shutil.which("bwrap") is None:
+        pytest.skip("needs bubblewrap")
+    logs: list[str] = []
+    for module in (factory, process):
+        real = module.remove_tree
+
+        def keep_log(root: Path, _real: Any = real) -> None:
+            log = Path(root) / "agent.log"
+            if log.exists():
+                logs.append(log.read_text(errors="replace"))
+            _real(root)
+
+        monkeypatch.setattr(module, "remove_tree", keep_log)
+    rng = random.Random(SEED)
+    config = SandboxConfig(
+        kind="bwrap",
+        reuse=True,
+        command_timeout_s=30,
+        root_dir=str(tmp_path / "sb"),
+        env={key: SAN_ENV[key] for key in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS")},
+    )
+    made = create_sandbox_factory(config)
+    made.adopt_agent(AgentFile(sanitized.name, sanitized.read_bytes()))
+    try:
+        for rollout in range(6):
+            sb = await made.create(f"r{rollout}")
+            left = await sb.exec("ls -A /workspace /dev/shm; echo ${GONE-unset}; type f 2>/dev/null | head -1")
+            assert left.output == "/dev/shm:\n\n/workspace:\nunset\n", left.output
+            for plant in rng.sample(_PLANTS, 5):
+                command = plant.replace("{depth}", str(rng.randrange(1, 200)))
+                command = command.replace("{size}", str(rng.randrange(0, 100_000)))
+                result = await sb.exec(command, timeout=30)
+                assert not result.timed_out, (command, result)
+            await sb.close()
+        counts = made.stats.counts()
+    finally:
+        await made.aclose()
+    assert logs, "no agent log was read"
+    reports = [log for log in logs if "Sanitizer" in log or "runtime error" in log]
+    assert not reports, reports[0][-3000:]
+    assert counts == {"created": 1, "reused": 5}  # every reset verified: nothing discarded
