@@ -18,7 +18,9 @@ ENV = {
     "TF_LIMIT_CPU_S": "60",
 }
 ENDED = "[the shell ended (status {}); the next command runs in a new shell with the session as it was before this command]\n"
-RESTARTED = "\n[the shell was restarted: the next command runs with the session as it was before this command]\n"
+RESTARTED = (
+    "\n[the shell was restarted: the next command runs with the session as it was before this command]\n"
+)
 
 
 def drive(

@@ -18,6 +18,7 @@ unreadable request`` on stderr and exit 1, after answering everything before it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import shutil
@@ -27,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_driver import ENV, drive, exec_request
+
+from agent_driver import ENV, drive
 from test_native_agent import (
     ESCAPED_ANSWERS,
     ESCAPED_REQUESTS,
@@ -38,7 +40,6 @@ from test_native_agent import (
     session_answers,
     session_requests,
 )
-
 from trajforge.sandbox import native_agent
 
 SANITIZE = ("-fsanitize=address,undefined,float-cast-overflow", "-fno-omit-frame-pointer", "-g", "-O1")
@@ -60,7 +61,9 @@ def _build() -> Path | str:
     try:
         agent = native_agent.build_native_agent(extra_flags=SANITIZE)
     except Exception as exc:  # no libasan/libubsan: the toolchain lacks the runtime
-        return f"this toolchain cannot build with -fsanitize=address,undefined (install libasan/libubsan): {exc}"
+        return (
+            f"this toolchain cannot build with -fsanitize=address,undefined (install libasan/libubsan): {exc}"
+        )
     path = Path(tempfile.mkdtemp(prefix="tf-asan-")) / agent.name
     path.write_bytes(agent.data)
     path.chmod(0o755)
@@ -91,7 +94,10 @@ def test_the_sanitized_build_reports_a_memory_error(tmp_path: Path) -> None:
     (tmp_path / "oob").chmod(0o755)
     done = subprocess.run([str(tmp_path / "oob")], capture_output=True, env=SAN_ENV, timeout=60)
     assert done.returncode == 99  # ASan's heap-buffer-overflow or UBSan's object-size check, first
-    assert b"AddressSanitizer: heap-buffer-overflow" in done.stderr or b"runtime error: load of address" in done.stderr
+    assert (
+        b"AddressSanitizer: heap-buffer-overflow" in done.stderr
+        or b"runtime error: load of address" in done.stderr
+    )
 
 
 def test_the_specification_holds_under_sanitizers(sanitized: Path, tmp_path: Path) -> None:
@@ -111,7 +117,24 @@ _BYTES_FILE = "fuzz.bin"  # random bytes a command prints, written per case
 
 def _odd_number(rng: random.Random) -> Any:
     return rng.choice(
-        [0, 1, -1, 7, 2**31, -(2**31), 2**63 - 1, -(2**63), 2**64, 10**30, -(10**30), 1e308, -1e308, 0.5, -0.001, 1e-300]
+        [
+            0,
+            1,
+            -1,
+            7,
+            2**31,
+            -(2**31),
+            2**63 - 1,
+            -(2**63),
+            2**64,
+            10**30,
+            -(10**30),
+            1e308,
+            -1e308,
+            0.5,
+            -0.001,
+            1e-300,
+        ]
     )
 
 
@@ -127,7 +150,9 @@ def _printing_command(rng: random.Random, data_dir: Path, case: int) -> tuple[st
         if data and rng.random() < 0.5:
             data = data[: rng.randrange(len(data))]
     elif kind == 2:
-        data = bytes(rng.choice(b"\x00\xff\xc3\xe2\x82\xf0\x9f\x98\x80\\\"\n\t") for _ in range(rng.randrange(0, 200)))
+        data = bytes(
+            rng.choice(b'\x00\xff\xc3\xe2\x82\xf0\x9f\x98\x80\\"\n\t') for _ in range(rng.randrange(0, 200))
+        )
     else:
         data = b""
     path = data_dir / f"c{case}.bin"
@@ -141,7 +166,12 @@ def _valid_request(rng: random.Random, n: int, data_dir: Path) -> tuple[dict[str
     if roll < 0.08:
         return {"id": n, "op": rng.choice(["stop", "reset"])}, None
     if roll < 0.12:
-        return {"id": n, "op": rng.choice(["bogus", "", "EXEC", "exec\u0000"]), "command": "echo unknown-op", "timeout": 10}, b"unknown-op\n"
+        return {
+            "id": n,
+            "op": rng.choice(["bogus", "", "EXEC", "exec\u0000"]),
+            "command": "echo unknown-op",
+            "timeout": 10,
+        }, b"unknown-op\n"
     command, printed = _printing_command(rng, data_dir, n)
     request: dict[str, Any] = {"id": n, "op": "exec", "command": command, "timeout": 10}
     cap_roll = rng.random()
@@ -221,7 +251,15 @@ def _run(agent: Path, root: Path, lines: list[bytes]) -> subprocess.CompletedPro
 
 
 def _check_exec(answer: dict[str, Any], printed: bytes | None) -> None:
-    assert set(answer) >= {"id", "exit_code", "output", "timed_out", "truncated", "output_bytes", "duration_s"}
+    assert set(answer) >= {
+        "id",
+        "exit_code",
+        "output",
+        "timed_out",
+        "truncated",
+        "output_bytes",
+        "duration_s",
+    }
     assert isinstance(answer["output"], str) and isinstance(answer["output_bytes"], int)
     if printed is not None:
         assert not answer["timed_out"] and answer["exit_code"] == 0, answer
@@ -286,7 +324,9 @@ _PLANTS = [
 ]
 
 
-async def test_resets_in_bwrap_under_sanitizers(sanitized: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_resets_in_bwrap_under_sanitizers(
+    sanitized: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The reset (tree walks, restores, process kills, IPC and keyring cleanup) is the agent's most
     intricate C, and it runs only in a real sandbox: rollouts plant deep trees, odd names, links,
     FIFOs, unreadable directories, background jobs and IPC objects, each sandbox is reset and
@@ -316,11 +356,13 @@ async def test_resets_in_bwrap_under_sanitizers(sanitized: Path, tmp_path: Path,
         env={key: SAN_ENV[key] for key in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS")},
     )
     made = create_sandbox_factory(config)
-    made.adopt_agent(AgentFile(sanitized.name, sanitized.read_bytes()))
+    made.adopt_agent(AgentFile(sanitized.name, await asyncio.to_thread(sanitized.read_bytes)))
     try:
         for rollout in range(6):
             sb = await made.create(f"r{rollout}")
-            left = await sb.exec("ls -A /workspace /dev/shm; echo ${GONE-unset}; type f 2>/dev/null | head -1")
+            left = await sb.exec(
+                "ls -A /workspace /dev/shm; echo ${GONE-unset}; type f 2>/dev/null | head -1"
+            )
             assert left.output == "/dev/shm:\n\n/workspace:\nunset\n", left.output
             for plant in rng.sample(_PLANTS, 5):
                 command = plant.replace("{depth}", str(rng.randrange(1, 200)))

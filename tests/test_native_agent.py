@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_driver import ENDED, ENV, RESTARTED, drive, exec_request, ran
 
+from agent_driver import ENDED, ENV, RESTARTED, drive, exec_request, ran
 from trajforge.batch.config import BatchConfig
 from trajforge.sandbox import native_agent
 from trajforge.sandbox.errors import SandboxUnavailableError
@@ -36,10 +36,11 @@ def native_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-
 def session_requests() -> list[dict[str, Any] | str]:
     return [
-        exec_request(1, "f(){ echo fn $1; }; X=plain; alias ll='echo aliased'; set -o pipefail; mkdir -p sub; echo hi"),
+        exec_request(
+            1, "f(){ echo fn $1; }; X=plain; alias ll='echo aliased'; set -o pipefail; mkdir -p sub; echo hi"
+        ),
         exec_request(2, "f a; echo $X; ll; shopt -o pipefail; cd sub; pwd"),
         exec_request(3, "pwd; exit 3"),
         exec_request(4, "f b; pwd"),
@@ -74,7 +75,9 @@ def session_answers(root: Path) -> list[dict[str, Any]]:
         ran(10, "fn c\n"),
         ran(
             11,
-            numbers[:150] + f"\n\n[... {len(numbers) - 300} bytes of output omitted ({len(numbers)} total) ...]\n\n" + numbers[-150:],
+            numbers[:150]
+            + f"\n\n[... {len(numbers) - 300} bytes of output omitted ({len(numbers)} total) ...]\n\n"
+            + numbers[-150:],
             truncated=True,
             output_bytes=len(numbers),
         ),
@@ -145,7 +148,9 @@ def read_answers(cap: int) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("cap", [7, 64, 1000])
-def test_invalid_and_cut_utf8_reads_as_replacement_characters(native_binary: Path, tmp_path: Path, cap: int) -> None:
+def test_invalid_and_cut_utf8_reads_as_replacement_characters(
+    native_binary: Path, tmp_path: Path, cap: int
+) -> None:
     """Every maximal invalid subpart becomes one U+FFFD, in the session and in a fresh command."""
     got = drive([str(native_binary)], tmp_path / "agent", read_requests(tmp_path, cap))
     assert got == read_answers(cap)
@@ -202,9 +207,12 @@ def test_a_killed_or_timed_out_shell_is_recovered(native_binary: Path, tmp_path:
 
 
 @pytest.mark.parametrize(
-    "line", ['{"id": -, "op": "stop"}', '{"id": [1,}, "op": "stop"}', '{"id": tru, "op": "stop"}', '{"id": 01}']
+    "line",
+    ['{"id": -, "op": "stop"}', '{"id": [1,}, "op": "stop"}', '{"id": tru, "op": "stop"}', '{"id": 01}'],
 )
-def test_a_request_that_is_not_json_ends_the_agent_clearly(native_binary: Path, tmp_path: Path, line: str) -> None:
+def test_a_request_that_is_not_json_ends_the_agent_clearly(
+    native_binary: Path, tmp_path: Path, line: str
+) -> None:
     """The id is echoed as sent, so it must be JSON: a lenient reader once echoed ``-`` or ``[1,}``
     into an answer the host could not parse (found by the fuzzer, tests/test_agent_sanitized.py)."""
     (tmp_path / "w").mkdir()
@@ -218,7 +226,9 @@ def test_a_request_that_is_not_json_ends_the_agent_clearly(native_binary: Path, 
     )
     answers = [json.loads(out) for out in done.stdout.splitlines()]
     assert [a.get("id") for a in answers] == [None, 1]  # the greeting, then the line before it
-    assert done.returncode == 1 and done.stderr.startswith(b"exec agent: unreadable request: " + line.encode())
+    assert done.returncode == 1 and done.stderr.startswith(
+        b"exec agent: unreadable request: " + line.encode()
+    )
 
 
 def test_huge_timeouts_and_caps_are_long_ones(native_binary: Path, tmp_path: Path) -> None:
@@ -270,7 +280,9 @@ async def test_without_a_compiler_the_first_sandbox_fails_saying_what_to_install
     monkeypatch.setattr(native_agent, "compiler", lambda: None)
     monkeypatch.setattr(factory, "build_native_agent", native_agent.build_native_agent.__wrapped__)
     built = create_sandbox_factory(SandboxConfig(kind=kind, agent=agent, root_dir=str(tmp_path)))  # type: ignore[arg-type]
-    with pytest.raises(SandboxUnavailableError, match="no C compiler was found.*apt-get install gcc libc6-dev"):
+    with pytest.raises(
+        SandboxUnavailableError, match="no C compiler was found.*apt-get install gcc libc6-dev"
+    ):
         await built.create("no-cc")
     assert built.agent_file is None
 
@@ -348,7 +360,11 @@ def test_the_default_is_auto() -> None:
 def test_the_python_agent_is_refused_saying_what_to_do() -> None:
     """Configs that named the removed python agent fail at load with what to change."""
     batch = {"dataset": Path("d.jsonl"), "output_dir": Path("out"), "run_name": "r"}
-    for build in (lambda: SandboxConfig(agent="python"), lambda: BatchConfig(**batch, sandbox_agent="python")):  # type: ignore[arg-type]
+    refused = (
+        lambda: SandboxConfig(agent="python"),  # type: ignore[arg-type]
+        lambda: BatchConfig(**batch, sandbox_agent="python"),  # type: ignore[arg-type]
+    )
+    for build in refused:
         with pytest.raises(ValueError, match="agent: python was removed.*apt-get install gcc libc6-dev"):
             build()
     for kind in ("bwrap", "local", "docker"):  # auto and native load everywhere, and mean the same

@@ -301,13 +301,15 @@ async def test_reset_guard_refuses_outside_a_bwrap_pid_namespace(tmp_path):
     # local backend's agent runs in the host's pid namespace: its reset refuses, and nothing dies.
     factory = create_sandbox_factory(SandboxConfig(kind="local", root_dir=str(tmp_path)))
     sb = await factory.create("guard")
-    bystander = subprocess.Popen(["sleep", "1044"])
+    bystander = await asyncio.create_subprocess_exec("sleep", "1044")
     try:
         assert await sb.resident.agent.reset() == "not started as a reusable sandbox in its own pid namespace"
-        assert bystander.poll() is None
+        with pytest.raises(TimeoutError):  # still running: the refused reset killed nothing
+            async with asyncio.timeout(0.3):
+                await bystander.wait()
     finally:
         bystander.kill()
-        bystander.wait()
+        await bystander.wait()
         await sb.close()
 
 

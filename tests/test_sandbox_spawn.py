@@ -43,7 +43,7 @@ def test_a_command_gets_nothing_of_the_agent(agent: Path, fresh: bool) -> None:
     os.set_inheritable(leaked, True)
     try:
         # the launcher ignores SIGHUP and SIGINT (nohup, a script's background job): not the command
-        launcher = 'trap "" HUP INT; exec "$0" "$@" --run-as {0}:{0} --state-dir "$STATE"'.format(UID)
+        launcher = f'trap "" HUP INT; exec "$0" "$@" --run-as {UID}:{UID} --state-dir "$STATE"'
         argv = ["/bin/sh", "-c", launcher, str(agent)]
         env = {**ENV, "STATE": str(root / "state")}
         answers = drive(argv, root / "a", [exec_request(1, PROBE, fresh=fresh)], env=env, owner=UID)

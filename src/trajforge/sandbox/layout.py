@@ -19,6 +19,7 @@ from trajforge.sandbox.confined import DataPathError, HostPath
 from trajforge.sandbox.disk import mount_disk, remove_tree
 from trajforge.sandbox.sweep import write_owner
 
+
 @dataclass(frozen=True)
 class AgentFile:
     """The exec agent as a sandbox gets it: the program ``native_agent`` built (its file name and
@@ -85,7 +86,9 @@ class SandboxIO:
         return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args))
 
 
-def make_layout(root_dir: Path, task_id: str, agent: AgentFile, disk: tuple[int, int] | None = None) -> Layout:
+def make_layout(
+    root_dir: Path, task_id: str, agent: AgentFile, disk: tuple[int, int] | None = None
+) -> Layout:
     """A fresh sandbox directory; with ``disk`` (MiB, inodes) its work, tmp and shm dirs share one
     size-limited tmpfs when this process may mount one (``layout.disk_capped`` says): what a command
     puts in ``/dev/shm`` counts against the same cap as its files. ``tmp`` and ``shm`` are 1777, as

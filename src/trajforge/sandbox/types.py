@@ -23,6 +23,8 @@ def refuse_python_agent(value: object) -> object:
     if value == "python":
         raise ValueError(PYTHON_AGENT_REMOVED)
     return value
+
+
 # Top-level directories a read-only bind must not cover: the sandbox's own (workdir, scratch dir,
 # the agent under /run, fresh /proc and /dev) and the system ones it already binds.
 _RESERVED = frozenset({"workspace", "tmp", "run", "proc", "dev", "usr", "etc", "bin", "sbin", "lib", "lib64"})
