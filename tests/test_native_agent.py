@@ -208,7 +208,14 @@ def test_a_killed_or_timed_out_shell_is_recovered(native_binary: Path, tmp_path:
 
 @pytest.mark.parametrize(
     "line",
-    ['{"id": -, "op": "stop"}', '{"id": [1,}, "op": "stop"}', '{"id": tru, "op": "stop"}', '{"id": 01}'],
+    [
+        '{"id": -, "op": "stop"}',
+        '{"id": [1,}, "op": "stop"}',
+        '{"id": tru, "op": "stop"}',
+        '{"id": 01}',
+        '{"id": 3, "op": "stop"} trailing',
+        '{"id": 3, "op": "exec", "command": 5}',
+    ],
 )
 def test_a_request_that_is_not_json_ends_the_agent_clearly(
     native_binary: Path, tmp_path: Path, line: str

@@ -35,9 +35,11 @@
  *   request  ``{"id": n, "op": "reset"}`` -> ``{"id": n, "reset": bool, "reason": str}``: puts a
  *            reusable sandbox back into its starting state (do_reset), or says why not.
  *   Any other op is an exec. The id is echoed as it came (a JSON value of at most 63 characters,
- *   else null). A line that is not a JSON object with valid JSON values, or one over 64 MiB, ends
- *   the agent: ``exec agent: unreadable request: ...`` on stderr, every process killed, exit 1 (the
- *   host speaks the protocol; anything else means the channel is not the host's). End of stdin:
+ *   else null). A blank line is skipped. A line that is not one JSON object (a syntax error, a
+ *   string field that is not a string or null, values nested over 64 deep, anything after the
+ *   closing brace) ends the agent: ``exec agent: unreadable request: ...`` on stderr, every process
+ *   killed, exit 1 (the host speaks the protocol; anything else means the channel is not the
+ *   host's); so does a line over 64 MiB (``exec agent: a request line over ...``). End of stdin:
  *   the same kill, exit 0.
  *
  * The session is one resident ``bash`` (TF_LOOP, agent_scripts.py), started at the first command as
@@ -655,7 +657,14 @@ static void request_free(request_t *r) {
     buf_free(&r->error);
 }
 
-/* Parses one request line; 0 when it is not a JSON object (the caller answers an error). */
+/* The closing brace at s->p ends the line: nothing but whitespace after it. */
+static int object_ends_line(scan_t *s) {
+    s->p++;
+    skip_ws(s);
+    return s->p >= s->end;
+}
+
+/* Parses one request line; 0 when it is not one JSON object (the caller ends the agent). */
 static int parse_request(const char *line, size_t n, request_t *r) {
     memset(r, 0, sizeof *r);
     strcpy(r->id, "null");
@@ -666,7 +675,7 @@ static int parse_request(const char *line, size_t n, request_t *r) {
     s.p++;
     skip_ws(&s);
     if (s.p < s.end && *s.p == '}')
-        return 1;
+        return object_ends_line(&s);
     for (;;) {
         buf_t key = {0};
         skip_ws(&s);
@@ -735,7 +744,7 @@ static int parse_request(const char *line, size_t n, request_t *r) {
             continue;
         }
         if (s.p < s.end && *s.p == '}')
-            return 1;
+            return object_ends_line(&s);
         return 0;
     }
 }
