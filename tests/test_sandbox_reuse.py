@@ -86,10 +86,9 @@ async def test_reset_sandbox_is_reused_and_looks_fresh(tmp_path):
 @pytest.mark.parametrize("depth", [400, 3000])  # 3000: paths far beyond PATH_MAX (4096)
 async def test_a_tree_deeper_than_the_agent_walks_is_reset_or_refused_never_a_crash(tmp_path, depth):
     """The reset walks and removes whatever the commands left. A tree it cannot remove makes it
-    refuse, and the sandbox is discarded: paths longer than the kernel takes (the native agent,
-    which walks with explicit stacks), or a RecursionError at ~1000 levels (the python agent's
-    ``_remove``). Either way the next rollout starts clean, and the reason, which names a 4 KiB
-    path, is cut to a readable length in the statistics."""
+    refuse, and the sandbox is discarded: paths longer than the kernel takes (the agent walks with
+    explicit stacks, so depth alone never crashes it). Either way the next rollout starts clean, and
+    the reason, which names a 4 KiB path, is cut to a readable length in the statistics."""
     make = (
         "python3 -c \"import os\nfor base in ('/workspace', '/tmp'):\n os.chdir(base)\n"
         f" for _ in range({depth}): os.mkdir('d'); os.chdir('d')\n"
