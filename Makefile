@@ -37,7 +37,8 @@ $(DEMO_STAMP): pyproject.toml | $(PY)
 
 demo-system-deps:
 	@command -v bwrap >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap; }
-	@# a C compiler builds the sandboxes' native exec agent (SandboxConfig.agent; without one: python's)
+	@# a C compiler and libc's headers (and static archive, for docker) build the sandboxes' exec agent,
+	@# exec_agent.c, at a factory's first sandbox: without them no sandbox starts (README, Concepts)
 	@command -v cc >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq gcc libc6-dev; }
 
 system-deps: demo-system-deps
@@ -123,19 +124,12 @@ demo-setup: demo-system-deps $(DEMO_STAMP)
 # Chromium (measured 2026-12-04: 592 s with three, 719 s with two); each worker's torch runs one
 # thread (tests/conftest.py), or the workers' thread pools spin against each other.
 PYTEST_WORKERS ?= 3
-# What runs again with the python exec agent in bwrap sandboxes (the rest runs with the native one).
-PYTHON_AGENT_TESTS ?= tests/test_sandbox_bwrap.py tests/test_sandbox_shell.py tests/test_sandbox_reuse.py \
-	tests/test_sandbox_cancel.py tests/test_sandbox_templates.py tests/security/test_sandbox_attacks.py \
-	tests/security/test_broken_sandbox.py tests/test_verifier_terminal.py
 
 test: setup bench-venv llamacpp
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 	$(PY) tests/docker_engine.py prepare
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile -q $(PYTEST_ARGS)
-	@# bwrap sandboxes run the native agent by default; the python agent (no compiler) gets its own pass,
-	@# its tests spread one by one (--dist load): the attack file alone is 60 s of it
-	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist load -q --sandbox-agent python $(PYTHON_AGENT_TESTS)
 
 test-fast: setup bench-venv
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile -q -m "not slow" $(PYTEST_ARGS)

@@ -126,12 +126,7 @@ def main() -> None:
     )
     p.add_argument("--workers", type=int, default=None, help="default: the batch default")
     p.add_argument(
-        "--sandbox-agent", default=None, choices=("python", "native"), help="default: the batch default"
-    )
-    p.add_argument(
-        "--compare-agents",
-        action="store_true",
-        help="the python exec agent (compare) against the native one (this), as --compare-src alternates",
+        "--sandbox-agent", default=None, choices=("auto", "native"), help="default: the batch default"
     )
     p.add_argument("--no-fsync", action="store_true")
     p.add_argument(
@@ -149,7 +144,7 @@ def main() -> None:
     )
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()
-    if args.compare_src or args.compare_agents:
+    if args.compare_src:
         _compare(args)
         return
 
@@ -184,14 +179,8 @@ def _compare(args: argparse.Namespace) -> None:
         if value is not None:
             argv += [flag, str(value)]
     this_src = str(Path(__file__).resolve().parents[1] / "src")
-    if args.compare_agents:
-        variants = [
-            ("compare", this_src, ["--sandbox-agent", "python"]),
-            ("this", this_src, ["--sandbox-agent", "native"]),
-        ]
-    else:
-        agent = ["--sandbox-agent", args.sandbox_agent] if args.sandbox_agent else []
-        variants = [("compare", args.compare_src, agent), ("this", this_src, agent)]
+    agent = ["--sandbox-agent", args.sandbox_agent] if args.sandbox_agent else []
+    variants = [("compare", args.compare_src, agent), ("this", this_src, agent)]
     runs: dict[str, list[dict]] = {"compare": [], "this": []}
     for _ in range(args.rounds):
         for name, src, extra in variants:

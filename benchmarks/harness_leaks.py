@@ -194,7 +194,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--samples", type=int, default=1000)
     p.add_argument("--concurrency", type=int, default=None, help="default: the batch default")
-    p.add_argument("--sandbox-agent", default=None, choices=("python", "native"))
+    p.add_argument("--sandbox-agent", default=None, choices=("auto", "native"))
     args = p.parse_args()
     sys.exit(asyncio.run(_main(args)))
 

@@ -394,7 +394,7 @@ def main() -> None:
     p.add_argument(
         "--sandbox-agent",
         default=None,
-        choices=("python", "native"),
+        choices=("auto", "native"),
         help="trajforge's (default: the batch default)",
     )
     p.add_argument("--workers", type=int, default=None, help="trajforge's (default: the batch default)")

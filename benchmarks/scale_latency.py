@@ -192,7 +192,10 @@ def main() -> None:
     p.add_argument("--sandbox", default="bwrap")
     p.add_argument("--sandbox-start", default="lazy", choices=("eager", "lazy"), help="batch's default: lazy")
     p.add_argument(
-        "--agent", default="python", choices=("python", "native"), help="the sandboxes' exec agent"
+        "--agent",
+        default=None,
+        choices=("auto", "native"),
+        help="the sandboxes' exec agent (default: batch's)",
     )
     p.add_argument("--every", type=float, default=1.0, help="memory sampling interval, s")
     args = p.parse_args()

@@ -22,26 +22,6 @@ from trajforge.llm.keys import DEFAULT_KEY_ENVS
 from trajforge.testing.scripted_server import ScriptedServer
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--sandbox-agent",
-        choices=("python", "native"),
-        default=None,
-        help="the exec agent every SandboxConfig gets by default (its own default when not given): "
-        "the same tests run against either agent",
-    )
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    agent = config.getoption("--sandbox-agent", default=None)
-    if agent is not None:
-        from trajforge.sandbox.types import SandboxConfig
-
-        # "auto" for native: a config of another backend (local, docker) keeps the python agent.
-        SandboxConfig.model_fields["agent"].default = "auto" if agent == "native" else agent
-        SandboxConfig.model_rebuild(force=True)
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Files with a ``slow`` test first: xdist hands out whole files (``--dist loadfile``) in
     collection order, and a long file started last is a tail the other workers wait out idle."""

@@ -262,7 +262,7 @@ async def test_ten_gigabyte_write_stopped_by_file_size_limit(tmp_path):
 def _agent_peak_rss_kb(sb) -> int:
     for pid in sb.cgroup.pids():
         try:
-            if Path(f"/proc/{pid}/comm").read_text() == "exec-agent\n":  # python or native
+            if Path(f"/proc/{pid}/comm").read_text() == "exec-agent\n":
                 status = Path(f"/proc/{pid}/status").read_text()
                 return int(next(ln for ln in status.splitlines() if ln.startswith("VmHWM")).split()[1])
         except (OSError, StopIteration):

@@ -11,7 +11,6 @@ import pytest
 from trajforge.protocols import Sandbox
 from trajforge.sandbox import SandboxConfig, create_sandbox_factory
 from trajforge.sandbox.confined import ConfinedDir
-from trajforge.sandbox.exec_agent import OutputCap
 
 
 @pytest.fixture
@@ -85,16 +84,18 @@ async def test_cwd_contents_are_copied_in(tmp_path):
         await factory.create("t-bad", cwd=str(tmp_path / "missing"))
 
 
-def test_output_cap_keeps_head_and_tail():
-    cap = OutputCap(10)
-    for chunk in [b"abc", b"defgh", b"x" * 1000, b"12345"]:
-        cap.feed(chunk)
-    text, truncated = cap.render()
-    assert truncated and text.startswith("abcde") and text.endswith("\n\n12345")
-    assert cap.total == 1013
-    small = OutputCap(100)
-    small.feed(b"hello")
-    assert small.render() == ("hello", False)
+async def test_output_cap_keeps_head_and_tail(tmp_path):
+    """The agent keeps the first cap/2 and the last cap - cap/2 bytes, whatever the chunks were."""
+    factory = create_sandbox_factory(SandboxConfig(kind="local", root_dir=str(tmp_path), output_cap_bytes=10))
+    sb = await factory.create("t-cap")
+    try:
+        big = await sb.exec("printf abc; printf defgh; head -c 1000 /dev/zero | tr '\\0' x; printf 12345")
+        assert big.truncated and big.output_bytes == 1013
+        assert big.output == "abcde\n\n[... 1003 bytes of output omitted (1013 total) ...]\n\n12345"
+        small = await sb.exec("printf hello")
+        assert (small.output, small.truncated, small.output_bytes) == ("hello", False, 5)
+    finally:
+        await sb.close()
 
 
 def test_confined_dir_resolves_inside_and_refuses_outside(tmp_path):
@@ -144,26 +145,17 @@ async def test_session_state_survives_odd_values_and_shell_settings(sandbox):
     assert out.output == "[unset][line1\nline2]\n"
 
 
-def test_start_ticks_tell_an_earlier_process_from_a_later_one() -> None:
-    """After the pid counter wrapped (the local backend's pids are the host's), a timed-out
-    command's kill spares an earlier command's background job by start time: a process started
-    before the moment the command was sent reads earlier than it, one started after does not."""
-    import subprocess
-    import time
-
-    from trajforge.sandbox import exec_agent
-
-    before = subprocess.Popen(["sleep", "5"])
+async def test_a_timeout_spares_an_earlier_commands_background_job(tmp_path) -> None:
+    """The local backend's pids are the host's: a timed-out command's kill reaches what it started
+    (by start time against the moment it was sent), never an earlier command's background job."""
+    factory = create_sandbox_factory(SandboxConfig(kind="local", root_dir=str(tmp_path)))
+    sb = await factory.create("t-spare")
     try:
-        time.sleep(0.05)  # the clock counts 100ths of a second
-        moment = exec_agent._boot_ticks()
-        after = subprocess.Popen(["sleep", "5"])
-        try:
-            assert exec_agent._start_ticks(before.pid) < moment <= exec_agent._start_ticks(after.pid)
-        finally:
-            after.kill()
-            after.wait()
+        job = (await sb.exec("sleep 1041 >/dev/null 2>&1 & echo $!")).output.strip()
+        timed = await sb.exec("sleep 1042 & sleep 1043", timeout=0.5)
+        assert timed.timed_out and timed.exit_code is None
+        assert (await sb.exec(f"kill -0 {job} && echo alive")).output == "alive\n"
+        left = await sb.exec("pgrep -f 'sleep 104[23]' || echo none")
+        assert left.output == "none\n"
     finally:
-        before.kill()
-        before.wait()
-    assert exec_agent._start_ticks(-1) == -1  # no such process: nothing to spare or kill
+        await sb.close()

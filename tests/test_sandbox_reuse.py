@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+import trajforge
 from trajforge.sandbox import SandboxBrokenError, SandboxConfig, SandboxLimits, create_sandbox_factory
-from trajforge.sandbox import exec_agent as agent_module
 from trajforge.sandbox.factory import ReuseStats
 
 pytestmark = [
@@ -86,10 +86,9 @@ async def test_reset_sandbox_is_reused_and_looks_fresh(tmp_path):
 @pytest.mark.parametrize("depth", [400, 3000])  # 3000: paths far beyond PATH_MAX (4096)
 async def test_a_tree_deeper_than_the_agent_walks_is_reset_or_refused_never_a_crash(tmp_path, depth):
     """The reset walks and removes whatever the commands left. A tree it cannot remove makes it
-    refuse, and the sandbox is discarded: paths longer than the kernel takes (the native agent,
-    which walks with explicit stacks), or a RecursionError at ~1000 levels (the python agent's
-    ``_remove``). Either way the next rollout starts clean, and the reason, which names a 4 KiB
-    path, is cut to a readable length in the statistics."""
+    refuse, and the sandbox is discarded: paths longer than the kernel takes (the agent walks with
+    explicit stacks, so depth alone never crashes it). Either way the next rollout starts clean, and
+    the reason, which names a 4 KiB path, is cut to a readable length in the statistics."""
     make = (
         "python3 -c \"import os\nfor base in ('/workspace', '/tmp'):\n os.chdir(base)\n"
         f" for _ in range({depth}): os.mkdir('d'); os.chdir('d')\n"
@@ -296,24 +295,21 @@ def test_discard_reasons_are_bounded_in_length_and_number():
     assert any(why.endswith(" changed") and " ... " in why for why in stats.discarded)
 
 
-def test_reset_guard_refuses_outside_a_bwrap_pid_namespace():
-    # reset() kills with kill(-1): the guard is what keeps it from reaching host processes.
-    assert agent_module._in_own_pid_namespace() is False
-
-
-def test_tree_snapshot_sees_additions_and_changes(tmp_path):
-    (tmp_path / "d").mkdir()
-    (tmp_path / "d" / "f").write_text("x")
-    os.symlink("d/f", tmp_path / "link")
-    before = agent_module._tree(str(tmp_path))
-    assert agent_module._tree(str(tmp_path)) == before
-    (tmp_path / "d" / "g").write_text("new")
-    added = set(agent_module._tree(str(tmp_path))) - set(before)
-    assert added == {str(tmp_path / "d" / "g")}
-    agent_module._remove(str(tmp_path / "d" / "g"))
-    os.chmod(tmp_path / "d", 0o700)
-    now = agent_module._tree(str(tmp_path))
-    assert set(now) == set(before) and now != before  # a mode change is a difference
+async def test_reset_guard_refuses_outside_a_bwrap_pid_namespace(tmp_path):
+    # reset() kills with kill(-1): the guard is what keeps it from reaching host processes. The
+    # local backend's agent runs in the host's pid namespace: its reset refuses, and nothing dies.
+    factory = create_sandbox_factory(SandboxConfig(kind="local", root_dir=str(tmp_path)))
+    sb = await factory.create("guard")
+    bystander = await asyncio.create_subprocess_exec("sleep", "1044")
+    try:
+        assert await sb.resident.agent.reset() == "not started as a reusable sandbox in its own pid namespace"
+        with pytest.raises(TimeoutError):  # still running: the refused reset killed nothing
+            async with asyncio.timeout(0.3):
+                await bystander.wait()
+    finally:
+        bystander.kill()
+        await bystander.wait()
+        await sb.close()
 
 
 async def test_a_cancelled_command_means_the_sandbox_is_not_reused(tmp_path):
@@ -357,7 +353,7 @@ asyncio.run(main(sys.argv[1]))
 def _run_unprivileged(*argv: str, cwd: str) -> subprocess.CompletedProcess[str]:
     """Run the system python3 as ``nobody`` on this checkout's code and packages."""
     paths = [
-        str(Path(agent_module.__file__).parents[2]),
+        str(Path(trajforge.__file__).parents[1]),
         *(p for p in sys.path if p.endswith("site-packages")),
     ]
     env = {"PATH": "/usr/bin:/bin", "HOME": cwd, "PYTHONPATH": os.pathsep.join(paths)}

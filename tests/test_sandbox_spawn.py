@@ -1,86 +1,86 @@
-"""How the exec agent starts a command, both ways: through ``_posixsubprocess.fork_exec`` (the C
-path, on the interpreter it was written against) and through a fork in Python (everywhere else).
-Either must give the command nothing of the agent: no fd, no capability, no group, no ignored
-signal, a session of its own, and the uid it was asked for."""
+"""How the exec agent starts a command: the command gets nothing of the agent -- no fd, no
+capability, no group, no ignored or blocked signal -- but a session of its own and the uid it was
+asked for; a signal is a negative exit code; what cannot start is answered, not fatal. Driven
+through the agent's protocol, outside any sandbox, in the session and in a fresh command."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
+from pathlib import Path
 
 import pytest
 
-from trajforge.sandbox import exec_agent
+from agent_driver import ENV, drive, exec_request
+from trajforge.sandbox import native_agent
 
+pytestmark = pytest.mark.skipif(native_agent.compiler() is None, reason="needs a C compiler")
 UID = 54_321
-PATHS = ["c", "python"]
+PROBE = (
+    "ls /proc/self/fd | tr '\\n' ' '; echo; id -u; id -g; readlink /proc/self/fd/0; "
+    "grep -E '^(CapEff|Groups|SigIgn|SigBlk):' /proc/self/status; "
+    '[ "$(ps -o sid= -p $$)" -eq $$ ] && echo own-session; pwd; exit 3'
+)
 
 
-@pytest.fixture(params=PATHS)
-def start(request, monkeypatch):
-    if request.param == "c" and exec_agent._FORK_EXEC is None:
-        pytest.skip("this interpreter has no known _posixsubprocess.fork_exec signature")
-    if request.param == "python":
-        monkeypatch.setattr(exec_agent, "_FORK_EXEC", None)
-    return exec_agent._start
-
-
-def _run(start, script: str, run_as: tuple[int, int] | None) -> tuple[int, str]:
-    read_end, write_end = os.pipe()
-    try:
-        pid = start(["sh", "-c", script], "/tmp", {"PATH": "/usr/bin:/bin"}, run_as, write_end)
-    finally:
-        os.close(write_end)
-    out = b""
-    while chunk := os.read(read_end, 65536):
-        out += chunk
-    os.close(read_end)
-    return exec_agent._wait(pid), out.decode()
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    built = native_agent.build_native_agent()
+    path = tmp_path_factory.mktemp("agent") / built.name
+    path.write_bytes(built.data)
+    path.chmod(0o755)
+    return path
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
-def test_a_command_gets_nothing_of_the_agent(start):
-    leaked = os.open("/etc/hostname", os.O_RDONLY)  # an fd of ours without close-on-exec
+@pytest.mark.parametrize("fresh", [False, True])
+def test_a_command_gets_nothing_of_the_agent(agent: Path, fresh: bool) -> None:
+    root = Path(tempfile.mkdtemp(prefix="tf-spawn-"))  # traversable by the commands' uid
+    root.chmod(0o755)
+    leaked = os.open("/etc/hostname", os.O_RDONLY)  # an fd of the agent's launcher, inheritable
     os.set_inheritable(leaked, True)
     try:
-        code, out = _run(
-            start,
-            "ls /proc/self/fd | tr '\\n' ' '; echo; id -u; id -g; readlink /proc/self/fd/0; "
-            "grep -E '^(CapEff|Groups|SigIgn):' /proc/self/status; "
-            '[ "$(ps -o sid= -p $$)" -eq $$ ] && echo own-session; pwd; exit 3',
-            (UID, UID),
-        )
+        # the launcher ignores SIGHUP and SIGINT (nohup, a script's background job): not the command
+        launcher = f'trap "" HUP INT; exec "$0" "$@" --run-as {UID}:{UID} --state-dir "$STATE"'
+        argv = ["/bin/sh", "-c", launcher, str(agent)]
+        env = {**ENV, "STATE": str(root / "state")}
+        answers = drive(argv, root / "a", [exec_request(1, PROBE, fresh=fresh)], env=env, owner=UID)
     finally:
         os.close(leaked)
+        shutil.rmtree(root, ignore_errors=True)
+    out = answers[1]["output"]
     lines = out.splitlines()
-    assert code == 3, out
+    assert answers[1]["exit_code"] == 3, out
     assert set(lines[0].split()) <= {"0", "1", "2", "3"}, out  # 3: the listing's own fd
     assert lines[1:4] == [str(UID), str(UID), "/dev/null"], out
     status = dict(line.split(":", 1) for line in lines if ":" in line)
     assert int(status["CapEff"], 16) == 0 and status["Groups"].strip() == "", out
-    ignored = int(status["SigIgn"], 16)
-    assert not ignored & (1 << (signal.SIGPIPE - 1)) and not ignored & (1 << (signal.SIGXFSZ - 1)), out
-    assert lines[-2:] == ["own-session", "/tmp"], out
+    assert int(status["SigIgn"], 16) == 0 and int(status["SigBlk"], 16) == 0, out
+    assert "own-session" in lines, out
 
 
-def test_a_signal_is_a_negative_exit_code(start):
-    code, _ = _run(start, "kill -9 $$", None)
-    assert code == -signal.SIGKILL
+@pytest.mark.parametrize("fresh", [False, True])
+def test_a_signal_is_a_negative_exit_code(agent: Path, tmp_path: Path, fresh: bool) -> None:
+    answers = drive([str(agent)], tmp_path / "a", [exec_request(1, "kill -9 $$", fresh=fresh)])
+    assert answers[1]["exit_code"] == -signal.SIGKILL
 
 
-@pytest.mark.parametrize(
-    ("argv", "cwd", "error"),
-    [
-        (["/nonexistent/program"], "/tmp", FileNotFoundError),
-        (["no-such-program-anywhere"], "/tmp", FileNotFoundError),
-        (["true"], "/nonexistent-dir", FileNotFoundError),
-    ],
-)
-def test_what_cannot_start_raises_its_oserror(start, argv, cwd, error):
-    read_end, write_end = os.pipe()
-    try:
-        with pytest.raises(error):
-            start(argv, cwd, {"PATH": "/usr/bin:/bin"}, None, write_end)
-    finally:
-        os.close(read_end)
-        os.close(write_end)
+@pytest.mark.parametrize("fresh", [False, True])
+def test_what_cannot_start_is_answered(agent: Path, tmp_path: Path, fresh: bool) -> None:
+    answers = drive(
+        [str(agent)],
+        tmp_path / "a",
+        [
+            exec_request(1, "/nonexistent/program", fresh=fresh),
+            exec_request(2, "no-such-program-anywhere", fresh=fresh),
+            exec_request(3, "true", fresh=fresh, cwd="/nonexistent-dir"),
+            exec_request(4, "echo still here", fresh=fresh),
+        ],
+    )
+    assert [a.get("exit_code") for a in answers[1:]] == [127, 127, 1, 0]
+    assert "No such file or directory" in answers[1]["output"]
+    assert "command not found" in answers[2]["output"]
+    assert answers[3]["output"] == "cwd does not exist: '/nonexistent-dir'"
+    assert answers[4]["output"] == "still here\n"

@@ -480,16 +480,15 @@ ATTACKS = {
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("agent", ["python", "native"])
 @pytest.mark.parametrize("attack", list(ATTACKS))
-async def test_a_background_job_cannot_answer_for_the_shell(agent: str, attack: str, tmp_path: Path) -> None:
+async def test_a_background_job_cannot_answer_for_the_shell(attack: str, tmp_path: Path) -> None:
     """The issue's third break, and its racing form: a job a command left behind answers for the
     resident shell. Before the fix the impostor took the next command's request, stopped the loop
     and made ``echo FAIL; exit 1`` read exit 0 and "all 12 tests passed", and every later command
     too. Now a command's end counts only from the shell's own process: each command reports its
     own exit code and output (or, when it was interfered with, no exit code, none of the output,
     and a note saying so), and the session goes on."""
-    config = SandboxConfig(kind="bwrap", agent=agent, root_dir=str(tmp_path / "sb"), command_timeout_s=8)  # type: ignore[arg-type]
+    config = SandboxConfig(kind="bwrap", root_dir=str(tmp_path / "sb"), command_timeout_s=8)
     factory = create_sandbox_factory(config)
     sb = await factory.create("impostor")
     try:

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trajforge.endpoint import pairing_problem
 from trajforge.llm.dialects import check_dialect_name
 from trajforge.llm.parsers import check_parser_name
 from trajforge.llm.types import SamplingParams
-from trajforge.sandbox.types import AgentKind, SandboxConfig, SandboxKind
+from trajforge.sandbox.types import AgentKind, SandboxConfig, SandboxKind, refuse_python_agent
 from trajforge.tools.config import ToolsConfig, ToolsConfigError, parse_tools_config
 from trajforge.tools.limits import DEFAULT_MAX_COMMAND_TIMEOUT_S, ToolLimits
 
@@ -94,9 +94,11 @@ class BatchConfig(BaseModel):
     # rollouts x 200 ms the two were within noise (docs/benchmarks.md, "Scale at realistic latency").
     sandbox_agent: AgentKind = Field(
         "auto",
-        description="the exec agent in each sandbox: auto (native where it compiles, else python), "
-        "native (exec_agent.c built here with cc: ~0.2 MiB per sandbox instead of ~3; bwrap), python",
+        description="the exec agent in each sandbox: auto and native both mean exec_agent.c, built "
+        "here with cc at the first sandbox (static in docker); python was removed (install a C "
+        "compiler: apt-get install gcc libc6-dev)",
     )
+    _no_python_agent = field_validator("sandbox_agent", mode="before")(refuse_python_agent)
     sandbox_start: Literal["eager", "lazy"] = Field(
         "lazy",
         description="lazy: start a sample's sandbox at its first tool call (less memory per live "

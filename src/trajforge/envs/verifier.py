@@ -50,8 +50,8 @@ from trajforge.tools.base import Tool, ToolContext, ToolOutput
 from trajforge.tools.limits import ToolLimits
 
 _SCRATCH = ".trajforge-verifier"  # under the sandbox scratch dir, never the workdir
-# The exec agent's note when a command ended the resident shell (sandbox/exec_agent.py,
-# ``_shell_exited``): told to the model, never part of what the command printed.
+# The exec agent's note when a command ended the resident shell (sandbox/exec_agent.c,
+# ``shell_exited``): told to the model, never part of what the command printed.
 _SHELL_ENDED = re.compile(r"\n\[the shell ended \(status -?\d+\)[^\n]*\]\n\Z")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

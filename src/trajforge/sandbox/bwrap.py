@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import secrets
 import shutil
@@ -32,12 +31,9 @@ from trajforge.sandbox.disk import remove_tree
 from trajforge.sandbox.errors import SandboxUnavailableError
 from trajforge.sandbox.factory import ProcessSandboxFactory
 from trajforge.sandbox.launch import Launch, command_env, limit_env, nproc_counted_per_namespace
-from trajforge.sandbox.layout import Layout, chown_tree, compile_agent, make_layout
-from trajforge.sandbox.native_agent import build_native_agent, compiler
+from trajforge.sandbox.layout import Layout, chown_tree, make_layout
 from trajforge.sandbox.templates import filter_fd, key_filter
 from trajforge.spawn import kill_process, spawn
-
-log = logging.getLogger(__name__)
 
 INSIDE_WORKDIR = "/workspace"
 INSIDE_SCRATCH = "/tmp"
@@ -48,7 +44,6 @@ _IDENTITY_FILES = ("/etc/passwd", "/etc/group", "/etc/hostname", "/etc/hosts")
 # What the agent (uid 0 when we are root) keeps: start commands as their uid, kill them, and remove
 # or restore whatever they left, whatever its mode. Nothing else (no sys_admin, net, ptrace, ...).
 _AGENT_CAPS = "+setuid,+setgid,+kill,+fowner,+dac_override,+chown"
-_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
 _SYSTEM_DIRS = ("/usr", "/etc")
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _UID_BASE = 200_000
@@ -243,18 +238,7 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
         """The agent, run from the fd of its file: ``/proc/self/fd/N`` (it closes the fd first).
         Its options come in ``TF_AGENT_ARGS`` (:meth:`_launch`): a command line is what ``ps``
         shows, and the sandbox's pid 1 (bwrap) has the agent's in its own."""
-        inside = f"/proc/self/fd/{agent_fd}"
-        if self.runs_native_agent:
-            return [inside]
-        python = first_existing(_PYTHONS)
-        if python is None:
-            raise SandboxUnavailableError(
-                "the bwrap sandbox needs a system python3 in /usr/bin or /usr/local/bin to run its "
-                "exec agent (apt-get install python3-minimal), or choose `--sandbox local`"
-            )
-        # -S: no site import: halves interpreter start-up (the agent is stdlib-only); -I: nor the
-        # script's directory (here /proc/self/fd) on sys.path
-        return [python, "-I", "-S", inside]
+        return [f"/proc/self/fd/{agent_fd}"]
 
     def _namespaces(self, uid: int | None) -> list[str]:
         if uid is None:  # unprivileged: bwrap makes a user namespace and we keep our uid
@@ -298,15 +282,15 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             return f"bubblewrap (`bwrap`) is not installed. {INSTALL_HINT}"
         if os.geteuid() == 0 and shutil.which("setpriv") is None:
             return "running as root needs `setpriv` (util-linux) to drop to a sandbox uid. " + INSTALL_HINT
-        layout = await asyncio.to_thread(make_layout, self._root_dir(), "probe")
+        if self.agent_file is None:  # _check builds it first
+            return "the exec agent was not built"
+        layout = await asyncio.to_thread(make_layout, self._root_dir(), "probe", self.agent_file)
         try:
             uid = self._new_uid()
             if uid is not None:
                 await asyncio.to_thread(chown_tree, layout.root, (uid, uid))
             fds = _open_paths(layout)
             try:
-                if self.config.agent == "python" or (self.config.agent == "auto" and compiler() is None):
-                    self._agent_program(uid, fds["agent"])  # what the agent needs is there (a python3)
                 argv = self._bwrap_argv(fds, uid, program=["/bin/sh", "-c", "echo ok > /workspace/probe"])
                 proc = await spawn(
                     *argv,
@@ -334,18 +318,6 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             return f"bubblewrap cannot start a sandbox here ({exc}). {INSTALL_HINT}"
         finally:
             await asyncio.to_thread(remove_tree, layout.root)
-        if self.agent_file is not None:  # adopted: built by the parent process's factory
-            return ""
-        if self.config.agent == "native" or (self.config.agent == "auto" and compiler() is not None):
-            try:  # compiled once per process, by this machine's cc
-                self.agent_file = await asyncio.to_thread(build_native_agent)
-                return ""
-            except SandboxUnavailableError as exc:
-                if self.config.agent == "native":
-                    return str(exc)
-                log.warning("%s: sandboxes run the python agent", exc)
-        # Every sandbox runs the agent compiled once here by the python that will run it.
-        self.agent_file = await asyncio.to_thread(compile_agent, first_existing(_PYTHONS) or "python3")
         return ""
 
     @staticmethod
@@ -419,7 +391,3 @@ class BwrapSandboxFactory(ProcessSandboxFactory):
             teardown=teardown,
             started=started,
         )
-
-
-def first_existing(paths: Sequence[str]) -> str | None:
-    return next((p for p in paths if os.path.exists(p)), None)

@@ -21,9 +21,8 @@ pid, start time): a factory's first ``create`` removes the containers whose owne
 What differs: commands run as root *in the container* (Harbor tasks expect it), with a reduced
 capability set and ``no-new-privileges``, not as a uid of their own; the exec agent shares that
 uid; a sandbox is never reused (each rollout gets a new container); the disk cap does not cover
-the image's own paths (``/app`` of a Harbor task lives in the container's writable layer). With the
-python exec agent (``SandboxConfig.agent``: ``python`` or ``auto``) the image must have ``python3``
-(>= 3.8); with ``native`` the agent is ``exec_agent.c`` linked statically, and the image needs only
+the image's own paths (``/app`` of a Harbor task lives in the container's writable layer). The exec
+agent is ``exec_agent.c`` linked statically and mounted read-only: the image needs no python, only
 ``sh`` and ``bash``. Checked once per image, with a clear error.
 """
 
@@ -43,7 +42,6 @@ from trajforge.sandbox.errors import SandboxUnavailableError
 from trajforge.sandbox.factory import ProcessSandboxFactory
 from trajforge.sandbox.launch import Launch, command_env, limit_env
 from trajforge.sandbox.layout import Layout
-from trajforge.sandbox.native_agent import build_native_agent
 from trajforge.sandbox.sweep import process_start
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.spawn import spawn
@@ -51,8 +49,7 @@ from trajforge.spawn import spawn
 INSIDE_WORKDIR = "/workspace"
 INSIDE_SCRATCH = "/tmp"
 INSIDE_SHM = "/dev/shm"
-INSIDE_AGENT = "/run/trajforge/agent.py"
-INSIDE_NATIVE_AGENT = "/run/trajforge/agent"  # SandboxConfig.agent = "native": a static binary
+INSIDE_AGENT = "/run/trajforge/agent"  # the exec agent, a static binary
 INSIDE_SESSION = "/run/trajforge/session"  # the agent's command files: not in the scratch dir
 OWNER_LABEL = "trajforge.owner"  # "<boot id>/<pid namespace>/<pid>/<start>" of the process that made it
 # Docker's default capabilities, less what no sandbox needs: raw sockets (NET_RAW), device nodes
@@ -83,9 +80,8 @@ _CLIENT_VARS = (
 # looks) ends every process but it and the agent. Docker's ``--init`` would not do: tini exits,
 # and the container with it, when its child dies.
 _INIT = "while :; do sleep 2147483647 & wait; done"
-_PYTHON_CHECK = "import os, sys; print(sys.version_info >= (3, 8), os.path.exists(sys.argv[1]))"
-# The native agent's needs, in sh (the image may have no python): the engine sees the marker the
-# host wrote, and commands have a bash.
+# The agent's needs, in sh (the image may have no python): the engine sees the marker the host
+# wrote, and commands have a bash.
 _SHELL_CHECK = 'test -e "$1" && echo seen; command -v bash >/dev/null 2>&1 && echo bash; :'
 
 log = logging.getLogger(__name__)
@@ -171,6 +167,7 @@ class DockerSandboxFactory(ProcessSandboxFactory):
     """
 
     kind = "docker"
+    static_agent = True  # the image's C library (if it has one) is not the host's
 
     def __init__(self, config: SandboxConfig) -> None:
         super().__init__(config)
@@ -186,11 +183,6 @@ class DockerSandboxFactory(ProcessSandboxFactory):
                 "start the engine (DOCKER_HOST names which) or choose `--sandbox bwrap`"
             )
         await self.sweep()
-        if self.config.agent == "native" and self.agent_file is None:  # static: the image's libc is its own
-            try:
-                self.agent_file = await asyncio.to_thread(build_native_agent, True)
-            except SandboxUnavailableError as exc:
-                return str(exc)
         return ""
 
     async def sweep(self) -> int:
@@ -245,7 +237,7 @@ class DockerSandboxFactory(ProcessSandboxFactory):
             "-v", f"{layout.work}:{INSIDE_WORKDIR}",
             "-v", f"{layout.tmp}:{INSIDE_SCRATCH}",
             "-v", f"{layout.shm}:{INSIDE_SHM}",  # in the disk cap with /tmp, not the engine's own shm
-            "-v", f"{layout.agent}:{INSIDE_NATIVE_AGENT if self.runs_native_agent else INSIDE_AGENT}:ro",
+            "-v", f"{layout.agent}:{INSIDE_AGENT}:ro",
             *(arg for path in self.config.ro_binds for arg in ("-v", f"{path}:{path}:ro")),
             "-w", INSIDE_WORKDIR,
             "--entrypoint", "/bin/sh",
@@ -298,10 +290,9 @@ class DockerSandboxFactory(ProcessSandboxFactory):
         # values from its own environment, so no value is ever on a command line. A name the
         # client itself reads (DOCKER_*) is passed with its value instead.
         env_args = [arg for k, v in env.items() for arg in ("-e", f"{k}={v}" if k in client else k)]
-        agent = [INSIDE_NATIVE_AGENT] if self.runs_native_agent else ["python3", "-I", "-S", INSIDE_AGENT]
         argv = [
             "docker", "exec", "-i", "-w", INSIDE_WORKDIR, *env_args, name,
-            *agent, INSIDE_WORKDIR, INSIDE_SCRATCH,
+            INSIDE_AGENT, INSIDE_WORKDIR, INSIDE_SCRATCH,
             "--state-dir", INSIDE_SESSION, "--max-procs", str(limits.max_processes),
         ]  # fmt: skip
         return Launch(
@@ -313,38 +304,22 @@ class DockerSandboxFactory(ProcessSandboxFactory):
         )
 
     async def _check_image(self, image: str, name: str, layout: Layout) -> None:
-        """Once per image: it has what the agent runs on (python3, or for the native agent a
-        bash), and the engine sees the sandbox's host directories (a remote engine, or one in
-        another mount namespace, would bind-mount different, empty ones)."""
+        """Once per image: it has the bash the agent runs commands with, and the engine sees the
+        sandbox's host directories (a remote engine, or one in another mount namespace, would
+        bind-mount different, empty ones)."""
         marker = f".trajforge-probe-{secrets.token_hex(8)}"
         await asyncio.to_thread((layout.tmp / marker).write_bytes, b"")
-        check = (
-            ["/bin/sh", "-c", _SHELL_CHECK, "sh"]
-            if self.runs_native_agent
-            else ["python3", "-I", "-S", "-c", _PYTHON_CHECK]
-        )
+        check = ["/bin/sh", "-c", _SHELL_CHECK, "sh"]
         try:
             code, out = await _docker("exec", name, *check, f"{INSIDE_SCRATCH}/{marker}", limit_s=60)
         finally:
             await asyncio.to_thread((layout.tmp / marker).unlink, True)
-        if self.runs_native_agent:
-            if "bash" not in out.split():
-                raise SandboxUnavailableError(
-                    f"image {image} has no bash, which the exec agent runs commands with "
-                    f"({out.strip()[-300:] or f'exit {code}'}): install bash in the image"
-                )
-            if "seen" not in out.split():
-                raise SandboxUnavailableError(
-                    "the Docker engine does not see this machine's sandbox directories (a remote engine, "
-                    "or one in another mount namespace): the docker backend needs a local engine"
-                )
-            return
-        if code != 0 or not out.startswith("True"):
+        if "bash" not in out.split():
             raise SandboxUnavailableError(
-                f"image {image} has no python3 >= 3.8, which the exec agent needs "
-                f"({out.strip()[-300:] or f'exit {code}'}): install python3 in the image"
+                f"image {image} has no bash, which the exec agent runs commands with "
+                f"({out.strip()[-300:] or f'exit {code}'}): install bash in the image"
             )
-        if not out.strip().endswith("True"):
+        if "seen" not in out.split():
             raise SandboxUnavailableError(
                 "the Docker engine does not see this machine's sandbox directories (a remote engine, "
                 "or one in another mount namespace): the docker backend needs a local engine"

@@ -1,25 +1,77 @@
-/* The exec agent of exec_agent.py as one compiled program (``SandboxConfig.agent = "native"``).
+/* The exec agent: a small program that runs inside each sandbox and executes commands. It is
+ * trajforge's only exec agent, in every backend (bwrap, local, docker); trajforge.sandbox.native_agent
+ * compiles it with the host's cc at a factory's first sandbox (statically for docker).
  *
- * Why: a CPython agent holds ~3.7 MiB of private memory per sandbox for its whole life (its
- * interpreter's data pages, object arenas, heap) and pays the interpreter on every system call of
- * a reset and a command; this program holds ~0.2 MiB and makes the same calls directly
- * (docs/benchmarks.md, "The exec agent's floor" and "The native exec agent").
+ * Why a resident agent instead of one ``bash -c`` per call: the model expects a *shell session*,
+ * background jobs must outlive the call that started them, and the output of a runaway command must
+ * be capped *where it is produced* so 50 MB never crosses into the host's memory. One agent per
+ * sandbox, started once, talking JSON lines over stdin/stdout.
  *
- * What it does is exactly what exec_agent.py does, and that file's docstrings are the
- * specification: the same JSON-lines protocol, the same resident shell (the bash scripts LOOP and
- * WRAPPER and the notes about the shell are not copied here: the build generates agent_scripts.h
- * from exec_agent.py), the same reset and its checks, the same notes to the model. The host decides
- * which one a sandbox runs; the same tests run against both (pytest --sandbox-agent), and
- * tests/test_native_agent.py compares their answers byte for byte: a change to what one agent
- * does is made in both.
+ * Why C (docs/architecture.md, "One exec agent"): the agent lives as long as its sandbox, and at a
+ * thousand live sandboxes its memory is most of the machine's: this program holds ~0.2 MiB of private
+ * memory where the CPython agent it replaced held ~3.7 MiB, and makes its system calls directly
+ * (docs/benchmarks.md); linked statically it runs in images without python. What keeps C safe to
+ * keep: tests/test_native_agent.py states its answers, and tests/test_agent_sanitized.py builds it
+ * with AddressSanitizer and UBSan, runs those scenarios, and fuzzes its request parser and output
+ * paths with generated lines (no sanitizer report allowed); -Werror -Wshadow -Wformat=2 in the tests.
  *
- * Differences in how, not what:
+ * Protocol (one JSON object per line; the first line out is ``{"ready": true, "pid": N}``):
+ *   request  ``{"id": n, "op": "exec", "command": str, "timeout": float, "cwd": str|null, "cap": int}``
+ *            (``"fresh": true``: a bash of its own, outside the session: a verifier's command;
+ *            timeout 0 or absent: 60 s; cap 0 or absent: 16384 bytes, a negative cap keeps nothing)
+ *   answer   ``{"id": n, "exit_code": int|null, "output": str, "timed_out": bool, "truncated": bool,
+ *              "output_bytes": int, "duration_s": float}``; ``exit_code`` is null at a timeout and
+ *            -N when a signal N ended the command; ``output`` is stdout and stderr interleaved, the
+ *            first cap/2 bytes and the last cap - cap/2 around the line
+ *            ``[... K bytes of output omitted (T total) ...]``, each part decoded as UTF-8 with one
+ *            U+FFFD per maximal invalid subpart (what Python's ``decode("utf-8", "replace")`` gives)
+ *   answer   ``{"id": n, "error": "Kind: text"}`` when the exec cannot run (no ``command``, a
+ *            command with a lone surrogate other than U+DC80..U+DCFF, its file not writable): the
+ *            host's reason to discard the sandbox, never shown to the model
+ *   request  ``{"id": n, "op": "close"}`` -> kills every process group it started, answers
+ *            ``{"id": n, "closed": true}``, exits 0.
+ *   request  ``{"id": n, "op": "stop"}`` -> kills every process the commands started, files kept;
+ *            ``{"id": n, "stopped": true}``.
+ *   request  ``{"id": n, "op": "reset"}`` -> ``{"id": n, "reset": bool, "reason": str}``: puts a
+ *            reusable sandbox back into its starting state (do_reset), or says why not.
+ *   Any other op is an exec. The id is echoed as it came (a JSON value of at most 63 characters,
+ *   else null). A blank line is skipped. A line that is not one JSON object (a syntax error, a
+ *   string field that is not a string or null, values nested over 64 deep, anything after the
+ *   closing brace) ends the agent: ``exec agent: unreadable request: ...`` on stderr, every process
+ *   killed, exit 1 (the host speaks the protocol; anything else means the channel is not the
+ *   host's); so does a line over 64 MiB (``exec agent: a request line over ...``). End of stdin:
+ *   the same kill, exit 0.
+ *
+ * The session is one resident ``bash`` (TF_LOOP, agent_scripts.py), started at the first command as
+ * the commands' uid in a session of its own, that runs each command in itself as ``bash -c`` would:
+ * functions, aliases, plain and exported variables, options, traps, the cwd and a ``source``d
+ * virtualenv all stay, as in a terminal, and nothing of the loop shows to the command. Each
+ * command's output goes to a FIFO of its own (capped here); its end is the shell's ``NONCE RC`` line
+ * on the shell's channel, a socket pair apart from the output, the nonce fresh per command, so no
+ * output can end a command early, and only the shell's own process (the kernel says which process
+ * sent each line: SO_PASSCRED) can end it at all. At its timeout the command's processes and the
+ * shell are killed and the next command gets a new shell sourced from the snapshot the loop writes
+ * after every command; the same when a command ends the shell (``exit``, ``set -e``, ``set -u``,
+ * ``exec``, a signal: the note says the session is the one from before the command). A reset kills
+ * the shell with everything else: each rollout starts with a new ``bash`` from the start environment.
+ *
+ * Who can reach the agent: with ``--run-as UID:GID`` (bwrap started as root) the agent itself is uid
+ * 0 with a handful of capabilities (setuid/setgid to start commands, kill, fowner/dac_override/chown
+ * to reset what commands leave) and ``no_new_privs``; every command runs as UID, which the kernel
+ * strips of all capabilities on the switch. A command can then neither signal, trace, ``prlimit``,
+ * renice nor re-pin the agent. Without ``--run-as`` (a user namespace: one uid for all) commands
+ * *can* do those things to the agent; the reset then verifies the agent's own attributes and refuses
+ * (the host discards the sandbox) when any changed.
+ *
+ * How it works:
  * - one thread: pipes that background jobs still hold are drained by the same poll() that waits
- *   for the next request or command (the Python agent starts a thread per such pipe);
- * - output is decoded as UTF-8 with U+FFFD for each maximal invalid subpart, as Python's
- *   ``decode("utf-8", "replace")`` does, so the model reads the same text;
+ *   for the next request or command;
  * - input is bounded: a request line of at most 64 MiB, paths read from the sandbox of at most
  *   PATH_MAX, a tree walk with an explicit stack (no recursion a deep tree could exhaust).
+ *
+ * The Python agent this program was first written against (exec_agent.py, removed in issue 40; its
+ * docstrings hold the longer reasons behind each step) is in git: ``git show
+ * 6034645:src/trajforge/sandbox/exec_agent.py``. The names in parentheses below are its functions.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -49,7 +101,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent_scripts.h" /* TF_LOOP, TF_WRAPPER and the notes: generated from exec_agent.py */
+#include "agent_scripts.h" /* TF_LOOP, TF_WRAPPER and the notes: generated from agent_scripts.py */
 
 #define RESTORE_S 10.0
 #define GRACE_S 0.2
@@ -445,7 +497,7 @@ static void put_utf8(buf_t *out, unsigned cp) {
     buf_add(out, b, n);
 }
 
-/* A JSON string at s->p into `out` as the bytes the Python agent would write: UTF-8, with a lone
+/* A JSON string at s->p into `out` as the bytes the host's text stands for: UTF-8, with a lone
  * surrogate U+DC80..U+DCFF written as the byte it escapes (``surrogateescape``). Returns 0 on a
  * syntax error, -1 on another lone surrogate (Python cannot encode it), 1 when done. */
 static int scan_string(scan_t *s, buf_t *out) {
@@ -503,44 +555,100 @@ static int scan_string(scan_t *s, buf_t *out) {
     return 0;
 }
 
-/* Skips any JSON value (objects and arrays of the request are not read); 0 on a syntax error. */
-static int skip_value(scan_t *s) {
+/* A JSON number at s->p (RFC 8259's grammar: no leading zeros, no '+', no bare '.'); 0 if none. */
+static int skip_number(scan_t *s) {
+    const char *p = s->p, *end = s->end;
+#define DIGITS_AT(q) ((q) < end && *(q) >= '0' && *(q) <= '9')
+    if (p < end && *p == '-')
+        p++;
+    if (!DIGITS_AT(p))
+        return 0;
+    if (*p == '0')
+        p++;
+    else
+        while (DIGITS_AT(p))
+            p++;
+    if (p < end && *p == '.') {
+        if (!DIGITS_AT(p + 1))
+            return 0;
+        for (p++; DIGITS_AT(p); p++) {
+        }
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-'))
+            p++;
+        if (!DIGITS_AT(p))
+            return 0;
+        while (DIGITS_AT(p))
+            p++;
+    }
+#undef DIGITS_AT
+    s->p = p;
+    return 1;
+}
+
+#define MAX_DEPTH 64 /* nesting of a value the request does not read: deeper is refused, not recursed */
+
+/* Skips one JSON value, checking its syntax (objects and arrays of the request are not read, but
+ * a value echoed back -- the id -- must be JSON); 0 on a syntax error. */
+static int skip_value_at(scan_t *s, int depth) {
     skip_ws(s);
     if (s->p >= s->end)
         return 0;
-    if (*s->p == '"') {
+    char c = *s->p;
+    if (c == '"') {
         buf_t junk = {0};
         int ok = scan_string(s, &junk) != 0;
         buf_free(&junk);
         return ok;
     }
-    if (*s->p == '{' || *s->p == '[') {
-        int depth = 0;
-        while (s->p < s->end) {
-            char c = *s->p;
-            if (c == '"') {
-                buf_t junk = {0};
-                int ok = scan_string(s, &junk) != 0;
-                buf_free(&junk);
-                if (!ok)
+    if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        if (depth >= MAX_DEPTH)
+            return 0;
+        s->p++;
+        skip_ws(s);
+        if (s->p < s->end && *s->p == close) {
+            s->p++;
+            return 1;
+        }
+        for (;;) {
+            if (c == '{') {
+                skip_ws(s);
+                if (s->p >= s->end || *s->p != '"' || !skip_value_at(s, depth + 1))
                     return 0;
+                skip_ws(s);
+                if (s->p >= s->end || *s->p != ':')
+                    return 0;
+                s->p++;
+            }
+            if (!skip_value_at(s, depth + 1))
+                return 0;
+            skip_ws(s);
+            if (s->p < s->end && *s->p == ',') {
+                s->p++;
                 continue;
             }
-            s->p++;
-            if (c == '{' || c == '[')
-                depth++;
-            else if (c == '}' || c == ']') {
-                if (--depth == 0)
-                    return 1;
+            if (s->p < s->end && *s->p == close) {
+                s->p++;
+                return 1;
             }
+            return 0;
         }
-        return 0;
     }
-    const char *start = s->p;
-    while (s->p < s->end && *s->p && !strchr(",}] \t\n\r", *s->p))
-        s->p++;
-    return s->p > start;
+    static const char *const words[] = {"true", "false", "null"};
+    for (size_t i = 0; i < 3; i++) {
+        size_t n = strlen(words[i]);
+        if ((size_t)(s->end - s->p) >= n && !strncmp(s->p, words[i], n)) {
+            s->p += n;
+            return 1;
+        }
+    }
+    return skip_number(s);
 }
+
+static int skip_value(scan_t *s) { return skip_value_at(s, 0); }
 
 static void request_free(request_t *r) {
     buf_free(&r->op);
@@ -549,7 +657,14 @@ static void request_free(request_t *r) {
     buf_free(&r->error);
 }
 
-/* Parses one request line; 0 when it is not a JSON object (the caller answers an error). */
+/* The closing brace at s->p ends the line: nothing but whitespace after it. */
+static int object_ends_line(scan_t *s) {
+    s->p++;
+    skip_ws(s);
+    return s->p >= s->end;
+}
+
+/* Parses one request line; 0 when it is not one JSON object (the caller ends the agent). */
 static int parse_request(const char *line, size_t n, request_t *r) {
     memset(r, 0, sizeof *r);
     strcpy(r->id, "null");
@@ -560,7 +675,7 @@ static int parse_request(const char *line, size_t n, request_t *r) {
     s.p++;
     skip_ws(&s);
     if (s.p < s.end && *s.p == '}')
-        return 1;
+        return object_ends_line(&s);
     for (;;) {
         buf_t key = {0};
         skip_ws(&s);
@@ -629,7 +744,7 @@ static int parse_request(const char *line, size_t n, request_t *r) {
             continue;
         }
         if (s.p < s.end && *s.p == '}')
-            return 1;
+            return object_ends_line(&s);
         return 0;
     }
 }
@@ -705,7 +820,7 @@ static int drains[MAX_DRAINS];
 static int n_drains;
 
 static void drain_add(int fd) {
-    if (n_drains == MAX_DRAINS) { /* as the Python agent with no thread left: stop reading */
+    if (n_drains == MAX_DRAINS) { /* no room left: stop reading (the job may then block) */
         close(fd);
         return;
     }
@@ -720,7 +835,8 @@ static int wait_for(struct pollfd *fds, int n, double timeout_s) {
         all[i] = fds[i];
     for (int i = 0; i < n_drains; i++)
         all[n + i] = (struct pollfd){drains[i], POLLIN, 0};
-    int ms = timeout_s < 0 ? -1 : (int)(timeout_s * 1000.0 + 0.999);
+    /* a day at most: a timeout of 1e300 s must not overflow the int (poll is called again) */
+    int ms = timeout_s < 0 ? -1 : timeout_s > 86400.0 ? 86400000 : (int)(timeout_s * 1000.0 + 0.999);
     int got = poll(all, (nfds_t)(n + n_drains), ms);
     if (got < 0)
         return got;
@@ -2944,11 +3060,13 @@ int main(int argc, char **argv) {
     int real_argc = argc;
     char **real_argv = argv;
     if (argc < 2 && getenv("TF_AGENT_ARGS")) { /* the options one a line (bwrap: argv is what ps shows) */
-        char *text = xstrdup(getenv("TF_AGENT_ARGS"));
+        static char *text; /* static: kept for the process's life (LeakSanitizer: reachable) */
+        text = xstrdup(getenv("TF_AGENT_ARGS"));
         size_t n = 2;
         for (char *c = text; *c; c++)
             n += *c == '\n';
-        char **args = xcalloc(n + 1, sizeof *args);
+        static char **args;
+        args = xcalloc(n + 1, sizeof *args);
         args[0] = argv[0];
         argc = 1;
         for (char *line = text;; argc++) {
@@ -2968,7 +3086,9 @@ int main(int argc, char **argv) {
     /* Run from the fd of our file (bwrap: /proc/self/fd/N): the kernel holds the program itself. */
     if (!strncmp(argv[0], "/proc/self/fd/", 14) && argv[0][14] >= '0' && argv[0][14] <= '9')
         close(atoi(argv[0] + 14));
-    const char *scratch = xstrdup(argv[2]), *state_dir = NULL, *shm = NULL;
+    /* static: they live as long as the process (LeakSanitizer counts them reachable) */
+    static const char *scratch, *state_dir, *shm;
+    scratch = xstrdup(argv[2]);
     agent.workdir = xstrdup(argv[1]);
     for (int i = 3; i < argc; i++) {
         if (!strcmp(argv[i], "--reusable"))

@@ -37,6 +37,7 @@ from trajforge.sandbox.layout import (
     make_layout,
     shared_root,
 )
+from trajforge.sandbox.native_agent import build_native_agent
 from trajforge.sandbox.process import ProcessSandbox, Resident
 from trajforge.sandbox.sweep import sweep_stale, write_owner
 from trajforge.sandbox.templates import (
@@ -108,6 +109,7 @@ class ProcessSandboxFactory:
     max_building = 2 * (os.cpu_count() or 1)
     max_uses = 500  # rollouts per sandbox before it is rebuilt anyway (bounds any slow drift)
     forks = False  # whether ``template``/``create(template=)`` work (backends that mount or copy)
+    static_agent = False  # the agent linked statically (docker: the image's C library is its own)
     max_templates = 16  # templates kept; the least recently used one without children goes first
 
     def __init__(self, config: SandboxConfig) -> None:
@@ -122,7 +124,7 @@ class ProcessSandboxFactory:
         self._check_lock = asyncio.Lock()
         self._finalizer = weakref.finalize(self, _destroy_all_now, self._idle)
         self._building = asyncio.Semaphore(self.max_building)
-        self.agent_file: AgentFile | None = None  # set by a backend that compiles the agent
+        self.agent_file: AgentFile | None = None  # the exec agent: built at the first create, or adopted
         self._live = 0  # sandboxes asked for and not yet closed
         self._peak_live = 0
         self._resetting = 0  # resets in flight: sandboxes about to be idle
@@ -139,11 +141,6 @@ class ProcessSandboxFactory:
         it as usual. The probe still runs; call this before the first ``create``."""
         if agent is not None:
             self.agent_file = agent
-
-    @property
-    def runs_native_agent(self) -> bool:
-        """Whether sandboxes run the compiled agent (decided by the probe: the agent it built)."""
-        return self.agent_file is not None and self.agent_file.executable
 
     @property
     def reuse(self) -> bool:
@@ -165,7 +162,7 @@ class ProcessSandboxFactory:
         async with self._check_lock:
             if self._checked is None:
                 await self.io.run(sweep_stale, self._root_dir())
-                self._checked = await self._probe()
+                self._checked = await self._build_agent() or await self._probe()
         if self._checked:
             raise SandboxUnavailableError(self._checked)
 
@@ -174,8 +171,20 @@ class ProcessSandboxFactory:
         before anything slow starts, such as a model server). Raises ``SandboxUnavailableError``."""
         await self._check()
 
+    async def _build_agent(self) -> str:
+        """The exec agent compiled by this machine's ``cc``, once per process (unless a parent
+        process's was adopted); '' when it is there, else what to install. No fallback: there is
+        one agent (docs/architecture.md, "One exec agent")."""
+        if self.agent_file is None:
+            try:
+                self.agent_file = await asyncio.to_thread(build_native_agent, self.static_agent)
+            except SandboxUnavailableError as exc:
+                return str(exc)
+        return ""
+
     async def _probe(self) -> str:
-        """'' when the backend can run on this machine, else what the user should do."""
+        """'' when the backend can run on this machine, else what the user should do (the agent
+        is built by then: ``agent_file`` is set)."""
         return ""
 
     async def _launch(self, task_id: str, layout: Layout, cgroup: SandboxCgroup, image: str | None) -> Launch:
@@ -516,7 +525,9 @@ class ProcessSandboxFactory:
     ) -> tuple[Layout, SandboxCgroup]:
         """Directory layout, copy-in (or a template's files), ownership and cgroup (blocking)."""
         disk = self._disk()
-        layout = make_layout(self._root_dir(), task_id, disk, self.agent_file)
+        if self.agent_file is None:  # _check builds (or a parent gave) it before any sandbox
+            raise SandboxUnavailableError("the exec agent was not built: call check() first")
+        layout = make_layout(self._root_dir(), task_id, self.agent_file, disk)
         if disk is not None and not layout.disk_capped:
             self._disk_not_enforced("mounting a tmpfs was refused (no CAP_SYS_ADMIN?)")
         try:

@@ -8,12 +8,10 @@ import contextlib
 import functools
 import os
 import stat
-import subprocess
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,49 +19,14 @@ from trajforge.sandbox.confined import DataPathError, HostPath
 from trajforge.sandbox.disk import mount_disk, remove_tree
 from trajforge.sandbox.sweep import write_owner
 
-AGENT_SOURCE = "exec_agent.py"
-AGENT_CODE = "exec_agent.pyc"
-# Run by the interpreter that will run the agent: its own bytecode of the agent's source.
-_COMPILE = (
-    "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True, "
-    "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)"
-)
-
 
 @dataclass(frozen=True)
 class AgentFile:
-    """The exec agent as a sandbox gets it: its source, or bytecode compiled for its python."""
+    """The exec agent as a sandbox gets it: the program ``native_agent`` built (its file name and
+    bytes), copied read-only into each sandbox and run there."""
 
     name: str
     data: bytes
-    executable: bool = False  # a program the sandbox runs itself (the native agent), not a script
-
-
-def agent_source() -> AgentFile:
-    return AgentFile(AGENT_SOURCE, resources.files("trajforge.sandbox").joinpath(AGENT_SOURCE).read_bytes())
-
-
-def compile_agent(python: str) -> AgentFile | None:
-    """The agent compiled by ``python`` (blocking; None when that fails: the source then runs).
-
-    Why: an interpreter that runs a *source* file compiles it first, and a script is never cached,
-    so every sandbox paid the compiler again: ~2.5 MiB of its heap that stays dirty for the
-    sandbox's whole life (the compiler's memory is freed into pools, not given back) and ~10 ms of
-    CPU per start (measured, docs/benchmarks.md). A ``.pyc`` of the same interpreter runs as is."""
-    with tempfile.TemporaryDirectory(prefix="trajforge-agent-") as tmp:
-        source, code = Path(tmp) / AGENT_SOURCE, Path(tmp) / AGENT_CODE
-        source.write_bytes(agent_source().data)
-        try:
-            subprocess.run(
-                [python, "-I", "-S", "-c", _COMPILE, str(source), str(code)],
-                check=True,
-                capture_output=True,
-                timeout=60,
-                env={},
-            )
-            return AgentFile(AGENT_CODE, code.read_bytes())
-        except (OSError, subprocess.SubprocessError):
-            return None
 
 
 T = TypeVar("T")
@@ -124,13 +87,12 @@ class SandboxIO:
 
 
 def make_layout(
-    root_dir: Path, task_id: str, disk: tuple[int, int] | None = None, agent: AgentFile | None = None
+    root_dir: Path, task_id: str, agent: AgentFile, disk: tuple[int, int] | None = None
 ) -> Layout:
     """A fresh sandbox directory; with ``disk`` (MiB, inodes) its work, tmp and shm dirs share one
     size-limited tmpfs when this process may mount one (``layout.disk_capped`` says): what a command
     puts in ``/dev/shm`` counts against the same cap as its files. ``tmp`` and ``shm`` are 1777, as
-    ``/tmp`` and ``/dev/shm`` are on a Linux box. ``agent``: the agent's file (default: its source)."""
-    agent = agent or agent_source()
+    ``/tmp`` and ``/dev/shm`` are on a Linux box. ``agent``: the exec agent, copied in as a program."""
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in task_id)[:40]
     root = Path(tempfile.mkdtemp(prefix=f"{safe}-", dir=root_dir))
     write_owner(root)  # from now on a sweep can tell whether the process that made it is alive
@@ -147,7 +109,7 @@ def make_layout(
         shared.mkdir()
         shared.chmod(0o1777)
     layout.agent.write_bytes(agent.data)
-    layout.agent.chmod(0o755 if agent.executable else 0o644)
+    layout.agent.chmod(0o755)
     return layout
 
 

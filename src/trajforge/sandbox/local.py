@@ -10,7 +10,6 @@ host's variables, so API keys never reach the commands.
 from __future__ import annotations
 
 import os
-import sys
 
 from trajforge.sandbox.cgroup import SandboxCgroup
 from trajforge.sandbox.factory import ProcessSandboxFactory
@@ -28,5 +27,5 @@ class LocalSandboxFactory(ProcessSandboxFactory):
         workdir, scratch = str(layout.work), str(layout.tmp)
         env = command_env(self.config, workdir, scratch)
         env |= limit_env(self.config, cgroup, nproc_effective=os.geteuid() != 0)
-        argv = [*cgroup.join_command(), sys.executable, "-I", "-S", str(layout.agent), workdir, scratch]
+        argv = [*cgroup.join_command(), str(layout.agent), workdir, scratch]
         return Launch(argv=argv, workdir=workdir, scratch_dir=scratch, env=env)

@@ -5,10 +5,26 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 SandboxKind = Literal["bwrap", "local", "docker"]
-AgentKind = Literal["auto", "python", "native"]
+# Both name the one exec agent (exec_agent.c): the choice is kept so configs that name one load.
+AgentKind = Literal["auto", "native"]
+PYTHON_AGENT_REMOVED = (
+    "agent: python was removed: the exec agent is exec_agent.c, compiled on this machine at the "
+    "first sandbox, in every backend; set agent: auto (or leave it out) and install a C compiler "
+    "where none is: apt-get install gcc libc6-dev"
+)
+
+
+def refuse_python_agent(value: object) -> object:
+    """The validator of every field naming the exec agent: ``python`` gets the line saying why it
+    is gone and what to do, rather than pydantic's list of the allowed values."""
+    if value == "python":
+        raise ValueError(PYTHON_AGENT_REMOVED)
+    return value
+
+
 # Top-level directories a read-only bind must not cover: the sandbox's own (workdir, scratch dir,
 # the agent under /run, fresh /proc and /dev) and the system ones it already binds.
 _RESERVED = frozenset({"workspace", "tmp", "run", "proc", "dev", "usr", "etc", "bin", "sbin", "lib", "lib64"})
@@ -65,13 +81,11 @@ class SandboxConfig(BaseModel):
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
     agent: AgentKind = Field(
         "auto",
-        description="the exec agent that runs commands inside each sandbox: native (exec_agent.c, "
-        "compiled on this machine with cc at the first sandbox: ~0.2 MiB per sandbox instead of ~3 "
-        "and a quarter less CPU per trajectory; in docker, linked statically, so an image needs no "
-        "python3), python (exec_agent.py, run by the sandbox's python3: what the local backend runs), "
-        "or auto (native where the backend is bwrap and it compiles here, else python with a warning; "
-        "python in docker). Both speak one protocol and behave alike "
-        "(tests/test_native_agent.py)",
+        description="the exec agent that runs commands inside each sandbox; auto and native both "
+        "mean the one agent, exec_agent.c, compiled on this machine with cc at the first sandbox "
+        "(~0.2 MiB per sandbox; in docker linked statically, so an image needs no python). Without a "
+        "C compiler the first sandbox fails saying what to install (apt-get install gcc libc6-dev). "
+        "The python agent was removed: python is refused",
     )
     root_dir: str | None = Field(
         None, description="parent directory for sandbox working dirs (default: a temp dir)"
@@ -95,14 +109,7 @@ class SandboxConfig(BaseModel):
         "runs, e.g. the benchmark virtualenv (trajforge.benchpython)",
     )
 
-    @model_validator(mode="after")
-    def _native_agent_runs_in_a_sandbox(self) -> SandboxConfig:
-        if self.agent == "native" and self.kind == "local":
-            raise ValueError(
-                "agent: native runs in the bwrap and docker backends (the local backend runs the "
-                "python agent on the host); use agent: python or auto here"
-            )
-        return self
+    _no_python_agent = field_validator("agent", mode="before")(refuse_python_agent)
 
     @field_validator("ro_binds")
     @classmethod
