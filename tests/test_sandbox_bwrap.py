@@ -215,10 +215,13 @@ async def test_processes_a_background_job_starts_between_commands_are_counted(tm
         for _ in range(3):  # a few quiet commands: the agent's count is fresh and low
             assert (await sb.exec("echo quiet")).output == "quiet\n"
         await sb.exec("(sleep 0.2; for i in $(seq 34); do sleep 1016 & done; wait) > /dev/null 2>&1 &")
-        for _ in range(100):
+        # until all 34 run (waiting for a state, not a time: on a loaded machine starting them took
+        # longer than the 5 s this once allowed, and "later" then ran beside fewer of them)
+        for _ in range(1200):
             await asyncio.sleep(0.05)
             if len(_host_processes("sleep", "1016")) >= 34:
                 break
+        assert len(_host_processes("sleep", "1016")) >= 34, "the background job's sleepers never all started"
         later = await sb.exec("echo later")
         assert "reached its process limit (40)" in later.output, later.output
         assert int((await sb.exec("ps -e | wc -l")).output.split()[-1]) <= 8

@@ -3048,8 +3048,21 @@ static void default_signals(void) {
     sigprocmask(SIG_SETMASK, &none, NULL);
     for (int number = 1; number < NSIG; number++) {
         struct sigaction was;
-        if (sigaction(number, NULL, &was) == 0 && was.sa_handler == SIG_IGN)
-            signal(number, SIG_DFL);
+        if (sigaction(number, NULL, &was) == 0) {
+            if (was.sa_handler == SIG_IGN)
+                signal(number, SIG_DFL);
+        } else if (errno == EINVAL) {
+            /* glibc keeps two real-time signals for itself (32 and 33: thread cancellation and
+               set*id across threads) and refuses them to sigaction, yet an ignored one is
+               inherited like any other (a launcher that ignored it: seen under pytest-xdist):
+               the kernel's own call reads it and sets an ignored one back to the default. The handler
+               is a kernel sigaction's first field, and an all-zero one is SIG_DFL, no flags, an
+               empty mask, whatever the architecture's order of the others. */
+            unsigned long was_k[8] = {0}, action[8] = {0};
+            if (syscall(SYS_rt_sigaction, number, NULL, was_k, (size_t)(NSIG / 8)) == 0 &&
+                was_k[0] == (unsigned long)SIG_IGN)
+                syscall(SYS_rt_sigaction, number, action, NULL, (size_t)(NSIG / 8));
+        }
     }
 }
 
