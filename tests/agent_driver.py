@@ -59,6 +59,14 @@ def drive(
     return answers
 
 
+def write_program(directory: Path, name: str, data: bytes) -> Path:
+    """``data`` (a compiled program: the agent, a test's launcher) as an executable ``directory/name``."""
+    path = directory / name
+    path.write_bytes(data)
+    path.chmod(0o755)
+    return path
+
+
 def ran(n: int, output: str, exit_code: int | None = 0, **flags: Any) -> dict[str, Any]:
     """The answer to exec ``n``: ``output_bytes`` is the output's length unless given."""
     return {

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from agent_driver import ENV, drive
+from agent_driver import ENV, drive, write_program
 from test_native_agent import (
     ESCAPED_ANSWERS,
     ESCAPED_REQUESTS,
@@ -64,10 +64,7 @@ def _build() -> Path | str:
         return (
             f"this toolchain cannot build with -fsanitize=address,undefined (install libasan/libubsan): {exc}"
         )
-    path = Path(tempfile.mkdtemp(prefix="tf-asan-")) / agent.name
-    path.write_bytes(agent.data)
-    path.chmod(0o755)
-    return path
+    return write_program(Path(tempfile.mkdtemp(prefix="tf-asan-")), agent.name, agent.data)
 
 
 @pytest.fixture(scope="module")

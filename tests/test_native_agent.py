@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from agent_driver import ENDED, ENV, RESTARTED, drive, exec_request, ran
+from agent_driver import ENDED, ENV, RESTARTED, drive, exec_request, ran, write_program
 from trajforge.batch.config import BatchConfig
 from trajforge.sandbox import native_agent
 from trajforge.sandbox.errors import SandboxUnavailableError
@@ -30,10 +30,7 @@ pytestmark = pytest.mark.skipif(native_agent.compiler() is None, reason="needs a
 @pytest.fixture(scope="module")
 def native_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     agent = native_agent.build_native_agent()
-    path = tmp_path_factory.mktemp("native") / agent.name
-    path.write_bytes(agent.data)
-    path.chmod(0o755)
-    return path
+    return write_program(tmp_path_factory.mktemp("native"), agent.name, agent.data)
 
 
 def session_requests() -> list[dict[str, Any] | str]:

@@ -215,32 +215,20 @@ def test_the_demos_own_setup_keeps_the_target_out_of_the_demonstrations(tmp_path
         tmp_path, eval_n=4, eval_k=2, steps=1, overrides={"temperature": 1.0}, echo=print, family="write_file"
     )
     assert cooled.config.temperature == 1.0
+
     # RFT's lr candidates: the family's low ones (higher collapsed RFT at T=1.5), --config's keys win
+    def write_file_rft(rft: Any) -> Any:
+        overrides = {"rft": rft}
+        return make_plan(
+            tmp_path, eval_n=4, eval_k=2, steps=1, overrides=overrides, echo=print, family="write_file"
+        ).rft
+
     assert written.rft.lrs == [1e-5, 3e-5, 1e-4] and written.rft.validation_items == 48
-    tuned = make_plan(
-        tmp_path,
-        eval_n=4,
-        eval_k=2,
-        steps=1,
-        overrides={"rft": {"validation_items": 16}},
-        echo=print,
-        family="write_file",
-    )
-    assert tuned.rft.lrs == [1e-5, 3e-5, 1e-4] and tuned.rft.validation_items == 16
-    relr = make_plan(
-        tmp_path,
-        eval_n=4,
-        eval_k=2,
-        steps=1,
-        overrides={"rft": {"lrs": [1e-3]}},
-        echo=print,
-        family="write_file",
-    )
-    assert relr.rft.lrs == [1e-3]
+    tuned = write_file_rft({"validation_items": 16})
+    assert tuned.lrs == [1e-5, 3e-5, 1e-4] and tuned.validation_items == 16
+    assert write_file_rft({"lrs": [1e-3]}).lrs == [1e-3]
     with pytest.raises(TrainConfigError, match="a mapping of RFT's fields"):
-        make_plan(
-            tmp_path, eval_n=4, eval_k=2, steps=1, overrides={"rft": [1e-3]}, echo=print, family="write_file"
-        )
+        write_file_rft([1e-3])
     arith = make_plan(tmp_path, eval_n=4, eval_k=2, steps=1, overrides={}, echo=print)
     assert arith.rft.lrs == [1e-4, 3e-4, 1e-3]  # arithmetic keeps RftSettings' defaults
     assert (

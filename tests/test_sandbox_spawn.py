@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_driver import ENV, drive, exec_request
+from agent_driver import ENV, drive, exec_request, write_program
 from trajforge.sandbox import native_agent
 
 pytestmark = pytest.mark.skipif(native_agent.compiler() is None, reason="needs a C compiler")
@@ -28,10 +28,7 @@ PROBE = (
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
     built = native_agent.build_native_agent()
-    path = tmp_path_factory.mktemp("agent") / built.name
-    path.write_bytes(built.data)
-    path.chmod(0o755)
-    return path
+    return write_program(tmp_path_factory.mktemp("agent"), built.name, built.data)
 
 
 # A launcher that ignores the two real-time signals glibc keeps for itself (32, 33), which glibc's
@@ -56,10 +53,8 @@ int main(int argc, char **argv) {
 def ignoring_launcher(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cc = native_agent.compiler()
     assert cc is not None
-    path = tmp_path_factory.mktemp("launcher") / "ignore-rt"
-    path.write_bytes(native_agent.compile_c(cc, "ignore_rt.c", _IGNORE_RT, "ignore-rt", ("-O1",)))
-    path.chmod(0o755)
-    return path
+    program = native_agent.compile_c(cc, "ignore_rt.c", _IGNORE_RT, "ignore-rt", ("-O1",))
+    return write_program(tmp_path_factory.mktemp("launcher"), "ignore-rt", program)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")

@@ -119,8 +119,9 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "controls": ["rft"],
         # RFT's learning rates here: supervised passes over T=1.5 samples at 1e-4 or more collapsed
         # the sampled policy (1.2% and 1.6% held-out on seeds 0 and 1, validation pass@1 falling
-        # every round, 2026-12-06); at 1e-5 it holds the start. Lower candidates give the control a
-        # fair chance (each round chose 1e-5 on validation). Keys of --config's ``rft`` win.
+        # every round, 2026-12-06); at 1e-5 it ends within ~4 points of the start. Lower candidates
+        # give the control a fair chance (each round chose 1e-5 on validation). Keys of --config's
+        # ``rft`` win.
         "rft": {"lrs": [1.0e-5, 3.0e-5, 1.0e-4]},
         "what": "write a given text to a file, sampled at T=1.5: the checker reads the file the "
         "multi-turn rollout left in its sandbox (the reward comes from the sandbox, not from the answer)",
