@@ -17,6 +17,7 @@ import pytest
 from typing_extensions import get_protocol_members
 
 from trajforge.agent.result import AgentResult
+from trajforge.engine.summary import summarize
 from trajforge.envs import (
     BaseEnv,
     EnvConfig,
@@ -32,7 +33,6 @@ from trajforge.envs.agents import agent_model_for
 from trajforge.envs.episode import _prepared, _PreparingFactory, env_sandbox_config
 from trajforge.envs.rollout_backends import env_registry
 from trajforge.envs.sandboxed.child import _Server
-from trajforge.envs.summary import summarize
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.testing.scripted_model import ScriptedModel
 from trajforge.tools.builtin import default_registry

@@ -194,8 +194,8 @@ async def test_env_eval_on_ray_loses_a_node_mid_run_and_every_episode_lands_once
 def test_cluster_events_add_up_over_invocations(tmp_path: Path) -> None:
     """The first invocation lost an actor with 2 episodes in flight and was killed mid-line; the
     resume lost another with 1: ``summary.json`` (and a rescore's rewrite of it) says 3 and 2."""
-    from trajforge.envs.ray_backend import ClusterEventLog
-    from trajforge.envs.runner import CLUSTER_EVENTS_FILE, write_summary
+    from trajforge.engine.books import CLUSTER_EVENTS_FILE, write_summary
+    from trajforge.engine.ray import ClusterEventLog
 
     path = tmp_path / CLUSTER_EVENTS_FILE
     first = ClusterEventLog(path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trajforge.envs.summary import bootstrap, summarize, wilson
+from trajforge.engine.summary import bootstrap, summarize, wilson
 from trajforge.envs.types import Episode
 
 

@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from trajforge.agent.result import AgentResult
+from trajforge.engine.limiter import ResizableLimiter
 from trajforge.envs import (
     BaseEnv,
     EnvConfig,
@@ -29,7 +30,6 @@ from trajforge.envs import (
     run_eval,
     summarize,
 )
-from trajforge.envs.limiter import ResizableLimiter
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
 from trajforge.tools.builtin import default_registry
 

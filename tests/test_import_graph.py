@@ -22,6 +22,7 @@ FLOORS: list[set[str]] = [
     {"protocols", "tools", "tasks", "serve", "distributions", "testing"},
     {"agent", "export"},
     {"endpoint", "raycluster", "rollout"},
+    {"engine"},
     {"envs"},
     {"batch"},
     {"models"},

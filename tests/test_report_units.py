@@ -21,9 +21,9 @@ from trajforge.report.turns import RecordBuilder, cut, segments
 
 def test_file_names_are_the_batch_factorys() -> None:
     from trajforge.batch import run_file, writer
-    from trajforge.envs import runner
+    from trajforge.engine import books
 
-    assert set(OUTPUT_FILES) == {*writer.OUTPUT_FILES.values(), runner.EPISODES_FILE}
+    assert set(OUTPUT_FILES) == {*writer.OUTPUT_FILES.values(), books.EPISODES_FILE}
     assert RUN_FILE == run_file.RUN_FILE
     assert STATISTICS_FILE == "statistics.json"
 

@@ -280,7 +280,7 @@ def test_failure_kinds_fold_the_particulars_away() -> None:
 
 
 def test_paired_pass_at_k_and_the_table() -> None:
-    from trajforge.envs.summary import summarize
+    from trajforge.engine.summary import summarize
     from trajforge.experiments.closed_loop import StageEval, format_table, paired
 
     def stage(name: str, by_item: dict[str, float]) -> StageEval:

@@ -1,15 +1,16 @@
-"""``--backend ray``: rollout actors on every node of a Ray cluster; the driver keeps the books.
+"""``batch --backend ray``: the dataset front end on the engine's one Ray backend
+(:mod:`trajforge.engine.ray`); the driver keeps the books.
 
-Each actor runs the same async engine as a local worker (:class:`~.scheduler.Worker`, its own
-endpoint client and sandbox factory, ``--concurrency`` rollouts at once), but it never writes:
-a finished sample goes back to the driver as the return value of the call that carried it. The
-driver is the only writer (one shard, one ledger connection, the same :class:`ShardWriter`), so
-exactly-once and resume hold as on one machine: a sample is either waiting in the driver's queue
-or in exactly one call; a call that dies with its actor (node lost, process killed) puts its
-sample back in the queue, counted in ``statistics.json`` under ``requeued``, and it runs again
-elsewhere. A result that never reached the driver was never committed, so nothing runs twice
-into the output. If the driver itself dies, the ledger holds what was committed and
-``--resume`` runs the rest, exactly as after a local ``kill -9``.
+Each rollout actor runs the same engine and planner as a local worker (:mod:`.scheduler`: its
+own endpoint client and sandbox factory, ``--concurrency`` rollouts at once), built from a
+:class:`BatchRunnerSpec`, but it never writes: a finished sample goes back to the driver as the
+return value of the call that carried it. The driver is the only writer (one shard, one ledger
+connection, the same :class:`ShardWriter`), so exactly-once and resume hold as on one machine: a
+sample is either waiting in the driver's queue or in exactly one call; a call that dies with its
+actor (node lost, process killed) is asked again of another actor, counted in
+``statistics.json`` under ``requeued``. A result that never reached the driver was never
+committed, so nothing runs twice into the output. If the driver itself dies, the ledger holds
+what was committed and ``--resume`` runs the rest, exactly as after a local ``kill -9``.
 
 The endpoint budget (``--rate-limit``, ``--max-concurrent-requests``) is shared cluster-wide by
 handing each actor an equal share when it starts (no call to a coordinator on the hot path; the
@@ -27,26 +28,19 @@ import contextlib
 import itertools
 import logging
 from collections import Counter, deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from trajforge.batch.backends import open_backends
 from trajforge.batch.dataset import Sample
 from trajforge.batch.errors import RunError
 from trajforge.batch.preflight import preflight
-from trajforge.batch.scheduler import Worker, WorkerSpec
+from trajforge.batch.scheduler import BatchPlanner, WorkerSpec, batch_engine
 from trajforge.batch.writer import SHARDS_DIR, Finished, ShardWriter, find_output_error, open_ledger
-from trajforge.raycluster import (
-    ActorSlot,
-    ClusterError,
-    as_future,
-    cluster_error,
-    connect,
-    import_ray,
-    lose,
-    start_actors,
-    stop_actors,
-)
+from trajforge.engine import Engine
+from trajforge.engine.ray import ActorPool
+from trajforge.raycluster import ActorSlot, ClusterError, cluster_error, connect, import_ray
 from trajforge.sandbox import factory_counts
 from trajforge.tools.builtin import build_registry
 
@@ -87,21 +81,17 @@ async def run_on_ray(specs: list[WorkerSpec], *, announce: Callable[[str], None]
 
 
 class _Driver:
-    """Hands samples to actors (at most ``--concurrency`` calls each), commits what comes back,
-    and requeues what was lost with an actor."""
+    """Hands samples to actors (at most ``--concurrency`` calls each), commits what comes back."""
 
     def __init__(
         self, ray: Any, spec: WorkerSpec, samples: list[Sample], announce: Callable[[str], None]
     ) -> None:
-        self.ray = ray
         self.spec = spec
         self.cfg = spec.config
         self.pending: deque[Sample] = deque(samples)
-        self.announce = announce
-        self.actors: list[ActorSlot] = []
-        self.calls: dict[asyncio.Future[Any], tuple[ActorSlot, Sample]] = {}
         self.requeued: Counter[str] = Counter()
         self.owner = f"s{spec.session:04d}-ray"
+        self.pool = ActorPool(ray, announce, per_actor=self.cfg.concurrency)
 
     async def run(self) -> int:
         if not self.pending:
@@ -110,28 +100,27 @@ class _Driver:
         try:
             path = self.cfg.run_dir / SHARDS_DIR / f"{self.owner}.jsonl"
             writer = ShardWriter(ledger, path, self.owner, fsync=self.cfg.fsync)
-            writer.sandbox_counts = self._sandbox_counts
+            writer.sandbox_counts = self.pool.counts
             await self._run_with_writer(writer)
         finally:
             ledger.close()
         return writer.committed
-
-    def _sandbox_counts(self) -> dict[str, int]:
-        total: Counter[str] = Counter()
-        for actor in self.actors:
-            total.update(actor.counts)
-        return dict(total)
 
     async def _run_with_writer(self, writer: ShardWriter) -> None:
         try:
             async with asyncio.TaskGroup() as tg:
                 writer_task = tg.create_task(writer.run())
                 try:
-                    await self._start_actors()
+                    await self.pool.start(
+                        BatchRunnerSpec(self._actor_spec()),
+                        per_node=self.cfg.workers,
+                        max_concurrency=self.cfg.concurrency + 8,
+                        describe=f"x {self.cfg.concurrency} rollouts",
+                    )
                     await self._dispatch(writer)
                 finally:
                     writer.close()
-                    await self._stop_actors()
+                    await self.pool.stop()
                 await writer_task
         except BaseExceptionGroup as group:
             found = find_output_error(group)
@@ -139,140 +128,80 @@ class _Driver:
                 raise
             raise found from None
 
-    # -- actors -----------------------------------------------------------------------------
-    async def _start_actors(self) -> None:
-        self.actors = await start_actors(
-            self.ray,
-            RolloutActor,
-            per_node=self.cfg.workers,
-            max_concurrency=self.cfg.concurrency + 8,
-            start=lambda a, total: a.handle.start.remote(self._actor_spec(a.worker_id), total),
-            describe=f"x {self.cfg.concurrency} rollouts",
-            announce=self.announce,
-        )
+    def _actor_spec(self) -> WorkerSpec:
+        return WorkerSpec(self.cfg, 0, self.spec.session, [], self.spec.run_tools, self.spec.prefill)
 
-    def _actor_spec(self, worker_id: int) -> WorkerSpec:
-        return WorkerSpec(
-            self.spec.config, worker_id, self.spec.session, [], self.spec.run_tools, self.spec.prefill
-        )
-
-    async def _stop_actors(self) -> None:
-        for call in self.calls:
-            call.cancel()
-        await stop_actors(self.ray, self.actors)
-
-    def _lose(self, actor: ActorSlot, sample: Sample | None) -> None:
-        lose(self.ray, actor, self.announce)
-        if sample is not None:
-            self.pending.appendleft(sample)
-            self.requeued[NODE_LOST] += 1
-
-    # -- samples ----------------------------------------------------------------------------
     async def _dispatch(self, writer: ShardWriter) -> None:
-        lost = self.ray.exceptions.RayActorError
-        while self.pending or self.calls:
-            self._fill(writer)
-            if not self.calls:
-                raise RunError(
-                    f"every rollout actor was lost; {len(self.pending)} sample(s) stay pending, rerun "
-                    "with --resume when the cluster is back"
-                )
-            done, _ = await asyncio.wait(self.calls, return_when=asyncio.FIRST_COMPLETED)
-            for call in done:
-                actor, sample = self.calls.pop(call)
-                actor.in_flight -= 1
+        """``--concurrency`` consumers per actor started, each handing out the next sample; the
+        pool waits for an actor with room, and asks another when one is lost."""
+
+        async def consume() -> None:
+            while self.pending:
+                sample = self.pending.popleft()
+                writer.started(sample.key)  # the ledger counts the attempt
+
+                def requeued(_actor: ActorSlot, key: str = sample.key) -> None:
+                    self.requeued[NODE_LOST] += 1
+                    # stored with the writer's next transaction (there is always a closing one)
+                    writer.aggregate.requeued = Counter(self.requeued)
+                    writer.started(key)  # handed out again: counted again
+
                 try:
-                    finished, counts = call.result()
-                except lost:
-                    self._lose(actor, sample)
-                    continue
-                if counts is not None:
-                    actor.counts = counts
+                    finished = await self.pool.call(sample, on_requeued=requeued)
+                except ClusterError:
+                    raise RunError(
+                        f"every rollout actor was lost; {len(self.pending) + 1} or more sample(s) stay "
+                        "pending, rerun with --resume when the cluster is back"
+                    ) from None
                 writer.submit(finished)
-            self._note_requeued(writer)
 
-    def _fill(self, writer: ShardWriter) -> None:
-        """Give every live actor calls up to ``--concurrency``, the least busy first."""
-        while self.pending:
-            alive = [a for a in self.actors if a.alive and a.in_flight < self.cfg.concurrency]
-            if not alive:
-                return
-            actor = min(alive, key=lambda a: a.in_flight)
-            sample = self.pending.popleft()
-            writer.started(sample.key)  # the ledger counts the attempt (again, after a requeue)
-            call = as_future(actor.handle.rollout.remote(sample))
-            self.calls[call] = (actor, sample)
-            actor.in_flight += 1
-
-    def _note_requeued(self, writer: ShardWriter) -> None:
-        # Stored with the writer's next transaction (there is always a closing one).
-        writer.aggregate.requeued = Counter(self.requeued)
+        async with asyncio.TaskGroup() as tg:
+            for _ in range(len(self.pool.alive()) * self.cfg.concurrency):
+                tg.create_task(consume())
 
 
-class _Handoff:
-    """Stands in for the shard writer on a node: a finished sample waits here for its call to
-    return it to the driver, the only writer."""
+@dataclass(frozen=True)
+class BatchRunnerSpec:
+    """What a rollout actor builds its runner from (:class:`~trajforge.engine.ray.RunnerSpec`):
+    the run's settings, never a live object or a secret."""
 
-    def __init__(self) -> None:
-        self.done: dict[str, Finished] = {}
+    spec: WorkerSpec
 
-    def started(self, key: str) -> None:
-        """The driver records starts (it knows when it handed the sample out)."""
-
-    def submit(self, item: Finished) -> None:
-        self.done[item.key] = item
-
-
-class _NodeWorker(Worker):
-    """The engine on a node: samples arrive one call at a time instead of as a list."""
-
-    async def hold(self, stop: asyncio.Event) -> None:
-        """Own the background sandbox teardowns until ``stop`` (then wait for them to finish)."""
-        async with asyncio.TaskGroup() as teardowns:
-            self._teardowns = teardowns
-            await stop.wait()
-
-    async def rollout(self, sample: Sample) -> None:
-        async with self._closed:  # back-pressure, as in Worker: never more closing than running
-            await self._closed.wait_for(lambda: self._closing < self.cfg.concurrency)
-        await self._run_sample(sample)
-
-
-class RolloutActor:
-    """One rollout actor (made a Ray actor by the driver): the engine with its own endpoint
-    client, holding its share of the endpoint budget, and its own sandbox factory."""
-
-    def __init__(self) -> None:
-        self._stack = contextlib.AsyncExitStack()
-        self._handoff = _Handoff()
-        self._worker: _NodeWorker | None = None
-        self._backends: Backends | None = None
-        self._stop = asyncio.Event()
-        self._holder: asyncio.Task[None] | None = None
-
-    async def start(self, spec: WorkerSpec, actors: int) -> None:
-        """Build the model (1/``actors`` of the endpoint budget) and the sandbox factory, check
-        both as the local preflight does, and get ready for samples."""
-        cfg = spec.config.model_copy(update={"workers": actors})  # build_model's share divisor
+    @contextlib.asynccontextmanager
+    async def open(self, shares: int, worker: int = 0) -> AsyncIterator[BatchRunner]:
+        """The model (1/``shares`` of the endpoint budget) and the sandbox factory, checked as the
+        local preflight does, with the planner and engine of a local worker."""
+        cfg = self.spec.config.model_copy(update={"workers": shares})  # build_model's share divisor
         registry: ToolRegistry = build_registry(cfg.tools)
-        self._stack.push_async_callback(registry.aclose)
-        backends = await self._stack.enter_async_context(open_backends(cfg))
-        await preflight(backends, cfg.sandbox)
-        self._backends = backends
-        worker_spec = WorkerSpec(cfg, spec.worker_id, spec.session, [], spec.run_tools, spec.prefill)
-        self._worker = _NodeWorker(worker_spec, backends, registry, cast(ShardWriter, self._handoff))
-        self._holder = asyncio.create_task(self._worker.hold(self._stop))
+        try:
+            async with open_backends(cfg) as backends:
+                await preflight(backends, cfg.sandbox)
+                spec = WorkerSpec(cfg, worker, self.spec.session, [], self.spec.run_tools, self.spec.prefill)
+                engine = batch_engine(cfg, backends.model, backends.sandbox_factory, registry)
+                async with engine.running():
+                    yield BatchRunner(BatchPlanner(spec, registry), engine, backends)
+        finally:
+            await registry.aclose()
 
-    async def rollout(self, sample: Sample) -> tuple[Finished, dict[str, int] | None]:
-        """Run one sample to its final line (every outcome is a line, see Worker)."""
-        assert self._worker is not None and self._backends is not None, "start() first"
-        await self._worker.rollout(sample)
-        finished = self._handoff.done.pop(sample.key)
-        return finished, factory_counts(self._backends.sandbox_factory)
 
-    async def stop(self) -> None:
-        """Wait for the sandbox teardowns, then close the factory, the client and the tools."""
-        self._stop.set()
-        if self._holder is not None:
-            await self._holder
-        await self._stack.aclose()
+@dataclass
+class BatchRunner:
+    """The engine on a node (:class:`~trajforge.engine.ray.Runner`): one sample per call."""
+
+    planner: BatchPlanner
+    engine: Engine
+    backends: Backends
+
+    @property
+    def model_name(self) -> str:
+        return self.backends.model.name
+
+    async def run(self, sample: Sample) -> Finished:
+        """One sample to its final line (every outcome is a line, see the scheduler)."""
+        return self.planner.finished(sample, await self.engine.run(self.planner.plan(sample)))
+
+    def counts(self) -> dict[str, int]:
+        return factory_counts(self.backends.sandbox_factory) or {}
+
+    async def resize(self, settings: dict[str, int]) -> None:
+        """A batch's concurrency is fixed for the run (``--concurrency``)."""

@@ -1,21 +1,22 @@
-"""The engine of one worker: up to ``concurrency`` rollouts at once on one event loop.
+"""The dataset front end of the engine, and one worker: up to ``concurrency`` rollouts at once.
 
-A fixed pool of consumer tasks pulls samples from a shared queue, so a slow sample only holds its
-own slot. Each attempt is the one rollout step (:func:`trajforge.rollout.run_rollout`: draw,
-sandbox, session, judge with ``--env``, trace, status) and has a deadline. Only infrastructure failures are retried, with
-exponential backoff and jitter: a transient model error (429/5xx/timeouts/malformed bodies,
-after the client's own retries) or a sandbox that could not start. What the agent did (answered,
-ran out of turns, called a tool it was not offered) is an outcome, never retried.
+:class:`BatchPlanner` turns a dataset row (a :class:`~.dataset.Sample`) into the engine's
+:class:`~trajforge.engine.Plan` and its finished rollout into the line the shard writer commits;
+:class:`Worker` runs a list of them on the engine (:class:`~trajforge.engine.Engine`: slots
+taken as they free, so a slow sample only holds its own; background sandbox teardowns) and
+commits each as it finishes. Each attempt is the one rollout step
+(:func:`trajforge.rollout.run_rollout`: draw, sandbox, session, judge with ``--env``, trace,
+status) and has a deadline. Only infrastructure failures are retried (``--max-attempts``, with
+exponential backoff and jitter): a transient model error (429/5xx/timeouts/malformed bodies,
+after the client's own retries) or a sandbox that could not start. What the agent did
+(answered, ran out of turns, called a tool it was not offered) is an outcome, never retried.
+The same planner runs on a Ray actor (:mod:`.ray_backend`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import random
-import time
-from collections import deque
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,8 @@ from trajforge.batch.config import BatchConfig
 from trajforge.batch.dataset import Sample
 from trajforge.batch.records import batch_line
 from trajforge.batch.writer import SHARDS_DIR, Finished, ShardWriter, find_output_error, open_ledger
-from trajforge.cleanup import finish
 from trajforge.distributions import derive_seed, get_distribution
+from trajforge.engine import Engine, Plan, Ran, RetryPolicy
 from trajforge.envs.catalog import load_grader
 from trajforge.envs.judge import EnvJudge, registry_tools
 from trajforge.envs.protocol import AgentEnv
@@ -36,20 +37,16 @@ from trajforge.protocols import ChatModel, SandboxFactory
 from trajforge.rollout import (
     Asked,
     Identity,
-    Outcome,
     RolloutBackends,
     RolloutOutcome,
     RolloutRequest,
-    build_record,
     draw_toolsets,
-    run_rollout,
     seeded,
     sent_sampling,
 )
 from trajforge.rollout.gc_policy import rollout_gc
-from trajforge.rollout.step import HARD_DEADLINE_GRACE_S, failure
+from trajforge.rollout.step import HARD_DEADLINE_GRACE_S
 from trajforge.sandbox import factory_counts
-from trajforge.sandbox.confined import DataPathError
 from trajforge.sandbox.layout import AgentFile
 from trajforge.sandbox.templates import ForkingFactory, supports_templates
 from trajforge.tools.registry import ToolRegistry
@@ -139,6 +136,105 @@ class _Counted:
         return getattr(self._model, name)
 
 
+class BatchPlanner:
+    """Dataset rows -> the engine's plans; finished rollouts -> batch lines. One per worker (or
+    Ray actor): it holds the worker's agent settings, distribution and ``--env`` grader."""
+
+    def __init__(self, spec: WorkerSpec, registry: ToolRegistry) -> None:
+        self.spec = spec
+        self.cfg = spec.config
+        self.registry = registry
+        self.agent_config = build_agent_config(self.cfg, spec.prefill)
+        self._dist = get_distribution(self.cfg.distribution_name) if self.cfg.distribution_name else None
+        # --env: each sample is judged in its sandbox before the sandbox is closed or reset.
+        self.grader: AgentEnv | None = load_grader(self.cfg.env) if self.cfg.env else None
+        self._verifier_tools = registry_tools(registry) if self.grader else {}
+
+    def plan(self, sample: Sample) -> Plan:
+        cfg = self.cfg
+        seed = derive_seed(cfg.seed, sample.key)
+        drawn = draw_toolsets(seed, distribution=self._dist, enabled=cfg.toolsets)
+        # recorded as offered: a drawn toolset with no tool configured here gave the model nothing
+        toolsets = [t for t in drawn if self.registry.for_toolsets([t])]
+        agent = seeded(self.agent_config, seed)
+        grader = self.grader
+        item = sample_item(sample)
+
+        def request(attempt: int) -> RolloutRequest:
+            setup_files: dict[str, str | bytes] | None = dict(sample.setup_files or {}) or None
+            judge = None
+            if grader is not None:
+                judge = EnvJudge(grader, item, self._verifier_tools)
+                # the env reads the row: a host path in it is refused here (DataPathError)
+                setup_files = {**grader.setup_files(item), **(setup_files or {})}
+            return RolloutRequest(
+                sample.prompt,
+                seed,
+                toolsets,
+                agent,
+                task_id=f"{sample.key}-{attempt}",
+                image=sample.image,
+                cwd=sample.cwd,
+                setup_files=setup_files,
+                judge=judge,
+                filters=True,
+                require_reasoning=cfg.require_reasoning,
+                hard_deadline_s=cfg.sample_timeout + HARD_DEADLINE_GRACE_S,
+            )
+
+        def settle(done: RolloutOutcome) -> None:
+            if done.outcome.reason_kind == "bad_row":
+                detail = done.outcome.reason.removeprefix("bad_row: ")
+                done.outcome.reason = (
+                    f"bad_row: row {sample.index + 1} (prompt_index {sample.index}): {detail}"
+                )
+
+        who = Identity(
+            key=sample.key,
+            item=item,
+            prompt_index=sample.index,
+            rollout=sample.sample_index,
+            group_size=cfg.samples_per_prompt,
+            env=cfg.env,
+            item_id=grader.item_id(item) if grader is not None else None,
+            category=grader.category(item) if grader is not None else None,
+        )
+        asked = Asked(cfg.model, sent_sampling(agent), cfg.system_prompt, self.spec.worker_id)
+        return Plan(
+            who,
+            asked,
+            seed,
+            toolsets,
+            request,
+            settle=settle,
+            pad=self.spec.run_tools,
+            judged=grader is not None,
+        )
+
+    def finished(self, sample: Sample, ran: Ran) -> Finished:
+        """The line the shard writer commits for ``sample``."""
+        done = ran.done
+        line, summary = batch_line(
+            ran.record, done.schemas, started=done.started_at, finished=done.finished_at
+        )
+        return Finished(sample.key, done.outcome.status, done.outcome.reason, line, summary)
+
+
+def batch_engine(
+    cfg: BatchConfig, model: ChatModel, factory: SandboxFactory, registry: ToolRegistry
+) -> Engine:
+    """The engine a worker (or Ray actor) runs its samples on."""
+    if cfg.samples_per_prompt > 1 and supports_templates(factory):
+        # The N samples of a row with a ``cwd`` fork from one template of that directory
+        # instead of copying it N times (sandbox.templates).
+        factory = ForkingFactory(factory)
+    return Engine(
+        RolloutBackends(model, factory, registry, getattr(model, "template", None)),
+        cfg.concurrency,
+        RetryPolicy(cfg.max_attempts, cfg.retry_backoff),
+    )
+
+
 class Worker:
     """Runs a list of samples; every one ends committed with a status, or stays pending if the
     worker is cancelled (and then runs again on resume)."""
@@ -151,147 +247,19 @@ class Worker:
         writer: ShardWriter,
         activity: Activity | None = None,
     ) -> None:
-        self.spec = spec
-        self.cfg = spec.config
-        self.model: ChatModel = backends.model if activity is None else _Counted(backends.model, activity)
-        self.factory: SandboxFactory = backends.sandbox_factory
-        if self.cfg.samples_per_prompt > 1 and supports_templates(self.factory):
-            # The N samples of a row with a ``cwd`` fork from one template of that directory
-            # instead of copying it N times (sandbox.templates).
-            self.factory = ForkingFactory(self.factory)
-        self.registry = registry
+        model: ChatModel = backends.model if activity is None else _Counted(backends.model, activity)
+        self.planner = BatchPlanner(spec, registry)
+        self.engine = batch_engine(spec.config, model, backends.sandbox_factory, registry)
         self.writer = writer
-        self.agent_config = build_agent_config(self.cfg, spec.prefill)
-        self._dist = get_distribution(self.cfg.distribution_name) if self.cfg.distribution_name else None
-        self._queue: deque[Sample] = deque(spec.samples)
-        # --env: each sample is judged in its sandbox before the sandbox is closed or reset.
-        self.grader: AgentEnv | None = load_grader(self.cfg.env) if self.cfg.env else None
-        self._verifier_tools = registry_tools(registry) if self.grader else {}
-        self._backends = RolloutBackends(
-            self.model, self.factory, registry, getattr(self.model, "template", None), self._close_later
-        )
-        self._teardowns: asyncio.TaskGroup | None = None
-        self._closing = 0  # sandbox teardowns in flight
-        self._closed = asyncio.Condition()
-
-    def _close_later(self, teardown: Coroutine[Any, Any, None]) -> None:
-        """Own a sandbox teardown in the background (see ``run``)."""
-        assert self._teardowns is not None
-        self._closing += 1
-        self._teardowns.create_task(self._teardown(teardown))
-
-    async def _teardown(self, teardown: Coroutine[Any, Any, None]) -> None:
-        try:
-            # A worker that stops early (an output error, Ctrl-C) still closes its sandboxes:
-            # a close cut short leaves processes that outlive the event loop.
-            await finish(teardown)
-        finally:
-            async with self._closed:
-                self._closing -= 1
-                self._closed.notify_all()
+        self.samples = spec.samples
 
     async def run(self) -> None:
-        slots = min(self.cfg.concurrency, len(self._queue))
-        async with asyncio.TaskGroup() as teardowns, asyncio.TaskGroup() as tg:
-            # Sandboxes are closed in the background (owned by ``teardowns``, which outlives the
-            # rollouts): a slot takes its next sample while the last one's sandbox is torn down.
-            self._teardowns = teardowns
-            for _ in range(slots):
-                tg.create_task(self._consume())
+        planner, writer = self.planner, self.writer
 
-    async def _consume(self) -> None:
-        while self._queue:
-            # Back-pressure: never more sandboxes closing than rollouts running.
-            async with self._closed:
-                await self._closed.wait_for(lambda: self._closing < self.cfg.concurrency)
-            if self._queue:
-                await self._run_sample(self._queue.popleft())
+        def done(sample: Sample, ran: Ran) -> None:
+            writer.submit(planner.finished(sample, ran))
 
-    async def _run_sample(self, sample: Sample) -> None:
-        seed = derive_seed(self.cfg.seed, sample.key)
-        drawn = draw_toolsets(seed, distribution=self._dist, enabled=self.cfg.toolsets)
-        # recorded as offered: a drawn toolset with no tool configured here gave the model nothing
-        toolsets = [t for t in drawn if self.registry.for_toolsets([t])]
-        agent = seeded(self.agent_config, seed)
-        self.writer.started(sample.key)
-        started = time.time()
-        done, attempts = await self._attempts(sample, seed, toolsets, agent)
-        done.started_at = started  # the sample's span covers its retries
-        if done.outcome.reason_kind == "bad_row":
-            detail = done.outcome.reason.removeprefix("bad_row: ")
-            done.outcome.reason = f"bad_row: row {sample.index + 1} (prompt_index {sample.index}): {detail}"
-        record = build_record(
-            self._identity(sample),
-            Asked(self.cfg.model, sent_sampling(agent), self.cfg.system_prompt, self.spec.worker_id),
-            done,
-            seed=seed,
-            toolsets=toolsets,
-            attempts=attempts,
-            pad=self.spec.run_tools,
-        )
-        line, summary = batch_line(record, done.schemas, started=done.started_at, finished=done.finished_at)
-        self.writer.submit(Finished(sample.key, done.outcome.status, done.outcome.reason, line, summary))
-
-    def _identity(self, sample: Sample) -> Identity:
-        item = sample_item(sample)
-        grader = self.grader
-        return Identity(
-            key=sample.key,
-            item=item,
-            prompt_index=sample.index,
-            rollout=sample.sample_index,
-            group_size=self.cfg.samples_per_prompt,
-            env=self.cfg.env,
-            item_id=grader.item_id(item) if grader is not None else None,
-            category=grader.category(item) if grader is not None else None,
-        )
-
-    async def _attempts(
-        self, sample: Sample, seed: int, toolsets: list[str], agent: AgentConfig
-    ) -> tuple[RolloutOutcome, int]:
-        """Try until an attempt is not transient or ``max_attempts`` ran (backoff with jitter).
-        Every try is the one rollout step; what the agent did is an outcome, never retried."""
-        attempts = 0
-        while True:
-            attempts += 1
-            done = await self._attempt(sample, seed, toolsets, agent, attempts)
-            if not done.transient:
-                return done, attempts
-            if attempts >= self.cfg.max_attempts:
-                reason = f"{done.outcome.reason} (gave up after {attempts} attempts)"
-                done.outcome = Outcome("failed", reason, done.outcome.reason_kind)
-                return done, attempts
-            delay = self.cfg.retry_backoff * 2 ** (attempts - 1)
-            await asyncio.sleep(min(delay, 60.0) * random.uniform(0.5, 1.5))
-
-    async def _attempt(
-        self, sample: Sample, seed: int, toolsets: list[str], agent: AgentConfig, n: int
-    ) -> RolloutOutcome:
-        grader = self.grader
-        setup_files: dict[str, str | bytes] | None = dict(sample.setup_files or {}) or None
-        judge = None
-        if grader is not None:
-            item = sample_item(sample)
-            judge = EnvJudge(grader, item, self._verifier_tools)
-            try:  # the env reads the row: a host path in it is refused here
-                setup_files = {**grader.setup_files(item), **(setup_files or {})}
-            except DataPathError as exc:
-                return RolloutOutcome(failure(exc, hard_deadline=False)[0], None, [], [], judged=True)
-        request = RolloutRequest(
-            sample.prompt,
-            seed,
-            toolsets,
-            agent,
-            task_id=f"{sample.key}-{n}",
-            image=sample.image,
-            cwd=sample.cwd,
-            setup_files=setup_files,
-            judge=judge,
-            filters=True,
-            require_reasoning=self.cfg.require_reasoning,
-            hard_deadline_s=self.cfg.sample_timeout + HARD_DEADLINE_GRACE_S,
-        )
-        return await run_rollout(request, self._backends)
+        await self.engine.run_all(self.samples, planner.plan, done, started=lambda s: writer.started(s.key))
 
 
 def sample_item(sample: Sample) -> dict[str, Any]:

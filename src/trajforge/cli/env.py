@@ -476,8 +476,8 @@ def rescore_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the counts (and the new summary) as JSON."),
 ) -> None:
     """Judge stored episodes again from what the env kept (final files, transcripts); no model."""
+    from trajforge.engine.books import EPISODES_FILE, RUN_FILE, write_summary
     from trajforge.envs import EnvConfigError, UnknownEnvError, load_env, read_episodes
-    from trajforge.envs.runner import EPISODES_FILE, RUN_FILE, write_summary
     from trajforge.record.runs import kind_problem
 
     run_file = run_dir / RUN_FILE

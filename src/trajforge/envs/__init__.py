@@ -5,15 +5,16 @@ own sandboxes, the env library and the eval runner.
 >>> env = load_env("tiny_tasks")
 """
 
+from trajforge.engine import ResizableLimiter
+from trajforge.engine.books import EvalRun, EvalRunError, read_episodes, write_control
+from trajforge.engine.summary import EvalSummary, pass_at_k, summarize
 from trajforge.envs.base import BaseEnv, EnvDataError
 from trajforge.envs.catalog import LIBRARY, UnknownEnvError, available, env_class, load_env
 from trajforge.envs.config import EnvConfig, EnvConfigError, load_env_config, parse_env_config
 from trajforge.envs.episode import RolloutBackends, Rollouts, env_sandbox_config
+from trajforge.envs.evaluate import run_eval
 from trajforge.envs.kept import KeptFiles, snapshot
-from trajforge.envs.limiter import ResizableLimiter
 from trajforge.envs.protocol import AgentEnv
-from trajforge.envs.runner import EvalRun, EvalRunError, read_episodes, run_eval, write_control
-from trajforge.envs.summary import EvalSummary, pass_at_k, summarize
 from trajforge.envs.types import Episode, Item, RewardBreakdown, TokenRecord
 from trajforge.envs.verifier import SearchHit, VerifierContext, VerifierError, VerifierExec
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from trajforge.agent import AgentConfig
 from trajforge.distributions import derive_seed
+from trajforge.engine import Engine, Plan, ResizableLimiter
 from trajforge.envs.hooks import (
     prepare_sandbox_hook,
     sandbox_config_hook,
@@ -29,7 +30,6 @@ from trajforge.envs.hooks import (
     template_key_hook,
 )
 from trajforge.envs.judge import EnvJudge, never_reached, registry_tools
-from trajforge.envs.limiter import ResizableLimiter
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.types import Episode, Item
 from trajforge.llm.types import SamplingParams
@@ -41,15 +41,11 @@ from trajforge.rollout import (
     Outcome,
     RolloutOutcome,
     RolloutRequest,
-    build_record,
     draw_toolsets,
-    run_rollout,
     seeded,
     sent_sampling,
 )
 from trajforge.rollout import RolloutBackends as StepBackends
-from trajforge.rollout.step import failure
-from trajforge.sandbox.confined import DataPathError
 from trajforge.sandbox.errors import SandboxStartError, SandboxUnavailableError
 from trajforge.sandbox.templates import TemplateGone, supports_templates
 from trajforge.sandbox.types import SandboxConfig
@@ -75,21 +71,27 @@ class RolloutBackends(StepBackends):
 
 @dataclass
 class Rollouts:
-    """Runs an env's rollouts with bounded, resizable concurrency."""
+    """An env's front end of the engine (:class:`~trajforge.engine.Engine`): an item and its place
+    in a group -> a :class:`~trajforge.engine.Plan` -> one judged :class:`Episode`, with the env's
+    bounded, resizable concurrency."""
 
     env: AgentEnv
     backends: RolloutBackends
-    slots: ResizableLimiter = field(init=False)  # sized from the env config, resizable while running
+    engine: Engine = field(init=False)
 
     def __post_init__(self) -> None:
-        self.slots = ResizableLimiter(self.env.config.max_concurrent_rollouts)
+        self.engine = Engine(self.backends, self.env.config.max_concurrent_rollouts)
         self._tools_by_name = registry_tools(self.backends.registry)
+
+    @property
+    def slots(self) -> ResizableLimiter:
+        return self.engine.slots
 
     async def resize(self, *, rollouts: int | None = None, tools_per_rollout: int | None = None) -> None:
         """Change concurrency while running: rollouts at once, and tool calls within a rollout
         (taken by rollouts that start after the change)."""
         if rollouts is not None:
-            await self.slots.resize(rollouts)
+            await self.engine.resize(rollouts)
         if tools_per_rollout is not None:
             self.env.config = self.env.config.model_copy(update={"max_parallel_tools": tools_per_rollout})
 
@@ -119,7 +121,7 @@ class Rollouts:
         )
         return seeded(agent, seed)  # sent with every call, as batch does
 
-    async def episode(
+    def plan(
         self,
         item: Item,
         *,
@@ -128,11 +130,8 @@ class Rollouts:
         seed: int | None = None,
         prompt_index: int | None = None,
         prompt_key: str | None = None,
-    ) -> Episode:
-        """One judged rollout of ``item`` through the rollout step (:mod:`trajforge.rollout`).
-        ``prompt_index`` and ``prompt_key`` (default: the item's content key, first occurrence)
-        are its place in an evaluation's item list (``run_episodes``); ``seed`` (default: derived
-        from the env's seed and the rollout's key) is a trainer's own."""
+    ) -> Plan:
+        """The engine's plan of one rollout of ``item`` (see :meth:`episode`)."""
         env = self.env
         item_id = env.item_id(item)
         key = rollout_key(prompt_key or key_of(item), rollout, group_size)
@@ -140,31 +139,17 @@ class Rollouts:
         toolsets = self.toolsets(seed)
         model = self.backends.model_for(env, item) if self.backends.model_for else self.backends.model
         agent = self.agent_config(seed)
-        request = RolloutRequest(
-            env.format_prompt(item),
-            seed,
-            toolsets,
-            agent,
-            task_id=f"{env.name}-{_safe(item_id)}-{rollout}-{seed % 10**6}",
-            judge=EnvJudge(env, item, self._tools_by_name),
-        )
-        backends = StepBackends(
-            model, _prepared(self.backends.factory, env, item), self.backends.registry, self.backends.template
-        )
-        async with self.slots:
-            try:  # the item's own files: one the sandbox cannot hold is the item's failure
-                request.setup_files = _as_bytes(env.setup_files(item))
-            except DataPathError as exc:
-                done = RolloutOutcome(failure(exc, hard_deadline=False)[0], None, [], [], judged=True)
-            else:
-                done = await run_rollout(request, backends)
-        if done.outcome.reason_kind == "bad_row":  # an env's items are its rows
-            detail = done.outcome.reason.removeprefix("bad_row: ")
-            done.outcome = Outcome("failed", f"bad item: {detail}", "bad_item")
-        elif done.result is not None and never_reached(done.result):
-            done.outcome = Outcome(
-                "failed", f"the model was never reached: {done.outcome.reason}", MODEL_NOT_REACHED
+        prompt = env.format_prompt(item)
+        judge = EnvJudge(env, item, self._tools_by_name)
+        task_id = f"{env.name}-{_safe(item_id)}-{rollout}-{seed % 10**6}"
+
+        def request(_attempt: int) -> RolloutRequest:
+            # the item's own files: one the sandbox cannot hold is the item's failure
+            files = _as_bytes(env.setup_files(item))
+            return RolloutRequest(
+                prompt, seed, toolsets, agent, task_id=task_id, judge=judge, setup_files=files
             )
+
         who = Identity(
             key=key,
             item=item,
@@ -175,7 +160,34 @@ class Rollouts:
             item_id=item_id,
             category=env.category(item),
         )
-        return build_record(who, asked(model, agent), done, seed=seed, toolsets=toolsets)
+        backends = StepBackends(
+            model, _prepared(self.backends.factory, env, item), self.backends.registry, self.backends.template
+        )
+        return Plan(who, asked(model, agent), seed, toolsets, request, backends, _settle, judged=True)
+
+    async def episode(
+        self,
+        item: Item,
+        *,
+        rollout: int = 0,
+        group_size: int = 1,
+        seed: int | None = None,
+        prompt_index: int | None = None,
+        prompt_key: str | None = None,
+    ) -> Episode:
+        """One judged rollout of ``item`` through the engine. ``prompt_index`` and
+        ``prompt_key`` (default: the item's content key, first occurrence) are its place in an
+        evaluation's item list (``run_episodes``); ``seed`` (default: derived from the env's seed
+        and the rollout's key) is a trainer's own."""
+        plan = self.plan(
+            item,
+            rollout=rollout,
+            group_size=group_size,
+            seed=seed,
+            prompt_index=prompt_index,
+            prompt_key=prompt_key,
+        )
+        return (await self.engine.run(plan)).record
 
     # ------------------------------------------------------------------ groups
 
@@ -186,6 +198,18 @@ class Rollouts:
             await asyncio.gather(
                 *(self.episode(item, rollout=first_rollout + r, group_size=size) for r in range(size))
             )
+        )
+
+
+def _settle(done: RolloutOutcome) -> None:
+    """An env's words for an outcome: its items are its rows (``bad item``), and an episode whose
+    model never answered failed to run (:data:`MODEL_NOT_REACHED`), it is not a judged 0."""
+    if done.outcome.reason_kind == "bad_row":
+        detail = done.outcome.reason.removeprefix("bad_row: ")
+        done.outcome = Outcome("failed", f"bad item: {detail}", "bad_item")
+    elif done.result is not None and never_reached(done.result):
+        done.outcome = Outcome(
+            "failed", f"the model was never reached: {done.outcome.reason}", MODEL_NOT_REACHED
         )
 
 

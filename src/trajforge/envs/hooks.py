@@ -21,7 +21,7 @@ may leave them out.
 
 This module sits below ``episode``, ``runner`` and ``agents`` (they read hooks through it), so it
 names nothing of theirs, not even for typing: ``run_evaluation``'s ``RolloutBackends`` and
-``EvalRun`` are ``Any`` here (the caller, :func:`~trajforge.envs.runner.run_eval`, types them), and
+``EvalRun`` are ``Any`` here (the caller, :func:`~trajforge.envs.evaluate.run_eval`, types them), and
 a per-item model factory is spelled out as ``ModelFactory`` (``episode.ModelFor``'s shape).
 """
 
@@ -217,7 +217,7 @@ class HasRunEvaluation(Protocol):
     ) -> Any:
         """The whole ``env eval`` of this env, in place of trajforge's rollouts (a Hermes seed
         env whose evaluation is its own ``evaluate()``). Called by
-        :func:`~trajforge.envs.runner.run_eval` after the token budget is fitted (``fit`` maps a
+        :func:`~trajforge.envs.evaluate.run_eval` after the token budget is fitted (``fit`` maps a
         wanted ``max_tokens`` to what the endpoint allows); it keeps the same books in
         ``run_dir`` (``run_episodes`` does) and returns the run. ``backends`` is the run's
         ``RolloutBackends``, the result an ``EvalRun`` (``Any`` here: see the module's docstring)."""

@@ -1,17 +1,18 @@
-"""``env eval --backend ray``: rollouts on actors on every node of a Ray cluster; the driver
-keeps the books.
+"""``env eval --backend ray``: the env's front end on the engine's one Ray backend
+(:mod:`trajforge.engine.ray`); the driver keeps the books.
 
 ``actors_per_node`` rollout actors on every node (``--actors-per-node``, default 1; batch's
 ``--workers``) each build what a local evaluation builds (the env, from its name or
 ``path.py:Class`` and the run's :class:`~.config.EnvConfig` as JSON; its own endpoint client,
-sandbox factory and tool registry, :mod:`~.rollout_backends`) and runs episodes the driver asks
-for, one call each, returning the finished :class:`~.types.Episode`. The driver is the same
-:func:`~.runner.run_episodes` as a local run and the only writer of the run directory
+sandbox factory and tool registry, :mod:`~.rollout_backends`) from an :class:`EnvSpec` and run
+the episodes the driver asks for, one call each, returning the finished :class:`~.types.Episode`.
+The driver is the same :func:`~trajforge.engine.books.run_episodes` as a local run and the only
+writer of the run directory
 (``episodes.jsonl``, ``status.json``, ``summary.json``), so exactly-once and resume hold as on
 one machine: an (item, rollout) is in exactly one call or waiting for one; a call that dies with
 its actor (node lost, process killed) is asked again of another actor, counted as ``requeued``
 (``status.json`` and the run's result for this invocation; ``summary.json`` for the whole run,
-from ``cluster_events.jsonl``, see :func:`~.runner.write_summary`); an episode that never
+from ``cluster_events.jsonl``, see :func:`~trajforge.engine.books.write_summary`); an episode that never
 reached the driver was never written. If the driver dies, rerunning the command resumes from the
 file, as after a local kill.
 
@@ -31,37 +32,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from trajforge.endpoint import EndpointConfig, embedded_endpoint, embedded_weights
+from trajforge.engine import ResizableLimiter
+from trajforge.engine.books import CLUSTER_EVENTS_FILE, EvalRun, run_episodes
+from trajforge.engine.ray import ActorPool, ClusterEventLog
 from trajforge.envs.base import BaseEnv
 from trajforge.envs.catalog import env_class, load_env
 from trajforge.envs.config import EnvConfig, parse_env_config
 from trajforge.envs.episode import Rollouts
-from trajforge.envs.limiter import ResizableLimiter
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.rollout_backends import open_rollout_backends
-from trajforge.envs.runner import CLUSTER_EVENTS_FILE, EvalRun, run_episodes
 from trajforge.envs.types import Episode, Item
-from trajforge.raycluster import (
-    ActorSlot,
-    ClusterError,
-    as_future,
-    cluster_error,
-    connect,
-    import_ray,
-    lose,
-    start_actors,
-    stop_actors,
-)
+from trajforge.raycluster import ActorSlot, cluster_error, connect, import_ray
 from trajforge.record.keys import key_of, rollout_key
 
 log = logging.getLogger(__name__)
@@ -136,6 +125,18 @@ class EnvSpec:
         base = kind.default_config() if issubclass(kind, BaseEnv) else EnvConfig()
         return load_env(self.env_ref, config=parse_env_config(self.config, type(base)))
 
+    @contextlib.asynccontextmanager
+    async def open(self, shares: int, worker: int = 0) -> AsyncIterator[EnvRunner]:
+        """On a node: the env and its backends (1/``shares`` of the endpoint budget), running
+        whatever the driver hands them (the driver holds the cluster's rollout limit)."""
+        env = self.build_env()
+        await env.setup()
+        async with open_rollout_backends(env, self.endpoint, self.agent, shares=shares) as backends:
+            rollouts = Rollouts(env, backends)
+            await rollouts.resize(rollouts=_ACTOR_CALLS)
+            async with rollouts.engine.running():
+                yield EnvRunner(rollouts)
+
 
 async def run_eval_on_ray(
     env: AgentEnv,
@@ -191,49 +192,46 @@ async def run_eval_on_ray(
 
 
 class ActorRollouts:
-    """The driver's side of the rollout actors, an :class:`~.runner.EpisodeSource`: one call per
-    episode to the least busy live actor, under the cluster-wide rollout limit; a call lost with
-    its actor is asked again of another one. With ``run_dir``, each actor lost and each episode
-    asked again is appended to its ``cluster_events.jsonl`` as it happens (what the summary
-    counts over the run's whole life)."""
+    """The driver's side of the rollout actors, an :class:`~trajforge.engine.books.EpisodeSource`:
+    one call per episode (:class:`~trajforge.engine.ray.ActorPool`), under the cluster-wide rollout
+    limit held here; a call lost with its actor is asked again of another one. With ``run_dir``,
+    each actor lost and each episode asked again is appended to its ``cluster_events.jsonl`` as it
+    happens (what the summary counts over the run's whole life)."""
 
     def __init__(
         self, ray: Any, env: AgentEnv, announce: Callable[[str], None], *, run_dir: Path | None = None
     ) -> None:
-        self.ray = ray
         self.env = env
-        self.announce = announce
         self.slots = ResizableLimiter(env.config.max_concurrent_rollouts)
-        self.actors: list[ActorSlot] = []
-        self.per_node = 1
-        self.requeued = 0
+        self.pool = ActorPool(
+            ray,
+            announce,
+            all_lost="every rollout actor was lost; the episodes written so far are kept: run the "
+            "same command again to resume when the cluster is back",
+        )
         self.events = ClusterEventLog(run_dir / CLUSTER_EVENTS_FILE if run_dir is not None else None)
+
+    @property
+    def requeued(self) -> int:
+        return self.pool.requeued
 
     async def start(self, spec: EnvSpec, *, per_node: int = 1) -> str:
         """Start ``per_node`` actors on every node, each holding 1/(actors started) of the
         endpoint budget; the name of the model they run (the same on every node)."""
-        self.per_node = per_node
-        self.actors = await start_actors(
-            self.ray,
-            EnvRolloutActor,
+        name = await self.pool.start(
+            spec,
             per_node=per_node,
             max_concurrency=_ACTOR_CALLS,
-            start=lambda a, total: a.handle.start.remote(spec, total),
             describe=f"sharing {self.env.config.max_concurrent_rollouts} rollouts",
-            announce=self.announce,
         )
-        for actor in self.actors:
+        for actor in self.pool.actors:
             if not actor.alive:  # its node went away while it started
-                self.events.add({"event": "actor_lost", "actor": f"w{actor.worker_id}", "node": actor.node})
-        names = await asyncio.gather(*(as_future(a.handle.model_name.remote()) for a in self._alive()))
-        return str(names[0])
+                self.events.add(_where(actor, "actor_lost"))
+        return name
 
     async def stop(self) -> None:
         self.events.close()
-        await stop_actors(self.ray, self.actors)
-
-    def _alive(self) -> list[ActorSlot]:
-        return [a for a in self.actors if a.alive]
+        await self.pool.stop()
 
     async def episode(
         self,
@@ -245,32 +243,14 @@ class ActorRollouts:
         prompt_key: str | None = None,
     ) -> Episode:
         self.events.claim()  # asked by run_episodes: the run directory is this run's
+        key = rollout_key(prompt_key or key_of(item), rollout, group_size)
         async with self.slots:
-            while True:
-                alive = self._alive()
-                if not alive:
-                    raise ClusterError(
-                        "every rollout actor was lost; the episodes written so far are kept: run the "
-                        "same command again to resume when the cluster is back"
-                    )
-                actor = min(alive, key=lambda a: a.in_flight)
-                actor.in_flight += 1
-                try:
-                    episode: Episode = await as_future(
-                        actor.handle.episode.remote(item, rollout, group_size, prompt_index, prompt_key)
-                    )
-                    actor.counts["episodes"] = actor.counts.get("episodes", 0) + 1
-                    return episode
-                except self.ray.exceptions.RayActorError:
-                    where = {"actor": f"w{actor.worker_id}", "node": actor.node}
-                    if actor.alive:
-                        self.events.add({"event": "actor_lost", **where})
-                    lose(self.ray, actor, self.announce)
-                    self.requeued += 1  # back to pending: the next pass asks another actor
-                    key = rollout_key(prompt_key or key_of(item), rollout, group_size)
-                    self.events.add({"event": "requeued", "episode": key, **where})
-                finally:
-                    actor.in_flight -= 1
+            episode: Episode = await self.pool.call(
+                EnvJob(item, rollout, group_size, prompt_index, prompt_key),
+                on_lost=lambda actor: self.events.add(_where(actor, "actor_lost")),
+                on_requeued=lambda actor: self.events.add({**_where(actor, "requeued"), "episode": key}),
+            )
+            return episode
 
     async def resize(self, *, rollouts: int | None = None, tools_per_rollout: int | None = None) -> None:
         """Rollouts at once across the cluster (held here); tool calls within a rollout (told to
@@ -279,106 +259,66 @@ class ActorRollouts:
             await self.slots.resize(rollouts)
         if tools_per_rollout is not None:
             self.env.config = self.env.config.model_copy(update={"max_parallel_tools": tools_per_rollout})
-            calls = [as_future(a.handle.resize.remote(tools_per_rollout)) for a in self._alive()]
-            await asyncio.gather(*calls, return_exceptions=True)  # a lost actor is noticed by its calls
+            await self.pool.resize({"max_parallel_tools": tools_per_rollout})
 
     def report(self) -> dict[str, Any]:
-        alive = self._alive()
+        actors = self.pool.actors
+        alive = self.pool.alive()
         return {
             "rollouts": self.slots.report(),
             "tools_per_rollout": self.env.config.max_parallel_tools,
             "backend": "ray",
             "actors": {
                 "alive": len(alive),
-                "lost": len(self.actors) - len(alive),
-                "per_node": self.per_node,
-                "endpoint_shares": len(self.actors),
+                "lost": len(actors) - len(alive),
+                "per_node": self.pool.per_node,
+                "endpoint_shares": len(actors),
                 "in_flight": {f"w{a.worker_id}": a.in_flight for a in alive},
-                "nodes": {f"w{a.worker_id}": a.node for a in self.actors},
-                "episodes": {f"w{a.worker_id}": a.counts.get("episodes", 0) for a in self.actors},
+                "nodes": {f"w{a.worker_id}": a.node for a in actors},
+                "episodes": {f"w{a.worker_id}": self.pool.jobs.get(a.worker_id, 0) for a in actors},
             },
-            "requeued": self.requeued,
+            "requeued": self.pool.requeued,
         }
 
 
-class ClusterEventLog:
-    """``cluster_events.jsonl``: one line per actor lost or episode requeued, appended and synced
-    as it happens (rare: a node loss), so the count survives a killed driver. Nothing is written
-    before :meth:`claim` (the first episode asked: ``run_episodes`` has made the run directory and
-    checked it is this run's); until then events wait here. The file is opened on the first event
-    (a run that loses nothing leaves none); a torn last line from a killed writer is cut off first."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self._f: IO[bytes] | None = None
-        self._waiting: list[dict[str, Any]] | None = []
-
-    def claim(self) -> None:
-        if self._waiting is not None:
-            waiting, self._waiting = self._waiting, None
-            for event in waiting:
-                self.add(event)
-
-    def add(self, event: dict[str, Any]) -> None:
-        event = {**event, "at": event.get("at") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        if self._waiting is not None:
-            self._waiting.append(event)
-            return
-        if self.path is None:
-            return
-        if self._f is None:
-            if self.path.exists():
-                data = self.path.read_bytes()
-                with self.path.open("r+b") as f:
-                    f.truncate(data.rfind(b"\n") + 1)
-            self._f = self.path.open("ab")
-        self._f.write(orjson.dumps(event) + b"\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
-
-    def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._f = None
+def _where(actor: ActorSlot, event: str) -> dict[str, Any]:
+    return {"event": event, "actor": f"w{actor.worker_id}", "node": actor.node}
 
 
-class EnvRolloutActor:
-    """One rollout actor (made a Ray actor by the driver): the env and its backends built on this
-    node from the driver's :class:`EnvSpec`, running the episodes it is asked for."""
+@dataclass(frozen=True)
+class EnvJob:
+    """One episode asked of an actor: the item and its place in the run (picklable)."""
 
-    def __init__(self) -> None:
-        self._stack = contextlib.AsyncExitStack()
-        self._rollouts: Rollouts | None = None
+    item: Item
+    rollout: int
+    group_size: int
+    prompt_index: int | None
+    prompt_key: str | None
 
-    async def start(self, spec: EnvSpec, actors: int) -> None:
-        """Build the env and its backends (1/``actors`` of the endpoint budget)."""
-        env = spec.build_env()
-        await env.setup()
-        backends = await self._stack.enter_async_context(
-            open_rollout_backends(env, spec.endpoint, spec.agent, shares=actors)
-        )
-        self._rollouts = Rollouts(env, backends)
-        await self._rollouts.resize(rollouts=_ACTOR_CALLS)
 
-    def _ready(self) -> Rollouts:
-        if self._rollouts is None:
-            raise RuntimeError("start() first")
-        return self._rollouts
+@dataclass
+class EnvRunner:
+    """An env's rollouts on a node (:class:`~trajforge.engine.ray.Runner`)."""
 
-    async def model_name(self) -> str:
-        return self._ready().backends.model.name
+    rollouts: Rollouts
 
-    async def episode(
-        self, item: Item, rollout: int, group_size: int, prompt_index: int | None, prompt_key: str | None
-    ) -> Episode:
-        """One rollout of ``item``, judged in its own sandbox (every outcome is an episode)."""
-        return await self._ready().episode(
-            item, rollout=rollout, group_size=group_size, prompt_index=prompt_index, prompt_key=prompt_key
+    @property
+    def model_name(self) -> str:
+        return self.rollouts.backends.model.name
+
+    async def run(self, job: EnvJob) -> Episode:
+        """One rollout of the job's item, judged in its own sandbox (every outcome is an episode)."""
+        return await self.rollouts.episode(
+            job.item,
+            rollout=job.rollout,
+            group_size=job.group_size,
+            prompt_index=job.prompt_index,
+            prompt_key=job.prompt_key,
         )
 
-    async def resize(self, tools_per_rollout: int) -> None:
-        await self._ready().resize(tools_per_rollout=tools_per_rollout)
+    def counts(self) -> dict[str, int]:
+        return {}
 
-    async def stop(self) -> None:
-        """Close the sandbox factory, the client and the tools."""
-        await self._stack.aclose()
+    async def resize(self, settings: dict[str, int]) -> None:
+        if "max_parallel_tools" in settings:
+            await self.rollouts.resize(tools_per_rollout=settings["max_parallel_tools"])

@@ -51,10 +51,10 @@ from typing import Any
 
 from trajforge.distributions import derive_seed
 from trajforge.endpoint import embedded_weights, recipe_weights
+from trajforge.engine.summary import EvalSummary, mean_interval
 from trajforge.envs.catalog import load_env
 from trajforge.envs.episode import RolloutBackends
-from trajforge.envs.runner import run_eval
-from trajforge.envs.summary import EvalSummary, mean_interval
+from trajforge.envs.evaluate import run_eval
 from trajforge.experiments.failures import breakdown
 from trajforge.rl.builtin import UNFILTERED, BuiltinTrainer, resolve_device
 from trajforge.rl.config import TrainConfig, TrainConfigError, WarmStart

@@ -78,7 +78,7 @@ from trajforge.trajectory.trainer_formats import llamafactory_problem, to_axolot
 
 FORMATS: tuple[str, ...] = ("messages", "sharegpt", "llamafactory", "axolotl", "hermes", "parquet", "dpo")
 OUTPUT_FILES: tuple[str, ...] = ("trajectories.jsonl", "filtered.jsonl", "failed.jsonl")
-ENV_FILE = "episodes.jsonl"  # an env run's records (envs.runner.EPISODES_FILE)
+ENV_FILE = "episodes.jsonl"  # an env run's records (engine.books.EPISODES_FILE)
 MalformedPolicy = Literal["skip", "text"]
 _HERMES_FIELDS = (
     "prompt_index",

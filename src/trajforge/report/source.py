@@ -1,7 +1,7 @@
 """The run directory as the report sees it: which files, and their lines one at a time.
 
 The names are the batch factory's (``batch.writer.OUTPUT_FILES``, ``statistics.json``,
-``run.json``) and an env run's (``envs.runner.EPISODES_FILE``); they are repeated here rather than imported so that the report stays on the
+``run.json``) and an env run's (``engine.books.EPISODES_FILE``); they are repeated here rather than imported so that the report stays on the
 ground floor, and ``tests/test_report_units.py`` checks that the two agree.
 """
 
@@ -19,8 +19,8 @@ from trajforge.record.runs import kind_problem
 OUTPUT_FILES = ("trajectories.jsonl", "filtered.jsonl", "failed.jsonl", "episodes.jsonl")
 STATISTICS_FILE = "statistics.json"
 RUN_FILE = "run.json"
-ENV_STATUS_FILE = "status.json"  # an env run's progress (envs.runner.STATUS_FILE)
-SUMMARY_FILE = "summary.json"  # an env run's results (envs.runner.SUMMARY_FILE)
+ENV_STATUS_FILE = "status.json"  # an env run's progress (engine.books.STATUS_FILE)
+SUMMARY_FILE = "summary.json"  # an env run's results (engine.books.SUMMARY_FILE)
 
 
 class ReportError(RuntimeError):

@@ -44,8 +44,8 @@ from trajforge.envs.hermes.server import SeedServer
 from trajforge.envs.types import Item, RewardBreakdown
 
 if TYPE_CHECKING:
+    from trajforge.engine.books import EvalRun
     from trajforge.envs.episode import RolloutBackends
-    from trajforge.envs.runner import EvalRun
     from trajforge.sandbox.types import SandboxConfig
 
 EVALUATE_LOG_FILE = "evaluate_log.json"
@@ -464,9 +464,9 @@ class HermesAgentBaseEnv(BaseEnv):
         with ``self.server`` answering and the seed's task tools reaching this run."""
         from dataclasses import replace
 
+        from trajforge.engine.books import run_episodes
         from trajforge.envs.episode import Rollouts
         from trajforge.envs.hermes.evaluation import run_own_evaluation
-        from trajforge.envs.runner import run_episodes
         from trajforge.rollout.gc_policy import rollout_gc
 
         async with self._running(backends, fit, announce) as runtime:

@@ -21,17 +21,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from trajforge.envs.protocol import AgentEnv
-from trajforge.envs.runner import (
+from trajforge.engine.books import (
     EPISODES_FILE,
     RUN_FILE,
     SUMMARY_FILE,
     EvalRun,
-    _check_same_run,
-    _run_identity,
+    check_same_run,
     read_episodes,
+    run_identity,
     write_summary,
 )
+from trajforge.envs.protocol import AgentEnv
 from trajforge.rollout.gc_policy import rollout_gc
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ async def run_own_evaluation(
     on_episode: Callable[..., None] | None = None,
 ) -> EvalRun:
     """Run ``env.setup()`` and ``env.evaluate()``; record their loop runs (module docstring)."""
-    identity = _run_identity(env, 0, 1, runtime.backends.model.name, agent)
+    identity = run_identity(env, 0, 1, runtime.backends.model.name, agent)
     identity["evaluation"] = "evaluate"
     done = await asyncio.to_thread(_open, env, run_dir, identity)
     if done:
@@ -107,7 +107,7 @@ async def run_own_evaluation(
 def _open(env: Any, run_dir: Path, identity: dict[str, Any]) -> bool:
     """Create or reopen the run directory; whether it holds a finished evaluation already."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    _check_same_run(env, run_dir, identity)
+    check_same_run(env, run_dir, identity)
     finished = (run_dir / SUMMARY_FILE).exists() and bool(read_episodes(run_dir / EPISODES_FILE))
     (run_dir / RUN_FILE).write_bytes(orjson.dumps(identity, option=orjson.OPT_INDENT_2, default=str))
     return finished

@@ -1,21 +1,23 @@
-"""``run_eval``: an env's held-out items x a group size, judged, written as they finish.
+"""The books of an evaluation run: its directory, resume, live status and summary, whatever runs
+the rollouts.
 
-The run directory holds ``run.json`` (what was asked), ``episodes.jsonl`` (one
-:class:`Episode` per line, appended as each finishes, flushed), ``status.json`` (progress and
-the concurrency in force, rewritten every second), with ``--backend ray`` ``cluster_events.jsonl``
-(rollout actors lost and the episodes asked again elsewhere, appended as they happen) and, at
-the end, ``summary.json``. A killed
-run resumes: episodes already in the file are not run again (a torn last line is dropped and
-its episode rerun), so every (item, rollout) ends in the file exactly once. Episodes are keyed as
-``batch`` keys its rows (:mod:`trajforge.record.keys`), with ``prompt_index`` the item's place in
-the list; a run written when episodes were keyed ``ITEM_ID#ROLLOUT`` resumes by those keys.
+The run directory holds ``run.json`` (what was asked), ``episodes.jsonl`` (one record per line,
+appended as each episode finishes, flushed), ``status.json`` (progress and the concurrency in
+force, rewritten every second), with ``--backend ray`` ``cluster_events.jsonl`` (rollout actors
+lost and the episodes asked again elsewhere, appended as they happen) and, at the end,
+``summary.json``. A killed run resumes: episodes already in the file are not run again (a torn
+last line is dropped and its episode rerun), so every (item, rollout) ends in the file exactly
+once. Episodes are keyed as ``batch`` keys its rows (:mod:`trajforge.record.keys`), with
+``prompt_index`` the item's place in the list; a run written when episodes were keyed
+``ITEM_ID#ROLLOUT`` resumes by those keys.
 
 Concurrency changes while running: write ``control.json`` (``{"max_concurrent_rollouts": 90,
 "max_parallel_tools": 4}``, or use ``trajforge env resize``); it is read every second.
 
-The books are kept here whatever runs the rollouts: :func:`run_eval` runs them in this process
-(:class:`~.episode.Rollouts`), ``--backend ray`` (:mod:`~.ray_backend`) on rollout actors that
-hand each finished episode back to this same loop, the only writer of the run directory.
+:func:`run_episodes` keeps these books around an :class:`EpisodeSource`: the env's front end
+of the engine in this process (:class:`trajforge.envs.Rollouts`), or the driver's side of the
+Ray actors (:mod:`.ray`), which hand each finished episode back to this same loop, the only
+writer of the run directory. ``trajforge.envs.run_eval`` is the front door.
 """
 
 from __future__ import annotations
@@ -31,18 +33,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from trajforge.envs.budget import fit_token_budget, fitter
-from trajforge.envs.episode import RolloutBackends, Rollouts
-from trajforge.envs.hooks import run_evaluation_hook
-from trajforge.envs.protocol import AgentEnv
-from trajforge.envs.summary import EvalSummary, summarize
-from trajforge.envs.types import Episode, Item
+from trajforge.engine.summary import EvalSummary, summarize
+from trajforge.record import Record as Episode
 from trajforge.record import load as load_record
 from trajforge.record.keys import prompt_keys, rollout_key
-from trajforge.rollout.gc_policy import rollout_gc
 from trajforge.trajectory.save import read_complete_objects
+
+Item = dict[str, Any]
 
 EPISODES_FILE = "episodes.jsonl"
 RUN_FILE = "run.json"
@@ -65,6 +64,23 @@ class EvalRun:
     requeued: int = 0
     """episodes started again elsewhere after their rollout actor was lost (``--backend ray``), in
     this invocation; ``summary.requeued`` counts the whole run"""
+
+
+class EvalTarget(Protocol):
+    """What the books read of the env being evaluated (a part of ``trajforge.envs.AgentEnv``):
+    its name and config (the run's identity), its held-out items and their ids."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def config(self) -> BaseModel: ...
+
+    async def setup(self) -> None: ...
+
+    def eval_items(self, n: int) -> list[Item]: ...
+
+    def item_id(self, item: Item) -> str: ...
 
 
 class EpisodeSource(Protocol):
@@ -130,7 +146,7 @@ class _EpisodeLog:
         self._f.close()
 
 
-def _run_identity(env: AgentEnv, n: int, group_size: int, model: str, agent: str) -> dict[str, Any]:
+def run_identity(env: EvalTarget, n: int, group_size: int, model: str, agent: str) -> dict[str, Any]:
     return {
         "env": env.name,
         "n": n,
@@ -141,7 +157,7 @@ def _run_identity(env: AgentEnv, n: int, group_size: int, model: str, agent: str
     }
 
 
-def _same_config(env: AgentEnv, old: Any, new: Any) -> bool:
+def _same_config(env: EvalTarget, old: Any, new: Any) -> bool:
     """Whether a run's saved config is this one. A run written before a field was added to the
     env's config saved no value for it: it is read with the field's default (the value the run
     had, since the field did not exist), so adding a field does not orphan older runs."""
@@ -154,7 +170,7 @@ def _same_config(env: AgentEnv, old: Any, new: Any) -> bool:
     return bool(upgraded == new)
 
 
-def _check_same_run(env: AgentEnv, run_dir: Path, identity: dict[str, Any]) -> None:
+def check_same_run(env: EvalTarget, run_dir: Path, identity: dict[str, Any]) -> None:
     path = run_dir / RUN_FILE
     if not path.exists():
         return
@@ -169,50 +185,8 @@ def _check_same_run(env: AgentEnv, run_dir: Path, identity: dict[str, Any]) -> N
         )
 
 
-async def run_eval(
-    env: AgentEnv,
-    backends: RolloutBackends,
-    run_dir: Path,
-    *,
-    n: int,
-    group_size: int,
-    agent: str = "model",
-    on_episode: Callable[[Episode, int, int], None] | None = None,
-    announce: Callable[[str], None] = lambda _m: None,
-) -> EvalRun:
-    """Evaluate ``n`` held-out items x ``group_size`` rollouts in this process; resumable (see
-    module doc). The env's ``max_tokens`` is first fitted to the endpoint's context
-    (:mod:`.budget`; ``announce`` gets the note). An env with its own ``run_evaluation`` (a
-    seed env: :mod:`.hermes`) runs the evaluation itself, with these same books."""
-    fit = await fit_token_budget(env, backends.model, announce) if agent == "model" else fitter(None)
-    own = run_evaluation_hook(env)
-    if own is not None:
-        run: EvalRun = await own(
-            backends,
-            run_dir,
-            n=n,
-            group_size=group_size,
-            agent=agent,
-            on_episode=on_episode,
-            fit=fit,
-            announce=announce,
-        )
-        return run
-    with rollout_gc():
-        return await run_episodes(
-            env,
-            Rollouts(env, backends),
-            run_dir,
-            n=n,
-            group_size=group_size,
-            model=backends.model.name,
-            agent=agent,
-            on_episode=on_episode,
-        )
-
-
 async def run_episodes(
-    env: AgentEnv,
+    env: EvalTarget,
     rollouts: EpisodeSource,
     run_dir: Path,
     *,
@@ -225,7 +199,7 @@ async def run_episodes(
     """The books of an evaluation (run directory, resume, status, summary) around ``rollouts``:
     each (item, rollout) not yet in ``episodes.jsonl`` is asked of it once and appended when it
     comes back. ``model`` is the name ``run.json`` records (a resume must name the same)."""
-    identity = _run_identity(env, n, group_size, model, agent)
+    identity = run_identity(env, n, group_size, model, agent)
     episodes_path = run_dir / EPISODES_FILE
     done = await asyncio.to_thread(_open_run, env, run_dir, identity)  # noqa: ASYNC240
     await env.setup()
@@ -267,10 +241,10 @@ async def run_episodes(
     return EvalRun(summary, run_dir, len(todo))
 
 
-def _open_run(env: AgentEnv, run_dir: Path, identity: dict[str, Any]) -> set[str]:
+def _open_run(env: EvalTarget, run_dir: Path, identity: dict[str, Any]) -> set[str]:
     """Create or reopen the run directory; the keys of the episodes it already holds."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    _check_same_run(env, run_dir, identity)
+    check_same_run(env, run_dir, identity)
     (run_dir / RUN_FILE).write_bytes(orjson.dumps(identity, option=orjson.OPT_INDENT_2))
     return {e.key for e in read_episodes(run_dir / EPISODES_FILE, repair=True)}
 

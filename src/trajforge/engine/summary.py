@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel
 
-from trajforge.envs.types import Episode
+from trajforge.record import Record as Episode
 
 SUCCESS = 1.0  # a rollout "passes" when its reward reaches this
 
