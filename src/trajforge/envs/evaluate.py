@@ -49,6 +49,23 @@ async def run_eval(
             announce=announce,
         )
         return run
+    return await evaluate_rollouts(
+        env, backends, run_dir, n=n, group_size=group_size, agent=agent, on_episode=on_episode
+    )
+
+
+async def evaluate_rollouts(
+    env: AgentEnv,
+    backends: RolloutBackends,
+    run_dir: Path,
+    *,
+    n: int,
+    group_size: int,
+    agent: str = "model",
+    on_episode: Callable[[Episode, int, int], None] | None = None,
+) -> EvalRun:
+    """The env's own rollouts on the engine, inside the engine's books: what :func:`run_eval`
+    runs for an env without its own evaluation, and a seed env for its loop's rollouts."""
     rollouts = Rollouts(env, backends)
     with rollout_gc():
         async with rollouts.engine.running():  # sandboxes close while the next episodes start

@@ -464,27 +464,17 @@ class HermesAgentBaseEnv(BaseEnv):
         with ``self.server`` answering and the seed's task tools reaching this run."""
         from dataclasses import replace
 
-        from trajforge.engine.books import run_episodes
-        from trajforge.envs.episode import Rollouts
+        from trajforge.envs.evaluate import evaluate_rollouts
         from trajforge.envs.hermes.evaluation import run_own_evaluation
-        from trajforge.rollout.gc_policy import rollout_gc
 
         async with self._running(backends, fit, announce) as runtime:
             seeded = replace(backends, factory=_runtime.SeedFactory(backends.factory, runtime.exported))
             if self.evaluates_itself():
                 run = await run_own_evaluation(self, runtime, run_dir, agent=agent, on_episode=on_episode)
             else:
-                with rollout_gc():
-                    run = await run_episodes(
-                        self,
-                        Rollouts(self, seeded),
-                        run_dir,
-                        n=n,
-                        group_size=group_size,
-                        model=backends.model.name,
-                        agent=agent,
-                        on_episode=on_episode,
-                    )
+                run = await evaluate_rollouts(
+                    self, seeded, run_dir, n=n, group_size=group_size, agent=agent, on_episode=on_episode
+                )
         await self.write_logs(run_dir)
         return run
 
