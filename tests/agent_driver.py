@@ -17,10 +17,9 @@ ENV = {
     "TF_LIMIT_FSIZE_KB": "1048576",
     "TF_LIMIT_CPU_S": "60",
 }
-ENDED = "[the shell ended (status {}); the next command runs in a new shell with the session as it was before this command]\n"
-RESTARTED = (
-    "\n[the shell was restarted: the next command runs with the session as it was before this command]\n"
-)
+# The agent's notes (agent_scripts.py), as its answers carry them: apart from the output.
+ENDED = "the shell ended (status {}); the next command runs in a new shell with the session as it was before this command"
+RESTARTED = "the shell was restarted: the next command runs with the session as it was before this command"
 
 
 def drive(
@@ -67,12 +66,16 @@ def write_program(directory: Path, name: str, data: bytes) -> Path:
     return path
 
 
-def ran(n: int, output: str, exit_code: int | None = 0, **flags: Any) -> dict[str, Any]:
-    """The answer to exec ``n``: ``output_bytes`` is the output's length unless given."""
+def ran(
+    n: int, output: str, exit_code: int | None = 0, notes: tuple[str, ...] = (), **flags: Any
+) -> dict[str, Any]:
+    """The answer to exec ``n``: ``output_bytes`` is the output's length unless given; ``notes``
+    the agent's own words about it, never in ``output``."""
     return {
         "id": n,
         "exit_code": exit_code,
         "output": output,
+        "notes": list(notes),
         "timed_out": flags.get("timed_out", False),
         "truncated": flags.get("truncated", False),
         "output_bytes": flags.get("output_bytes", len(output.encode())),

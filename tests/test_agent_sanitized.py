@@ -11,9 +11,12 @@ output exactly at and around the cap, multibyte characters cut at it, unknown op
 between commands) and malformed ones (not JSON, wrong types, truncated objects, deep nesting).
 
 What must hold (the protocol in exec_agent.c's header): no sanitizer report; every well-formed
-request gets one answer that is valid JSON with its id, an exec's answer has the exec fields and
-``output_bytes`` counts what the command printed; a malformed line ends the agent with ``exec agent:
-unreadable request`` on stderr and exit 1, after answering everything before it.
+request gets one answer that is valid JSON with its id, an exec's answer has the exec fields,
+``output_bytes`` counts what the command printed (the agent's notes never: they are in ``notes``,
+at most 8 of at most 1024 bytes, each one of agent_scripts.NOTES; a command that ends the session's
+shell gets exactly its note, one that prints a note's words keeps them as output); a malformed line
+ends the agent with ``exec agent: unreadable request`` on stderr and exit 1, after answering
+everything before it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import shutil
 import subprocess
 import tempfile
@@ -29,10 +33,12 @@ from typing import Any
 
 import pytest
 
-from agent_driver import ENV, drive, write_program
+from agent_driver import ENDED, ENV, drive, write_program
 from test_native_agent import (
     ESCAPED_ANSWERS,
     ESCAPED_REQUESTS,
+    notes_answers,
+    notes_requests,
     read_answers,
     read_requests,
     recovery_answers,
@@ -40,7 +46,7 @@ from test_native_agent import (
     session_answers,
     session_requests,
 )
-from trajforge.sandbox import native_agent
+from trajforge.sandbox import agent_scripts, native_agent
 
 SANITIZE = ("-fsanitize=address,undefined,float-cast-overflow", "-fno-omit-frame-pointer", "-g", "-O1")
 # Any report aborts the agent (exit 99) and names itself on stderr.
@@ -103,6 +109,7 @@ def test_the_specification_holds_under_sanitizers(sanitized: Path, tmp_path: Pat
     assert drive(argv, root, session_requests(), env=SAN_ENV) == session_answers(root)
     assert drive(argv, root, recovery_requests(), env=SAN_ENV) == recovery_answers(root)
     assert drive(argv, root, ESCAPED_REQUESTS, env=SAN_ENV) == ESCAPED_ANSWERS
+    assert drive(argv, root, notes_requests(), env=SAN_ENV) == notes_answers()
     for cap in (7, 64, 1000):
         assert drive(argv, root, read_requests(tmp_path, cap), env=SAN_ENV) == read_answers(cap)
 
@@ -157,18 +164,26 @@ def _printing_command(rng: random.Random, data_dir: Path, case: int) -> tuple[st
     return f"cat {path}", data
 
 
-def _valid_request(rng: random.Random, n: int, data_dir: Path) -> tuple[dict[str, Any], bytes | None]:
-    """A well-formed request and, for an exec, exactly the bytes its command prints."""
+class Expected:
+    """What an exec's answer must say when the case knows it: ``printed`` the bytes its command
+    prints (None: not known), ``exit_code`` and the agent's ``notes`` (None: not known)."""
+
+    def __init__(self, printed: bytes | None, exit_code: int = 0, notes: list[str] | None = None) -> None:
+        self.printed, self.exit_code, self.notes = printed, exit_code, notes
+
+
+def _valid_request(rng: random.Random, n: int, data_dir: Path) -> tuple[dict[str, Any], Expected]:
+    """A well-formed request and, for an exec, what its answer must say."""
     roll = rng.random()
     if roll < 0.08:
-        return {"id": n, "op": rng.choice(["stop", "reset"])}, None
+        return {"id": n, "op": rng.choice(["stop", "reset"])}, Expected(None)
     if roll < 0.12:
         return {
             "id": n,
             "op": rng.choice(["bogus", "", "EXEC", "exec\u0000"]),
             "command": "echo unknown-op",
             "timeout": 10,
-        }, b"unknown-op\n"
+        }, Expected(b"unknown-op\n", notes=[])
     command, printed = _printing_command(rng, data_dir, n)
     request: dict[str, Any] = {"id": n, "op": "exec", "command": command, "timeout": 10}
     cap_roll = rng.random()
@@ -180,16 +195,26 @@ def _valid_request(rng: random.Random, n: int, data_dir: Path) -> tuple[dict[str
         request["cap"] = rng.choice([-1, -(2**62), 0])
     if rng.random() < 0.3:
         request["fresh"] = True
+    exit_code, notes = 0, []
+    if rng.random() < 0.15:  # it ends its shell: the session's gets a note, never in the output
+        exit_code = rng.choice([0, 1, 3, 255])
+        request["command"] = f"{command}; exit {exit_code}"
+        if not request.get("fresh"):
+            notes = [ENDED.format(exit_code)]
+    elif rng.random() < 0.05 and printed:  # it prints a note's own words: they stay output
+        words = ("[" + ENDED.format(0) + "]\n").encode()
+        (data_dir / f"c{n}.bin").write_bytes(words + printed)
+        printed = words + printed
     if rng.random() < 0.15:
         request["timeout"] = rng.choice([1e308, 10**30, 2**63, 86401])
     if rng.random() < 0.1:
         request["cwd"] = rng.choice([None, ".", "/", "/does/not/exist", "x" * 5000])
         if request["cwd"] not in (None, ".", "/"):
-            printed = None  # a missing cwd: the agent's own line
+            printed = None  # a missing cwd: the agent's note
     if rng.random() < 0.1:
         request["extra"] = rng.choice([[1, {"a": None}], {"x": [[]]}, "\udcff", -0.0, True])
     if rng.random() < 0.05:  # a very long command (spaces, then the real one)
-        request["command"] = " " * rng.randrange(100_000, 1_000_000) + command
+        request["command"] = " " * rng.randrange(100_000, 1_000_000) + request["command"]
     if rng.random() < 0.06:  # raw bytes the host escapes (U+DC80..U+DCFF): written as the bytes
         request["command"] = "printf '%s' '\udcff\udc80'; " + request["command"]
         printed = None if printed is None else b"\xff\x80" + printed
@@ -201,7 +226,7 @@ def _valid_request(rng: random.Random, n: int, data_dir: Path) -> tuple[dict[str
         printed = None
     if rng.random() < 0.1:  # ids of any JSON shape are echoed as sent (over 63 characters: null)
         request["id"] = rng.choice([_odd_number(rng), "s" * 100, "\u00e9\udcff", [1, [2]], {"k": None}])
-    return request, printed
+    return request, Expected(printed, exit_code, notes)
 
 
 def _malformed_line(rng: random.Random, n: int) -> bytes:
@@ -247,20 +272,34 @@ def _run(agent: Path, root: Path, lines: list[bytes]) -> subprocess.CompletedPro
     )
 
 
-def _check_exec(answer: dict[str, Any], printed: bytes | None) -> None:
+# Every note the agent may say, as a pattern (agent_scripts.NOTES: %d a number, %s a quoted path).
+NOTE_PATTERNS = [
+    re.compile(re.escape(note).replace("%d", "-?[0-9]+").replace("%s", ".*") + r"\Z", re.S)
+    for note in agent_scripts.NOTES
+]
+
+
+def _check_exec(answer: dict[str, Any], expected: Expected) -> None:
     assert set(answer) >= {
         "id",
         "exit_code",
         "output",
+        "notes",
         "timed_out",
         "truncated",
         "output_bytes",
         "duration_s",
     }
     assert isinstance(answer["output"], str) and isinstance(answer["output_bytes"], int)
-    if printed is not None:
-        assert not answer["timed_out"] and answer["exit_code"] == 0, answer
-        assert answer["output_bytes"] == len(printed), answer
+    notes = answer["notes"]
+    assert isinstance(notes, list) and len(notes) <= 8, answer  # the notes' own bound
+    for note in notes:  # each one of the agent's sentences, bounded, never a command's bytes
+        assert isinstance(note, str) and len(note.encode()) <= 1024, answer
+        assert any(p.match(note) for p in NOTE_PATTERNS) or note.endswith("..."), answer
+    if expected.printed is not None:
+        assert not answer["timed_out"] and answer["exit_code"] == expected.exit_code, answer
+        assert answer["output_bytes"] == len(expected.printed), answer  # the output alone
+        assert notes == expected.notes, answer
 
 
 def test_fuzzed_protocol_lines_never_trip_a_sanitizer(sanitized: Path, tmp_path: Path) -> None:
@@ -292,7 +331,7 @@ def test_fuzzed_protocol_lines_never_trip_a_sanitizer(sanitized: Path, tmp_path:
         else:
             assert done.returncode == 1, (malformed[:200], stderr[-2000:])
             assert stderr.startswith("exec agent: unreadable request"), stderr
-        for (request, printed), answer in zip(requests, answers[1:], strict=False):
+        for (request, expected), answer in zip(requests, answers[1:], strict=False):
             expected_id = request["id"] if len(json.dumps(request["id"])) < 64 else None
             assert answer["id"] == expected_id, (request, answer)
             if "error" in answer:
@@ -302,7 +341,7 @@ def test_fuzzed_protocol_lines_never_trip_a_sanitizer(sanitized: Path, tmp_path:
             elif request.get("op") == "reset":
                 assert answer["reset"] is False and answer["reason"]
             else:
-                _check_exec(answer, printed)
+                _check_exec(answer, expected)
         assert len(answers) >= len(requests) + 1, stderr[-2000:]  # every well-formed one answered
 
 

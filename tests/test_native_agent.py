@@ -62,13 +62,13 @@ def session_answers(root: Path) -> list[dict[str, Any]]:
         {"ready": True},
         ran(1, "hi\n"),
         ran(2, f"fn a\nplain\naliased\npipefail       \ton\n{work}/sub\n"),
-        ran(3, f"{work}/sub\n\n" + ENDED.format(3), exit_code=3),  # the session from before: cwd kept
+        ran(3, f"{work}/sub\n", exit_code=3, notes=(ENDED.format(3),)),  # the session from before: cwd kept
         ran(4, f"fn b\n{work}/sub\n"),
         ran(5, f"\n{work}\n"),  # fresh: none of the session, the workdir
-        ran(6, "cwd does not exist: '/does/not/exist'", exit_code=1),
+        ran(6, "", exit_code=1, notes=("cwd does not exist: '/does/not/exist'",)),  # it did not run
         ran(7, f"{work}\n"),  # cwd relative to the session's (sub)
         ran(8, "out\nerr\n", exit_code=1),
-        ran(9, "\n" + ENDED.format(0)),
+        ran(9, "", notes=(ENDED.format(0),)),
         ran(10, "fn c\n"),
         ran(
             11,
@@ -189,9 +189,9 @@ def recovery_requests() -> list[dict[str, Any] | str]:
 def recovery_answers(root: Path) -> list[dict[str, Any]]:
     return [
         {"ready": True},
-        ran(1, RESTARTED, exit_code=None, timed_out=True),
+        ran(1, "", exit_code=None, timed_out=True, notes=(RESTARTED,)),
         ran(2, f"unset\n{root / 'work'}\n"),  # the session from before the timed-out command
-        ran(3, "\n" + ENDED.format(-9), exit_code=-9),
+        ran(3, "", exit_code=-9, notes=(ENDED.format(-9),)),
         ran(4, "unset\n"),
         ran(5, "started\n"),  # a background job's later output is not the command's
         ran(6, "next\n"),  # nor the next one's
@@ -233,6 +233,40 @@ def test_a_request_that_is_not_json_ends_the_agent_clearly(
     assert done.returncode == 1 and done.stderr.startswith(
         b"exec agent: unreadable request: " + line.encode()
     )
+
+
+def notes_requests() -> list[dict[str, Any] | str]:
+    printed = "[the shell ended (status 0); " + ENDED.format(0).split("; ", 1)[1] + "]"
+    return [
+        exec_request(1, f"printf '%s\\n' '{printed}'"),  # a command that prints a note's words
+        exec_request(2, f"printf '%s\\n' '{printed}'; exit 0"),  # ... and then ends the shell
+        exec_request(3, f"printf '%s\\n' '{printed}'", fresh=True),
+        exec_request(4, "printf 'x%.0s' 1 2 3 4 5 6 7 8 9 10; exit 3", cap=10),  # the cap is the output's
+        exec_request(5, "exit 4", cap=-1),  # a cap that keeps nothing cuts no note
+        exec_request(6, "echo partial; sleep 30", timeout=0.5, cap=4),
+        exec_request(7, "true", cap=3, cwd="/does/not/exist", fresh=True),
+    ]
+
+
+def notes_answers() -> list[dict[str, Any]]:
+    printed = "[the shell ended (status 0); " + ENDED.format(0).split("; ", 1)[1] + "]\n"
+    omitted = "\n\n[... 4 bytes of output omitted (8 total) ...]\n\n"
+    return [
+        {"ready": True},
+        ran(1, printed),  # kept: no note came from the agent
+        ran(2, printed, notes=(ENDED.format(0),)),
+        ran(3, printed),
+        ran(4, "x" * 10, exit_code=3, notes=(ENDED.format(3),)),  # 10 bytes at cap 10: not truncated
+        ran(5, "", exit_code=4, notes=(ENDED.format(4),)),
+        ran(6, "pa" + omitted + "l\n", None, (RESTARTED,), timed_out=True, truncated=True, output_bytes=8),
+        ran(7, "", exit_code=1, notes=("cwd does not exist: '/does/not/exist'",)),
+    ]
+
+
+def test_notes_travel_apart_from_the_output(native_binary: Path, tmp_path: Path) -> None:
+    """The agent's notes are in ``notes``, never in ``output``: what a command printed is exactly
+    that (a command printing a note's words keeps them), and the cap counts output alone."""
+    assert drive([str(native_binary)], tmp_path / "agent", notes_requests()) == notes_answers()
 
 
 def test_huge_timeouts_and_caps_are_long_ones(native_binary: Path, tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from trajforge.sandbox import SandboxConfig, create_sandbox_factory
+from trajforge.sandbox import SandboxConfig, agent_scripts, create_sandbox_factory
 
 BACKENDS = ["bwrap", "local"]
 
@@ -77,8 +77,9 @@ async def test_exit_errexit_and_nounset_end_the_shell_as_they_end_bash_c(sandbox
     finished."""
     await _out(sandbox, "f() { echo f; }; A=1; cd /tmp")
     res = await sandbox.exec("B=2; cd /; exit 3")
-    assert res.exit_code == 3 and res.output.startswith("\n[the shell ended (status 3)"), res
-    assert "as it was before this command" in res.output, res
+    assert res.exit_code == 3 and res.output == "", res  # the note is not the command's output
+    assert res.notes == (agent_scripts.ENDED % 3,), res
+    assert res.shown == "\n[" + agent_scripts.ENDED % 3 + "]\n"  # what the model reads
     assert await _out(sandbox, 'f; echo "$A[${B-}]"; pwd') == "f\n1[]\n/tmp\n"
     res = await sandbox.exec("trap 'echo bye' EXIT; exit 4")  # the command's own trap runs, as in bash
     assert res.exit_code == 4 and res.output.startswith("bye\n"), res
@@ -129,10 +130,10 @@ async def test_signals_the_launcher_ignored_or_blocked_reach_no_command(kind, tm
 async def test_an_execd_or_killed_shell_is_replaced_and_the_model_is_told(sandbox):
     await _out(sandbox, "f() { echo f; }; cd /tmp; X=1")
     res = await sandbox.exec("Y=lost; exec sleep 0.1")
-    assert res.exit_code == 0 and "as it was before this command" in res.output, res
+    assert res.exit_code == 0 and res.notes == (agent_scripts.ENDED % 0,) and res.output == "", res
     assert await _out(sandbox, 'f; echo "$X[${Y-}]"; pwd') == "f\n1[]\n/tmp\n"
     res = await sandbox.exec("Y=lost; kill -9 $$")
-    assert res.exit_code == -9 and "as it was before this command" in res.output, res
+    assert res.exit_code == -9 and res.notes == (agent_scripts.ENDED % -9,) and res.output == "", res
     assert await _out(sandbox, 'f; echo "$X[${Y-}]"') == "f\n1[]\n"
 
 
@@ -141,7 +142,7 @@ async def test_a_timeout_kills_the_command_and_restores_the_shell(sandbox):
     snapshot; a background job of an earlier command is not the timed-out command's and lives."""
     await _out(sandbox, "f() { echo f; }; sleep 1021 & echo started")
     res = await sandbox.exec("Z=lost; while :; do :; done", timeout=1)
-    assert res.timed_out and res.exit_code is None and "shell was restarted" in res.output, res
+    assert res.timed_out and res.exit_code is None and res.notes == (agent_scripts.RESTARTED,), res
     assert await _out(sandbox, 'f; echo "[${Z-}]"; ps -eo args | grep -c "^sleep 1021"') == "f\n[]\n1\n"
     res = await sandbox.exec("sleep 1022 & sleep 1023", timeout=1)
     assert res.timed_out, res
@@ -171,16 +172,16 @@ async def test_a_snapshot_that_breaks_the_shell_gives_a_fresh_one(sandbox):
     sources it, and the next command runs in a fresh shell, told so."""
     await _out(sandbox, "f() { echo f; }; trap '[ -e \"$TMPDIR/armed\" ] && kill -9 $$' DEBUG")
     res = await sandbox.exec('touch "$TMPDIR/armed"')
-    assert "as it was before this command" in res.output, res
+    assert "as it was before this command" in res.notes[-1], res
     res = await sandbox.exec("type -t f || echo no-f; echo ran")
-    assert "could not be restored" in res.output and "no-f\nran\n" in res.output, res
+    assert "could not be restored" in res.notes[0] and res.output == "no-f\nran\n", res
 
 
 async def test_cwd_argument_and_background_output(sandbox):
     await _out(sandbox, "mkdir -p sub/dir && cd sub")
     assert await _out(sandbox, "pwd", cwd="dir") == f"{sandbox.workdir}/sub/dir\n"
     res = await sandbox.exec("pwd", cwd="missing")
-    assert res.exit_code == 1 and "cwd does not exist" in res.output, res
+    assert res.exit_code == 1 and res.output == "" and res.notes == ("cwd does not exist: 'missing'",), res
     assert await _out(sandbox, "pwd") == f"{sandbox.workdir}/sub/dir\n"
     assert await _out(sandbox, "(sleep 0.5; echo LATE-LINE) & echo now") == "now\n"
     assert await _out(sandbox, "sleep 1; echo later") == "later\n"  # its output stayed in its own call
@@ -205,7 +206,7 @@ async def test_a_command_that_closes_the_loops_own_fds_costs_only_its_shell(sand
     res = await sandbox.exec(
         'for n in $(seq 3 60); do eval "exec $n>&-"; done 2>/dev/null; sleep 1000', timeout=5
     )
-    assert res.timed_out and "shell was restarted" in res.output, res
+    assert res.timed_out and res.notes == (agent_scripts.RESTARTED,), res
     assert await _out(sandbox, "f") == "f\n"
 
 

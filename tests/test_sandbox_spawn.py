@@ -106,5 +106,5 @@ def test_what_cannot_start_is_answered(agent: Path, tmp_path: Path, fresh: bool)
     assert [a.get("exit_code") for a in answers[1:]] == [127, 127, 1, 0]
     assert "No such file or directory" in answers[1]["output"]
     assert "command not found" in answers[2]["output"]
-    assert answers[3]["output"] == "cwd does not exist: '/nonexistent-dir'"
+    assert answers[3]["output"] == "" and answers[3]["notes"] == ["cwd does not exist: '/nonexistent-dir'"]
     assert answers[4]["output"] == "still here\n"

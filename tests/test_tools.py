@@ -57,13 +57,33 @@ async def test_terminal_session_persists_cd_and_exports(registry, ctx):
     out = await call(registry, ctx, "terminal", command="basename $(pwd); echo $FOO; exit 3")
     body = orjson.loads(out.content)
     # ``exit`` ends the shell as in ``bash -c``; the model is told, and the session goes on
-    assert body["output"].startswith(
-        "sub\nbar\n\n[the shell ended (status 3); the next command runs in a new shell"
+    assert body["output"] == (
+        "sub\nbar\n\n[the shell ended (status 3); the next command runs in a new shell with the "
+        "session as it was before this command]\n"
     )
-    assert body["exit_code"] == 3
+    assert body["exit_code"] == 3 and "truncated" not in body
     assert out.ok  # a non-zero exit is the command's result, not a tool failure
     out = await call(registry, ctx, "terminal", command="basename $(pwd); echo $FOO")
     assert orjson.loads(out.content)["output"] == "sub\nbar\n"
+
+
+@pytest.mark.parametrize("kind", ["local", "bwrap"])
+async def test_the_output_cap_is_the_outputs_alone(registry, kind):
+    """A command printing exactly the cap and ending its shell: the model reads all it printed and
+    the note after it; the note neither counts against the cap nor is cut by it."""
+    factory = create_sandbox_factory(SandboxConfig(kind=kind, command_timeout_s=20, output_cap_bytes=64))
+    sandbox = await factory.create("cap-test")
+    try:
+        ctx = ToolContext(task_id="cap-test", sandbox=sandbox)
+        out = await call(registry, ctx, "terminal", command="printf 'x%.0s' $(seq 64); exit 3")
+        body = orjson.loads(out.content)
+        assert body == {
+            "output": "x" * 64 + "\n[the shell ended (status 3); the next command runs in a new shell "
+            "with the session as it was before this command]\n",
+            "exit_code": 3,
+        }
+    finally:
+        await sandbox.close()
 
 
 async def test_terminal_timeout_is_a_tool_failure(registry, ctx):

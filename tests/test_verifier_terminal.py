@@ -18,7 +18,7 @@ from trajforge.envs.config import EnvConfig
 from trajforge.envs.library.swe import SweEnv
 from trajforge.envs.types import RewardBreakdown
 from trajforge.envs.verifier import VerifierContext
-from trajforge.sandbox import SandboxConfig, close_factory, create_sandbox_factory
+from trajforge.sandbox import SandboxConfig, agent_scripts, close_factory, create_sandbox_factory
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
 from trajforge.tools.builtin import default_registry
 
@@ -279,3 +279,37 @@ async def test_a_write_the_rollout_blocked_is_the_rollouts_failure(factory):
         PlacementEnv.target = "/tests/test.sh"
     assert ep.reward_error is None, ep.reward_error
     assert ep.reward == 0.0 and (ep.reward_reason or "").startswith("OSError"), ep.reward_reason
+
+
+# What a command prints that reads like the sandbox's note: the command's own output, to be kept.
+LOOKALIKE = "\n[the shell ended (status 0); the next command runs in a new shell, says this command]\n"
+
+
+class NotesEnv(BaseEnv):
+    """Reward code in the rollout's session reads what its commands printed, exactly: the
+    sandbox's notes come apart from the output, never cut out of it by their wording."""
+
+    name: ClassVar[str] = "notes"
+    seen: ClassVar[dict[str, Any]] = {}
+
+    def generate(self, index: int, *, split: str) -> dict[str, Any]:
+        return {"id": "n", "prompt": "nothing"}
+
+    async def compute_reward(self, item: Any, result: Any, ctx: VerifierContext) -> RewardBreakdown:
+        quoted = LOOKALIKE.replace("\n", "\\n")
+        type(self).seen = {
+            "lookalike": await ctx.terminal(f"printf '{quoted}'"),
+            "ended": await ctx.terminal("echo out; exit 3"),
+        }
+        return RewardBreakdown(reward=1.0)
+
+
+async def test_session_output_is_what_the_command_printed_and_notes_come_apart(factory):
+    env = NotesEnv(EnvConfig(enabled_toolsets=["terminal"], max_agent_turns=2, reward_shell="session"))
+    ep = await _run(env, factory, [answer("done")])
+    assert ep.reward == 1.0, ep.reward_reason
+    lookalike, ended = NotesEnv.seen["lookalike"], NotesEnv.seen["ended"]
+    # before, a regex cut the note's words out of the output, whoever printed them
+    assert lookalike == {"output": LOOKALIKE, "exit_code": 0, "timed_out": False, "notes": []}
+    assert ended["output"] == "out\n" and ended["exit_code"] == 3, ended
+    assert ended["notes"] == [agent_scripts.ENDED % 3], ended

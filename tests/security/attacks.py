@@ -315,6 +315,7 @@ async def fork_bomb(root: str) -> dict[str, Any]:
             "bomb": bomb.output,
             "bomb_timed_out": bomb.timed_out,
             "later": later.output,
+            "notes": [*bomb.notes, *later.notes],  # the sandbox's words, apart from the output
             "next": fresh.output,
             "stats": factory.stats.counts(),
         }
@@ -455,6 +456,7 @@ async def forge(root: str) -> dict[str, Any]:
                 "exit_code": res.exit_code,
                 "took": took,
                 "output": res.output[-300:],
+                "notes": list(res.notes),
                 "next": after.output,
             }
             await sb.close()
@@ -496,10 +498,10 @@ async def _insider(factory: Any) -> dict[str, Any]:
     await sb.close()
     return {
         "forged": (forged.exit_code, forged.output, forged_took),
-        "next": (nxt.exit_code, nxt.output),
+        "next": (nxt.exit_code, nxt.output, list(nxt.notes)),
         "later": (later.exit_code, later.output),
         "dies": (dies.exit_code, dies.output),
-        "after_death": (after_death.exit_code, after_death.output),
+        "after_death": (after_death.exit_code, after_death.output, list(after_death.notes)),
     }
 
 

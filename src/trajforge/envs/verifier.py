@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import secrets
 import shlex
 from collections.abc import Mapping, Sequence
@@ -50,9 +49,6 @@ from trajforge.tools.base import Tool, ToolContext, ToolOutput
 from trajforge.tools.limits import ToolLimits
 
 _SCRATCH = ".trajforge-verifier"  # under the sandbox scratch dir, never the workdir
-# The exec agent's note when a command ended the resident shell (sandbox/exec_agent.c,
-# ``shell_exited``): told to the model, never part of what the command printed.
-_SHELL_ENDED = re.compile(r"\n\[the shell ended \(status -?\d+\)[^\n]*\]\n\Z")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # Git settings that would run a program, neutralised for every verifier command: repository
@@ -408,7 +404,10 @@ class VerifierContext:
         session: bool | None = None,
     ) -> dict[str, Any]:
         """The seed's ``ToolContext.terminal``: run shell text, get ``{"output", "exit_code"}``
-        (stdout and stderr as one stream, in the order written; ``exit_code`` -1 when it was killed at ``timeout``).
+        (stdout and stderr as one stream, in the order written, exactly what the command printed;
+        ``exit_code`` -1 when it was killed at ``timeout``), and ``timed_out`` and ``notes`` (the
+        sandbox's own words about the command, e.g. that ``exit 3`` ended the session's shell:
+        never part of ``output``).
 
         ``session`` (default: this context's ``shell == "session"``) runs it in the rollout's own
         resident shell: from the cwd the agent left, with the variables it exported, beside the
@@ -419,14 +418,14 @@ class VerifierContext:
         if self.shell == "session" if session is None else session:
             res = await self.sandbox.exec(command, timeout=timeout)
             code = -1 if res.timed_out or res.exit_code is None else res.exit_code
-            # ``exit N`` ends the session's shell as it ends ``bash -c``; the agent's note saying
-            # so is the model's, not part of what the command printed
-            output = _SHELL_ENDED.sub("", res.output)
-            return {"output": output, "exit_code": code, "timed_out": res.timed_out}
+            # what the command printed, exactly: the sandbox's notes (``exit N`` ended the
+            # session's shell, as it ends ``bash -c``) travel apart from it, in ``notes``
+            notes = list(res.notes)
+            return {"output": res.output, "exit_code": code, "timed_out": res.timed_out, "notes": notes}
         ran = await self.exec(f"exec 2>&1\n{command}", timeout=timeout)  # one stream, in order
         out = (ran.stdout + ran.stderr).decode(errors="replace")
         code = -1 if ran.timed_out or ran.exit_code is None else ran.exit_code
-        return {"output": out, "exit_code": code, "timed_out": ran.timed_out}
+        return {"output": out, "exit_code": code, "timed_out": ran.timed_out, "notes": []}
 
     async def _scratch_or_empty(self, path: str, stream: str, command: str | Sequence[str]) -> bytes:
         """A command's output, read back bounded: over ``max_read_bytes`` it is refused unread.

@@ -3,8 +3,10 @@
 Why a module of their own: they are shell and English, not C, and reading them here (with the
 reasons beside each line) is easier than reading them as C string literals. ``native_agent``
 writes them into ``agent_scripts.h`` when it builds ``exec_agent.c``, the one exec agent; nothing
-else runs them. They must stay ASCII (the header embeds them byte for byte). ``INTERFERED`` and
-``INTRUDED`` hold one ``%d``: the other process's pid, filled in by the agent's ``printf``.
+else runs them. They must stay ASCII (the header embeds them byte for byte). The notes are format
+strings for the agent's ``printf``: ``INTERFERED`` and ``INTRUDED`` hold one ``%d`` (the other
+process's pid), ``ENDED`` and ``ENDED_UNSTARTED`` one ``%d`` (the shell's status),
+``PROCESS_LIMIT`` one ``%d`` (the limit), ``CWD_MISSING`` one ``%s``; no other ``%``.
 """
 
 from __future__ import annotations
@@ -127,33 +129,72 @@ done;
 # One line: ``eval`` numbers a command's lines from the line it is called on, and on line 1 the
 # command's first line is ``line 1`` in bash's messages, as under ``bash -c``.
 LOOP = " ".join(line.strip() for line in _LOOP_LINES.strip().splitlines()) + "\n"
+# The notes: the agent's own words about a command, sent in its answer's ``notes`` (one sentence
+# each, no brackets or newlines), never inside ``output``: what a command printed stays exactly
+# what it printed, and the output cap counts output alone. The host shows each to the model after
+# the output, on a line of its own in brackets (``ExecResult.shown``).
+#
 # A command can read the loop's nonce (it runs in the loop's shell) and write the status line
 # itself: its call then ends early. Its real end shows up later, while the next command waits.
 OVERRAN = (
-    "\n[the command before this one reported its end early (it wrote the shell's status line "
-    "itself) and went on running in the shell until now]\n"
+    "the command before this one reported its end early (it wrote the shell's status line "
+    "itself) and went on running in the shell until now"
 )
+# ... and that earlier command then ended the shell before this one could start.
+OVERRAN_ENDED = "... and then ended the shell: this command did not run"
 # A process other than the shell wrote on the shell's channel (a job a command left, or a
 # program given a copy of the channel): what this command reports cannot be trusted.
 INTERFERED = (
-    "\n[a process other than the shell (pid %d) wrote on the shell's channel to the exec agent: it "
+    "a process other than the shell (pid %d) wrote on the shell's channel to the exec agent: it "
     "was killed, and so were the shell and what this command started; this command's exit code and "
     "output are not reported (it may have been interfered with); the next command runs in a new "
-    "shell with the session as it was before this command]\n"
+    "shell with the session as it was before this command"
 )
 INTRUDED = (
-    "[a process other than the shell (pid %d) wrote on the shell's channel to the exec agent since "
+    "a process other than the shell (pid %d) wrote on the shell's channel to the exec agent since "
     "the last command: it was killed, and this command runs in a new shell with the session as it "
-    "was after the last command]\n"
+    "was after the last command"
 )
 # The shell never took the command (stopped, still running an earlier one, or its request was
 # taken by another process): whatever reached the command's output was not the command's.
 NOT_STARTED = (
-    "\n[the shell did not start this command within its timeout (a process stopped it or took its "
+    "the shell did not start this command within its timeout (a process stopped it or took its "
     "request, or the command before this one was still running in it): nothing that reached its "
     "output is reported; the shell was restarted: the next command runs with the session as it "
-    "was before this command]\n"
+    "was before this command"
 )
-RESTARTED = (
-    "\n[the shell was restarted: the next command runs with the session as it was before this command]\n"
+RESTARTED = "the shell was restarted: the next command runs with the session as it was before this command"
+# The command ended the shell (``exit``, ``set -e``, ``exec``, a signal): ``%d`` its status.
+ENDED = (
+    "the shell ended (status %d); the next command runs in a new shell with the session as it "
+    "was before this command"
+)
+ENDED_UNSTARTED = (
+    "the shell ended (status %d) before this command started: it did not run; the next command "
+    "runs in a new shell with the session as it was after the last command that finished"
+)
+RESTORE_FAILED = (
+    "the shell's saved state could not be restored: this command runs in a fresh shell (start "
+    "environment, workdir)"
+)
+# ``%d``: the sandbox's process limit. Said by the agent when it finds the sandbox near it.
+PROCESS_LIMIT = (
+    "the sandbox reached its process limit (%d); every process in it, background jobs included, was killed"
+)
+# ``%s``: the directory as Python's repr() writes it. The command did not run.
+CWD_MISSING = "cwd does not exist: %s"
+# The notes above, one per line: what a test checks a note against (each must be a sentence the
+# agent may say, never inside output).
+NOTES = (
+    OVERRAN,
+    OVERRAN_ENDED,
+    INTERFERED,
+    INTRUDED,
+    NOT_STARTED,
+    RESTARTED,
+    ENDED,
+    ENDED_UNSTARTED,
+    RESTORE_FAILED,
+    PROCESS_LIMIT,
+    CWD_MISSING,
 )

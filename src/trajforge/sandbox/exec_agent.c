@@ -19,12 +19,17 @@
  *   request  ``{"id": n, "op": "exec", "command": str, "timeout": float, "cwd": str|null, "cap": int}``
  *            (``"fresh": true``: a bash of its own, outside the session: a verifier's command;
  *            timeout 0 or absent: 60 s; cap 0 or absent: 16384 bytes, a negative cap keeps nothing)
- *   answer   ``{"id": n, "exit_code": int|null, "output": str, "timed_out": bool, "truncated": bool,
- *              "output_bytes": int, "duration_s": float}``; ``exit_code`` is null at a timeout and
- *            -N when a signal N ended the command; ``output`` is stdout and stderr interleaved, the
- *            first cap/2 bytes and the last cap - cap/2 around the line
+ *   answer   ``{"id": n, "exit_code": int|null, "output": str, "notes": [str], "timed_out": bool,
+ *              "truncated": bool, "output_bytes": int, "duration_s": float}``; ``exit_code`` is null
+ *            at a timeout and -N when a signal N ended the command; ``output`` is what the command
+ *            printed, stdout and stderr interleaved, nothing of the agent's in it but the cap's
+ *            elision: the first cap/2 bytes and the last cap - cap/2 around the line
  *            ``[... K bytes of output omitted (T total) ...]``, each part decoded as UTF-8 with one
- *            U+FFFD per maximal invalid subpart (what Python's ``decode("utf-8", "replace")`` gives)
+ *            U+FFFD per maximal invalid subpart (what Python's ``decode("utf-8", "replace")`` gives);
+ *            ``output_bytes`` counts what it printed. ``notes``: the agent's own sentences about the
+ *            command (agent_scripts.py: the shell ended or was restarted, the process limit was
+ *            reached and everything killed, a missing cwd, a forged status line), never inside
+ *            ``output`` and never counted by the cap; at most 8 of at most 1024 bytes each
  *   answer   ``{"id": n, "error": "Kind: text"}`` when the exec cannot run (no ``command``, a
  *            command with a lone surrogate other than U+DC80..U+DCFF, its file not writable): the
  *            host's reason to discard the sandbox, never shown to the model
@@ -782,8 +787,6 @@ static void cap_feed(cap_t *c, const char *chunk, size_t n) {
     }
 }
 
-static void cap_feeds(cap_t *c, const char *s) { cap_feed(c, s, strlen(s)); }
-
 /* Forget what was fed so far (it was not the command's). */
 static void cap_clear(cap_t *c) {
     buf_clear(&c->head);
@@ -810,6 +813,82 @@ static int cap_render(cap_t *c, buf_t *out) {
 static void cap_free(cap_t *c) {
     buf_free(&c->head);
     buf_free(&c->tail);
+}
+
+/* ------------------------------------------------------------------ notes
+
+The agent's own words about a command (the shell ended, was restarted, the process limit was hit,
+the cwd is missing): sent in the answer's "notes", never inside "output", so what a command printed
+is exactly what it printed (a verifier reads it as such), and the output cap counts output alone.
+Their own bound: at most NOTES_MAX notes of at most NOTE_MAX bytes each. */
+
+#define NOTES_MAX 8
+#define NOTE_MAX 1024
+
+typedef struct {
+    char *items[NOTES_MAX];
+    size_t n;
+} notes_t;
+
+/* One note, cut at NOTE_MAX bytes (with "..."); dropped when NOTES_MAX are there already. */
+static void notes_vadd(notes_t *ns, int front, const char *fmt, va_list ap) {
+    if (ns->n >= NOTES_MAX)
+        return;
+    char *text = xcalloc(NOTE_MAX + 1, 1);
+    int n = vsnprintf(text, NOTE_MAX + 1, fmt, ap);
+    if (n < 0)
+        die("vsnprintf failed");
+    if (n > NOTE_MAX)
+        memcpy(text + NOTE_MAX - 3, "...", 3);
+    if (front) {
+        memmove(ns->items + 1, ns->items, ns->n * sizeof *ns->items);
+        ns->items[0] = text;
+    } else
+        ns->items[ns->n] = text;
+    ns->n++;
+}
+
+__attribute__((format(printf, 2, 3))) static void notes_add(notes_t *ns, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    notes_vadd(ns, 0, fmt, ap);
+    va_end(ap);
+}
+
+/* A note before the ones there (what happened first is said first, as the agent always has). */
+__attribute__((format(printf, 2, 3))) static void notes_add_first(notes_t *ns, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    notes_vadd(ns, 1, fmt, ap);
+    va_end(ap);
+}
+
+static void notes_clear(notes_t *ns) {
+    for (size_t i = 0; i < ns->n; i++)
+        free(ns->items[i]);
+    ns->n = 0;
+}
+
+/* `from`'s notes after `to`'s, `from` emptied. */
+static void notes_move(notes_t *to, notes_t *from) {
+    for (size_t i = 0; i < from->n; i++) {
+        if (to->n < NOTES_MAX)
+            to->items[to->n++] = from->items[i];
+        else
+            free(from->items[i]);
+    }
+    from->n = 0;
+}
+
+/* The notes as a JSON array of strings. */
+static void notes_render(const notes_t *ns, buf_t *out) {
+    buf_adds(out, "[");
+    for (size_t i = 0; i < ns->n; i++) {
+        if (i)
+            buf_adds(out, ", ");
+        json_text(out, ns->items[i], strlen(ns->items[i]));
+    }
+    buf_adds(out, "]");
 }
 
 /* ------------------------------------------------------------------ drained pipes */
@@ -2327,14 +2406,13 @@ static int spawn_shell(int restore, buf_t *why) {
     return 0;
 }
 
-static int start_shell(buf_t *note, buf_t *why) {
+static int start_shell(notes_t *notes, buf_t *why) {
     if (agent.restorable) {
         int rc = spawn_shell(1, why);
         if (rc != SHELL_FAILED)
             return rc;
         agent.restorable = 0;
-        buf_adds(note, "[the shell's saved state could not be restored: this command runs in a fresh "
-                       "shell (start environment, workdir)]\n");
+        notes_add_first(notes, TF_RESTORE_FAILED);
     }
     return spawn_shell(0, why);
 }
@@ -2351,12 +2429,9 @@ static void stop_all(void) {
     agent.n_groups = 0;
 }
 
-static void kill_everything(buf_t *note) {
+static void kill_everything(notes_t *notes) {
     stop_all();
-    buf_printf(note,
-               "\n[the sandbox reached its process limit (%d); every process in it, background jobs included, "
-               "was killed]\n",
-               agent.max_procs);
+    notes_add(notes, TF_PROCESS_LIMIT, agent.max_procs);
 }
 
 /* Whether a fork of ours is refused for want of processes (exec_agent._cannot_fork). */
@@ -2412,10 +2487,9 @@ typedef struct {
     int timed_out, foreign; /* foreign: what reached the FIFO is not the command's (dropped) */
 } status_t;
 
-static void answer_exec(const request_t *r, int has_code, long long code, const char *message, double started,
+/* The answer to an exec: the output (capped) and the agent's notes apart from it. */
+static void answer_exec(const request_t *r, int has_code, long long code, const notes_t *notes, double started,
                         cap_t *cap, int timed_out, buf_t *out) {
-    if (message)
-        cap_feeds(cap, message);
     buf_printf(out, "{\"id\": %s, \"exit_code\": ", r->id);
     if (has_code)
         buf_printf(out, "%lld", code);
@@ -2423,6 +2497,8 @@ static void answer_exec(const request_t *r, int has_code, long long code, const 
         buf_adds(out, "null");
     buf_adds(out, ", \"output\": ");
     int truncated = cap_render(cap, out);
+    buf_adds(out, ", \"notes\": ");
+    notes_render(notes, out);
     buf_printf(out, ", \"timed_out\": %s, \"truncated\": %s, \"output_bytes\": %lld, \"duration_s\": %.6f}\n",
                timed_out ? "true" : "false", truncated ? "true" : "false", cap->total, monotonic() - started);
 }
@@ -2433,10 +2509,12 @@ static void answer_error(const request_t *r, const char *text, buf_t *out) {
     buf_adds(out, "}\n");
 }
 
-static void cwd_missing(const char *cwd, size_t n, buf_t *message) {
-    buf_clear(message);
-    buf_adds(message, "cwd does not exist: ");
-    py_repr(message, cwd, n);
+/* The note of a command that did not run: its cwd is not a directory. */
+static void cwd_missing(const char *cwd, size_t n, notes_t *notes) {
+    buf_t quoted = {0};
+    py_repr(&quoted, cwd, n);
+    notes_add(notes, TF_CWD_MISSING, quoted.p);
+    buf_free(&quoted);
 }
 
 /* A fresh command's output until it exits (or its deadline kills it): exec_agent.Agent._collect. */
@@ -2485,8 +2563,8 @@ static int collect(pid_t pid, int fd, cap_t *cap, double deadline, int *timed_ou
 }
 
 static void exec_fresh(const request_t *r, const char *cmd_file, double started, double timeout, cap_t *cap,
-                       buf_t *note, buf_t *out) {
-    buf_t cwd = {0}, message = {0}, why = {0};
+                       notes_t *notes, buf_t *out) {
+    buf_t cwd = {0}, why = {0};
     if (r->has_cwd && r->cwd.n)
         buf_add(&cwd, r->cwd.p, r->cwd.n);
     else
@@ -2499,8 +2577,8 @@ static void exec_fresh(const request_t *r, const char *cmd_file, double started,
     }
     struct stat st;
     if (memchr(cwd.p, 0, cwd.n) || stat(cwd.p, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        cwd_missing(cwd.p, cwd.n, &message);
-        answer_exec(r, 1, 1, message.p, started, cap, 0, out);
+        cwd_missing(cwd.p, cwd.n, notes);
+        answer_exec(r, 1, 1, notes, started, cap, 0, out);
         goto done;
     }
     env_t env;
@@ -2519,7 +2597,7 @@ static void exec_fresh(const request_t *r, const char *cmd_file, double started,
         if (pid < 0) {
             close(pipefd[0]);
             if (e == EAGAIN && attempt == 0) { /* no process left: recover the sandbox, try once more */
-                kill_everything(note);
+                kill_everything(notes);
                 continue;
             }
             break;
@@ -2538,13 +2616,10 @@ static void exec_fresh(const request_t *r, const char *cmd_file, double started,
     int code = collect(pid, pipefd[0], cap, started + timeout, &timed_out);
     groups_discard(pid);
     if (near_process_limit())
-        kill_everything(note);
-    if (note->n)
-        cap_feed(cap, note->p, note->n);
-    answer_exec(r, !timed_out, code, NULL, started, cap, timed_out, out);
+        kill_everything(notes);
+    answer_exec(r, !timed_out, code, notes, started, cap, timed_out, out);
 done:
     buf_free(&cwd);
-    buf_free(&message);
     buf_free(&why);
 }
 
@@ -2559,28 +2634,21 @@ static void after_shell_died(void) {
 
 /* The shell ended during the command without reporting it (exec_agent.Agent._shell_exited): its
  * status, and the note. */
-static long long shell_exited(shell_t *s, int overran, int unstarted, buf_t *ended) {
+static long long shell_exited(shell_t *s, int overran, int unstarted, notes_t *ended) {
     shell_poll(s, 1); /* everything it said has been read: its pid may go now */
     int code = s->exit_code != RUNNING ? s->exit_code : 0;
     after_shell_died();
     if (overran) {
         agent.restorable = 1;
-        buf_adds(ended, TF_OVERRAN);
-        buf_adds(ended, "[... and then ended the shell: this command did not run]\n");
+        notes_add(ended, TF_OVERRAN);
+        notes_add(ended, TF_OVERRAN_ENDED);
         return code;
     }
     if (unstarted) {
-        buf_printf(ended,
-                   "\n[the shell ended (status %d) before this command started: it did not run; the next "
-                   "command runs in a new shell with the session as it was after the last command that "
-                   "finished]\n",
-                   code);
+        notes_add(ended, TF_ENDED_UNSTARTED, code);
         return code;
     }
-    buf_printf(ended,
-               "\n[the shell ended (status %d); the next command runs in a new shell with the session as it "
-               "was before this command]\n",
-               code);
+    notes_add(ended, TF_ENDED, code);
     return code;
 }
 
@@ -2616,7 +2684,7 @@ static void kill_command(shell_t *s, long long last) {
  * "NONCE exit RC" (a shell that says it is going: no loop says it since issue 39), "NONCE cwd" or another word, or the previous command's late
  * end. */
 static void take_line(const char *line, const char *prefix, const char *before, const char *fifo, status_t *status,
-                      int *started, int *overran, int *exiting, buf_t *note) {
+                      int *started, int *overran, int *exiting, notes_t *note) {
     if (starts_with(line, prefix)) {
         const char *word = line + strlen(prefix);
         long long code;
@@ -2637,15 +2705,15 @@ static void take_line(const char *line, const char *prefix, const char *before, 
             snprintf(status->word, sizeof status->word, "%s", word);
         }
     } else if (before[0] && starts_with(line, before)) {
-        buf_clear(note);
-        buf_adds(note, TF_OVERRAN); /* its real end: that one's status line was forged */
+        notes_clear(note);
+        notes_add(note, TF_OVERRAN); /* its real end: that one's status line was forged */
         *overran = 1;
     }
 }
 
 /* A command's output from its FIFO until the shell reports NONCE RC (exec_agent._collect_session). */
 static status_t collect_session(shell_t *s, const char *nonce, const char *fifo, int reader, int holder, cap_t *cap,
-                                double deadline, long long last, buf_t *note) {
+                                double deadline, long long last, notes_t *note) {
     char prefix[40], before[40];
     snprintf(prefix, sizeof prefix, "%s ", nonce);
     before[0] = 0;
@@ -2669,14 +2737,12 @@ static status_t collect_session(shell_t *s, const char *nonce, const char *fifo,
                     take_line(*l, prefix, before, fifo, &status, &started, &overran, &exiting, note);
                 lines_free(lines);
                 if (status.kind < 0 && !s->n_intruders) {
-                    buf_t ended = {0};
+                    notes_t ended = {0};
                     long long code = shell_exited(s, overran && !started, !started, &ended);
                     s = NULL; /* forgotten */
-                    if (ended.n && starts_with(ended.p, TF_OVERRAN))
-                        buf_clear(note);
-                    if (ended.n)
-                        buf_add(note, ended.p, ended.n);
-                    buf_free(&ended);
+                    if (ended.n && !strcmp(ended.items[0], TF_OVERRAN))
+                        notes_clear(note);
+                    notes_move(note, &ended);
                     status = (status_t){0, code, "", 0, 0};
                     done = 1;
                 }
@@ -2686,16 +2752,16 @@ static status_t collect_session(shell_t *s, const char *nonce, const char *fifo,
                 kill_command(s, last);
                 after_shell_died();
                 s = NULL;
-                buf_clear(note);
-                buf_printf(note, TF_INTERFERED, pid);
+                notes_clear(note);
+                notes_add(note, TF_INTERFERED, pid);
                 status = (status_t){-1, 0, "", 0, 1};
                 done = 1;
             } else if (status.kind < 0 && !done && now >= deadline) {
                 kill_command(s, last);
                 after_shell_died();
                 s = NULL;
-                buf_clear(note);
-                buf_adds(note, started ? TF_RESTARTED : TF_NOT_STARTED);
+                notes_clear(note);
+                notes_add(note, "%s", started ? TF_RESTARTED : TF_NOT_STARTED);
                 status = (status_t){-1, 0, "", 1, !started};
                 done = 1;
             }
@@ -2745,15 +2811,16 @@ static status_t collect_session(shell_t *s, const char *nonce, const char *fifo,
     return status;
 }
 
-static void exec_session(const request_t *r, double started, double timeout, cap_t *cap, buf_t *note, buf_t *out) {
-    buf_t message = {0}, why = {0}, cwd_file = {0}, fifo = {0};
+static void exec_session(const request_t *r, double started, double timeout, cap_t *cap, notes_t *note,
+                         buf_t *out) {
+    buf_t why = {0}, cwd_file = {0}, fifo = {0};
     int has_cwd = r->has_cwd;
     if (has_cwd) {
         struct stat st;
         if (memchr(r->cwd.p ? r->cwd.p : "", 0, r->cwd.n) ||
             (r->cwd.n && r->cwd.p[0] == '/' && (stat(r->cwd.p, &st) != 0 || !S_ISDIR(st.st_mode)))) {
-            cwd_missing(r->cwd.p ? r->cwd.p : "", r->cwd.n, &message);
-            answer_exec(r, 1, 1, message.p, started, cap, 0, out);
+            cwd_missing(r->cwd.p ? r->cwd.p : "", r->cwd.n, note);
+            answer_exec(r, 1, 1, note, started, cap, 0, out);
             goto done;
         }
         buf_printf(&cwd_file, "%s/c%lld.cwd", agent.cmd_dir, agent.counter);
@@ -2774,41 +2841,25 @@ static void exec_session(const request_t *r, double started, double timeout, cap
         char **stale = shell_lines(agent.shell); /* what the shell said between commands is not this command's */
         lines_free(stale);
         if (agent.shell->n_intruders) { /* someone else wrote on its channel: a new shell */
-            buf_t joined = {0};
-            buf_printf(&joined, TF_INTRUDED, kill_intruders(agent.shell));
-            buf_add(&joined, note->p ? note->p : "", note->n);
-            buf_clear(note);
-            buf_add(note, joined.p, joined.n);
-            buf_free(&joined);
+            notes_add_first(note, TF_INTRUDED, kill_intruders(agent.shell));
             forget_shell();
         }
     }
     if (!agent.shell || shell_poll(agent.shell, 0) != RUNNING) {
         if (agent.shell)
             forget_shell();
-        buf_t said = {0};
-        int rc = start_shell(&said, &why);
+        int rc = start_shell(note, &why); /* its note, if any, comes first */
         if (rc < 0 && errno == EAGAIN) {
             kill_everything(note);
-            rc = start_shell(&said, &why);
+            rc = start_shell(note, &why);
         }
         if (rc < 0) {
-            buf_free(&said);
             buf_t text = {0};
             buf_printf(&text, "OSError: %s", why.p ? why.p : "cannot start the shell");
             answer_error(r, text.p, out);
             buf_free(&text);
             goto done;
         }
-        if (said.n) {
-            buf_t joined = {0};
-            buf_add(&joined, said.p, said.n);
-            buf_add(&joined, note->p ? note->p : "", note->n);
-            buf_clear(note);
-            buf_add(note, joined.p, joined.n);
-            buf_free(&joined);
-        }
-        buf_free(&said);
     }
     shell_t *s = agent.shell;
     char nonce[33];
@@ -2832,19 +2883,19 @@ static void exec_session(const request_t *r, double started, double timeout, cap
     char line[128];
     int n = snprintf(line, sizeof line, "%lld %s %s\n", agent.counter, nonce, has_cwd ? "c" : "-");
     write_all(s->channel, line, (size_t)n); /* the shell is gone already: its exit is read below */
-    buf_t said = {0};
+    notes_t said = {0};
     status_t status = collect_session(s, nonce, fifo.p, reader, holder, cap, started + timeout, last, &said);
     unlink(fifo.p);
     if (has_cwd)
         unlink(cwd_file.p);
     if (status.kind == 1) {
-        buf_free(&said);
-        cwd_missing(r->cwd.p ? r->cwd.p : "", r->cwd.n, &message);
-        answer_exec(r, 1, 1, message.p, started, cap, 0, out);
+        notes_clear(&said);
+        cwd_missing(r->cwd.p ? r->cwd.p : "", r->cwd.n, note);
+        answer_exec(r, 1, 1, note, started, cap, 0, out);
         goto done;
     }
     if (status.kind == 2) {
-        buf_free(&said);
+        notes_clear(&said);
         buf_t text = {0};
         buf_adds(&text, "ValueError: invalid literal for int() with base 10: ");
         py_repr(&text, status.word, strlen(status.word));
@@ -2854,15 +2905,11 @@ static void exec_session(const request_t *r, double started, double timeout, cap
     }
     if (status.foreign) /* what reached the FIFO is not the command's */
         cap_clear(cap);
-    buf_add(note, said.p ? said.p : "", said.n);
-    buf_free(&said);
+    notes_move(note, &said);
     if (near_process_limit())
         kill_everything(note);
-    if (note->n)
-        cap_feed(cap, note->p, note->n);
-    answer_exec(r, status.kind >= 0, status.code, NULL, started, cap, status.timed_out, out);
+    answer_exec(r, status.kind >= 0, status.code, note, started, cap, status.timed_out, out);
 done:
-    buf_free(&message);
     buf_free(&why);
     buf_free(&cwd_file);
     buf_free(&fifo);
@@ -2873,7 +2920,8 @@ static void do_exec(request_t *r, buf_t *out) {
     double timeout = r->timeout != 0 ? r->timeout : 60.0;
     cap_t cap;
     cap_init(&cap, r->cap ? r->cap : 16384);
-    buf_t note = {0}, why = {0}, cmd_file = {0};
+    notes_t note = {0};
+    buf_t why = {0}, cmd_file = {0};
     if (near_process_limit())
         kill_everything(&note);
     agent.counter++;
@@ -2900,7 +2948,7 @@ static void do_exec(request_t *r, buf_t *out) {
     unlink(cmd_file.p);
 done:
     cap_free(&cap);
-    buf_free(&note);
+    notes_clear(&note);
     buf_free(&why);
     buf_free(&cmd_file);
 }

@@ -35,7 +35,21 @@ _FLAGS = ("-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter")
 _C_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n"}
 # What the C agent takes from agent_scripts.py: the shell's scripts, and the notes about the shell
 # (``INTERFERED``/``INTRUDED`` hold one %d: the other process's pid, for C's printf).
-_SCRIPTS = ("LOOP", "WRAPPER", "OVERRAN", "INTERFERED", "INTRUDED", "NOT_STARTED", "RESTARTED")
+_SCRIPTS = (
+    "LOOP",
+    "WRAPPER",
+    "OVERRAN",
+    "OVERRAN_ENDED",
+    "INTERFERED",
+    "INTRUDED",
+    "NOT_STARTED",
+    "RESTARTED",
+    "ENDED",
+    "ENDED_UNSTARTED",
+    "RESTORE_FAILED",
+    "PROCESS_LIMIT",
+    "CWD_MISSING",
+)
 INSTALL_HINT = "install a C compiler and the C library's headers: apt-get install gcc libc6-dev"
 
 

@@ -151,15 +151,17 @@ class ProcessSandbox:
             raise ValueError(
                 f"a command timeout must be a positive finite number of seconds, not {timeout!r}"
             )
-        note = await self._recover_from_refused_forks()
+        before = await self._recover_from_refused_forks()
         result = await self.agent.exec(
             command,
             timeout=timeout if timeout is not None else self.config.command_timeout_s,
             cwd=cwd,
             cap=self.config.output_cap_bytes,
         )
-        note += await self._recover_from_refused_forks()
-        return result.model_copy(update={"output": note + result.output}) if note else result
+        after = await self._recover_from_refused_forks()
+        if not (before or after):
+            return result
+        return result.model_copy(update={"notes": (*before, *result.notes, *after)})
 
     def _refused_forks(self) -> int | None:
         """How many forks the sandbox's pids cgroup has refused (``pids.events``: ``max N``);
@@ -173,24 +175,25 @@ class ProcessSandbox:
                 return int(value)
         return None
 
-    async def _recover_from_refused_forks(self) -> str:
+    async def _recover_from_refused_forks(self) -> tuple[str, ...]:
         """Kill every process the commands left when the kernel refused a fork since the last look.
 
         Why here and not only in the exec agent: the agent kills at 80% of the process limit, but
         a fork bomb whose shells sit in bash's fork-retry back-off can hold ~70% of the slots
         indefinitely, below any count threshold, and starve the rollout's later commands. A
         refused fork is the kernel saying the limit was hit, so it is the signal that cannot be
-        dodged by timing. Returns the note the model sees ("" when nothing was done)."""
+        dodged by timing. Returns the note the model sees (none when nothing was done), for the
+        command's ``notes``."""
         refused = self._refused_forks()
         if refused is None:
-            return ""
+            return ()
         seen, self._refused_seen = self._refused_seen, refused
         if seen is None or refused <= seen:
-            return ""
+            return ()
         await self.agent.stop_processes()
         return (
-            f"[the sandbox reached its process limit ({self.config.limits.max_processes}): the kernel "
-            "refused new processes, so every process in it, background jobs included, was killed]\n"
+            f"the sandbox reached its process limit ({self.config.limits.max_processes}): the kernel "
+            "refused new processes, so every process in it, background jobs included, was killed",
         )
 
     async def exec_fresh(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:  # noqa: ASYNC109

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import PurePosixPath
 from typing import Literal
 
@@ -33,13 +34,22 @@ _RESERVED = frozenset({"workspace", "tmp", "run", "proc", "dev", "usr", "etc", "
 class ExecResult(BaseModel):
     """Outcome of one command.
 
-    ``output`` is stdout and stderr interleaved, capped for the model: when the command printed
-    more than the cap, the head and the tail are kept and ``truncated`` is set. ``exit_code`` is
-    ``None`` when the command was killed at its timeout.
+    ``output`` is stdout and stderr interleaved, exactly what the command printed, capped for the
+    model: when it printed more than the cap, the head and the tail are kept around a
+    ``[... K bytes of output omitted (T total) ...]`` line and ``truncated`` is set
+    (``output_bytes``: what it printed in all). ``exit_code`` is ``None`` when the command was
+    killed at its timeout.
+
+    ``notes`` are the sandbox's own words about the command, one sentence each: the shell ended
+    (``exit 3``) or was restarted after a timeout, the process limit was reached and everything
+    killed, the cwd does not exist. They are never part of ``output``, so code that reads what a
+    command printed (a verifier, a parser) gets only that, and a command printing the same words
+    keeps them; :attr:`shown` is what the model reads: the output, then the notes.
     """
 
     exit_code: int | None
     output: str
+    notes: tuple[str, ...] = ()
     timed_out: bool = False
     truncated: bool = False
     output_bytes: int = 0
@@ -48,6 +58,21 @@ class ExecResult(BaseModel):
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
+
+    @property
+    def shown(self) -> str:
+        """The output with the notes after it: a newline, then each note in brackets on a line of
+        its own: ``"pwd\n\n[the shell ended (status 3); ...]\n"``. The text the terminal tool
+        gives the model (the exec agent wrote its notes into the output this way until they got
+        a field of their own)."""
+        return shown(self.output, self.notes)
+
+
+def shown(output: str, notes: Sequence[str]) -> str:
+    """``output`` and then ``notes`` as the model reads them (see :attr:`ExecResult.shown`)."""
+    if not notes:
+        return output
+    return output + "\n" + "".join(f"[{note}]\n" for note in notes)
 
 
 class SandboxLimits(BaseModel):

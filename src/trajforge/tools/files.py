@@ -154,7 +154,7 @@ async def _search_files(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     if res.exit_code == 1:
         return ToolOutput(content=orjson.dumps({"matches": [], "note": "no matches"}).decode())
     if res.exit_code not in (0, None) or res.timed_out:
-        return ToolOutput.failure(f"search failed: {res.output.strip()[:1000]}")
+        return ToolOutput.failure(f"search failed: {res.shown.strip()[:1000]}")
     matches = [line for line in res.output.splitlines() if line]
     body: dict[str, Any] = {"matches": matches, "count": len(matches)}
     if most.clamped:

@@ -47,7 +47,9 @@ def _processes(ctx: ToolContext) -> dict[str, BackgroundProcess]:
 
 
 def _result_text(res: ExecResult, **extra: Any) -> str:
-    payload: dict[str, Any] = {"output": res.output, "exit_code": res.exit_code}
+    # The model reads the sandbox's notes (the shell ended, the process limit) after the output,
+    # as it always has; they travel apart from it (``ExecResult.notes``).
+    payload: dict[str, Any] = {"output": res.shown, "exit_code": res.exit_code}
     if res.timed_out:
         payload["error"] = "command timed out and was killed (with its child processes)"
     if res.truncated:
@@ -98,7 +100,7 @@ async def _start_background(command: str, ctx: ToolContext) -> ToolOutput:
     try:
         pid = int(res.output.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return ToolOutput.failure(f"could not start background command: {res.output.strip()[:500]}")
+        return ToolOutput.failure(f"could not start background command: {res.shown.strip()[:500]}")
     procs[proc_id] = BackgroundProcess(proc_id, pid, command, log, rc_file, time.time())
     body = {
         "id": proc_id,

@@ -523,7 +523,7 @@ class SeedFactory:
                 raise
             if not res.ok:
                 await sandbox.close()
-                raise SandboxStartError(f"exporting the env's variables failed: {res.output[-300:]}")
+                raise SandboxStartError(f"exporting the env's variables failed: {res.shown[-300:]}")
         return sandbox
 
 

@@ -362,7 +362,7 @@ class TerminalBenchEnv(BaseEnv[TerminalBenchConfig]):
         script = (f"export {exports}; " if exports else "") + f"mkdir -p {shlex.quote(self._workdir(task))}"
         res = await sandbox.exec(f"{script} && cd {shlex.quote(self._workdir(task))}", timeout=60)
         if not res.ok:
-            raise RuntimeError(f"cannot enter WORKDIR {self._workdir(task)}: {res.output.strip()[-300:]}")
+            raise RuntimeError(f"cannot enter WORKDIR {self._workdir(task)}: {res.shown.strip()[-300:]}")
 
     async def _replay(self, task: TbTask, sandbox: Sandbox) -> None:
         fresh = getattr(sandbox, "exec_fresh", None)
@@ -518,7 +518,7 @@ async def _checked(fresh: Any, command: str, timeout: float, cwd: str | None, wh
     if not res.ok:
         why = "timed out" if res.timed_out else f"exit code {res.exit_code}"
         raise RuntimeError(
-            f"Dockerfile {what} step failed ({why}): {command[-200:]}: {res.output.strip()[-500:]}"
+            f"Dockerfile {what} step failed ({why}): {command[-200:]}: {res.shown.strip()[-500:]}"
         )
 
 
