@@ -14,7 +14,7 @@ from trajforge.envs.limiter import ResizableLimiter
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.runner import EvalRun, EvalRunError, read_episodes, run_eval, write_control
 from trajforge.envs.summary import EvalSummary, pass_at_k, summarize
-from trajforge.envs.types import Episode, Item, RewardBreakdown, TokenRecord
+from trajforge.envs.types import Episode, Item, Reward, RewardBreakdown, TokenRecord
 from trajforge.envs.verifier import SearchHit, VerifierContext, VerifierError, VerifierExec
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "Item",
     "KeptFiles",
     "ResizableLimiter",
+    "Reward",
     "RewardBreakdown",
     "RolloutBackends",
     "Rollouts",
