@@ -159,6 +159,4 @@ async def grade(spec: dict[str, Any], log: str, *, partial_credit: bool, detail:
         reason = f"swebench: {status}; failing: {', '.join(failures) or 'none listed'}"
         if detail:
             reason += f"; first: {detail}"
-    return RewardBreakdown(
-        value=reward, components={"fail_to_pass": f2p, "pass_to_pass": p2p}, reason=reason
-    )
+    return RewardBreakdown(value=reward, components={"fail_to_pass": f2p, "pass_to_pass": p2p}, reason=reason)
