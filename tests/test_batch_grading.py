@@ -75,10 +75,12 @@ async def test_batch_env_grades_every_line_and_statistics_count_solved(
     assert len(lines) == 5
     by_id = {line["metadata"]["row"]["task_id"]: line for line in lines}
     for t in generate("arithmetic", 4, seed=5):
-        assert by_id[t.id]["reward"] == 1.0, by_id[t.id]["reward_reason"]
+        assert by_id[t.id]["reward"]["value"] == 1.0, by_id[t.id]["reward"]["reason"]
         assert by_id[t.id]["env"] == "tiny_tasks"
     write = by_id["w"]
-    assert write["reward"] == 0.0 and "was not written" in write["reward_reason"]  # nothing wrote it
+    assert (
+        write["reward"]["value"] == 0.0 and "was not written" in write["reward"]["reason"]
+    )  # nothing wrote it
     stats = orjson.loads((summary.run_dir / "statistics.json").read_bytes())
     assert stats["rewards"] == {"graded": 5, "mean": 0.8, "solved": 4, "solved_rate": 0.8, "reward_errors": 0}
 
@@ -101,7 +103,7 @@ async def test_samples_per_prompt_gives_each_sample_its_key_seed_and_sandbox(
         assert len({line["key"] for line in group}) == 3
         assert len({line["metadata"]["seed"] for line in group}) == 3
         assert {line["metadata"]["samples_per_prompt"] for line in group} == {3}
-        assert all(line["reward"] == 1.0 for line in group)
+        assert all(line["reward"]["value"] == 1.0 for line in group)
     # resuming the finished run finds nothing to do; changing N is refused (keys would change)
     again = await run_batch(cfg.model_copy(update={"resume": True}))
     assert len(_all_lines(again.run_dir)) == 9
@@ -121,7 +123,7 @@ async def test_dpo_export_pairs_samples_of_a_prompt_by_reward(
     cfg = scripted_batch_config(rows, srv.base_url, env="tiny_tasks", samples_per_prompt=4, sandbox="bwrap")
     summary = await run_batch(cfg)
     lines = _all_lines(summary.run_dir)
-    assert sorted(line["reward"] for line in lines) == [0.0] * 4 + [1.0] * 4
+    assert sorted(line["reward"]["value"] for line in lines) == [0.0] * 4 + [1.0] * 4
     report = export(summary.run_dir, "dpo")
     assert report.rows == 8  # per prompt: 2 right x 2 wrong
     pairs = [orjson.loads(x) for x in report.path.read_bytes().splitlines()]  # noqa: ASYNC240
@@ -161,7 +163,9 @@ async def test_a_reward_function_file_grades_lines(
     rows = [{"prompt": "a", "want": "hello"}, {"prompt": "b", "want": "bye"}]
     cfg = scripted_batch_config(rows, srv.base_url, env=f"{reward}:reward", sandbox="bwrap")
     summary = await run_batch(cfg)
-    by_prompt = {line["metadata"]["row"]["want"]: line["reward"] for line in _all_lines(summary.run_dir)}
+    by_prompt = {
+        line["metadata"]["row"]["want"]: line["reward"]["value"] for line in _all_lines(summary.run_dir)
+    }
     assert by_prompt == {"hello": 1.0, "bye": 0.0}
 
 
@@ -200,4 +204,4 @@ async def test_token_level_batch_lines_carry_exact_tokens_masks_and_logprobs(tmp
         assert len(sampled) == line["usage"]["completion_tokens"]
         assert all(logprobs[i] <= 0.0 for i in sampled)
         assert all(logprobs[i] == 1.0 for i in range(len(masks)) if masks[i] == -100)  # Atropos: 1.0
-        assert line["reward"] in (0.0, 1.0)
+        assert line["reward"]["value"] in (0.0, 1.0)

@@ -145,7 +145,8 @@ async def test_a_path_the_row_names_is_its_failure_and_never_retried(bwrap: Any)
     assert ran.attempts == 1 and factory.creates == 0
     assert (ran.record.status, ran.record.reason_kind) == ("failed", "bad_row")
     assert "leaves the workdir" in ran.record.reason
-    assert ran.record.reward is None and ran.record.reward_reason.startswith("not judged")
+    reward = ran.record.reward
+    assert reward is not None and reward.value is None and reward.reason.startswith("not judged"), reward
 
 
 async def test_jobs_are_pulled_as_slots_free_and_never_exceed_them(bwrap: Any) -> None:

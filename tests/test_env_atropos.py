@@ -24,6 +24,7 @@ import pytest
 pytest.importorskip("atroposlib", reason="the atropos extra is not installed")
 
 from trajforge.envs.types import Episode, TokenRecord  # noqa: E402
+from trajforge.record import Reward
 from trajforge.rl.adapters.atropos_groups import GroupTally, scored_group  # noqa: E402
 from trajforge.serve.launcher import LocalServer  # noqa: E402
 from trajforge.testing.tiny import build_tiny_model, build_tiny_tokenizer  # noqa: E402
@@ -152,7 +153,7 @@ def _check_token_group(group: dict[str, Any], episodes: dict[str, dict[str, Any]
         toks, masks, lps = group["tokens"][i], group["masks"][i], group["inference_logprobs"][i]
         assert len(toks) == len(masks) == len(lps) > 0
         ep = episodes[group["overrides"][i]["episode"]]
-        assert ep["status"] != "failed" and ep["reward"] == group["scores"][i]
+        assert ep["status"] != "failed" and ep["reward"]["value"] == group["scores"][i]
         # the adapter's trace, passed through unchanged
         assert (toks, masks, lps) == (ep["trace"]["tokens"], ep["trace"]["masks"], ep["trace"]["logprobs"])
         for t, m, lp in zip(toks, masks, lps, strict=True):
@@ -391,7 +392,7 @@ def _ep(rollout: int, reward: float, *, status: str = "completed", trace: bool =
         messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": []}],
         status=status,
         termination="final_answer" if status != "failed" else kw.pop("termination", "model_error"),
-        reward=reward,
+        reward=Reward(value=reward, error=kw.pop("reward_error", None)),
         trace=rec if trace else None,
         **kw,
     )
@@ -451,12 +452,12 @@ def test_phase_one_group_is_messages_only_and_marked() -> None:
 def test_per_sampled_token_advantages_are_aligned_to_positions() -> None:
     ep = _ep(0, 1.0)
     assert ep.trace is not None
-    ep.trace.token_advantages = [0.5, -0.5]
+    ep = ep.model_copy(update={"reward": Reward(value=1.0, token_advantages=[0.5, -0.5])})
     with pytest.raises(ValueError, match="some episodes"):
         scored_group([ep, _ep(1, 0.0)], token_level=True, group_size=2)
     ep2 = _ep(1, 0.0)
     assert ep2.trace is not None
-    ep2.trace.token_advantages = [0.0, 0.0, 1.0, 1.0, 0.0]
+    ep2 = ep2.model_copy(update={"reward": Reward(value=0.0, token_advantages=[0.0, 0.0, 1.0, 1.0, 0.0])})
     res = scored_group([ep, ep2], token_level=True, group_size=2)
     assert res.group is not None
     assert res.group["advantages"] == [[0.0, 0.0, 0.5, -0.5, 0.0], [0.0, 0.0, 1.0, 1.0, 0.0]]

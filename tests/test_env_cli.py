@@ -160,7 +160,7 @@ def test_env_eval_tiny_tasks_on_the_embedded_policy_agrees_with_model_eval(tmp_p
     low, high = env_summary["pass_at_1"]["low"], env_summary["pass_at_1"]["high"]
     assert low <= report.success_rate <= high
     episodes = [orjson.loads(x) for x in (tmp_path / "e" / "episodes.jsonl").read_bytes().splitlines()]
-    by_item = {e["item_id"]: e["reward"] for e in episodes}
+    by_item = {e["item_id"]: e["reward"]["value"] for e in episodes}
     same = sum(by_item[o.task_id] == o.reward for o in report.outcomes)
     assert same >= n - 1, (by_item, [(o.task_id, o.reward) for o in report.outcomes])
 

@@ -417,7 +417,7 @@ async def test_the_env_host_side_treats_missing_and_none_hooks_alike() -> None:
         assert bundle["setup_files"] == {"a.txt": {"text": "A"}}
         assert bundle["verifier_files"] == {"t.sh": {"text": "T"}}
         assert bundle["category"] == "cat"
-        assert (await server._op_rescore({"item": {}, "messages": [], "kept": {}}))["reward"] == 0.5
+        assert (await server._op_rescore({"item": {}, "messages": [], "kept": {}}))["value"] == 0.5
         for hook in ("setup_files", "verifier_files", "category", "rescore"):
             setattr(hooked, hook, None)
         bundle = server._bundle({"id": "i"})

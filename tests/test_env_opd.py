@@ -93,19 +93,19 @@ async def test_student_as_teacher_gives_zero_advantages_a_different_teacher_does
 ) -> None:
     for teacher in ("student", "teacher"):
         for ep in await _episodes(models, teacher, bwrap):
-            assert ep.reward_error is None, ep.reward_error
+            assert ep.reward.error is None, ep.reward.error
             assert ep.trace is not None, ep.trace_error
-            adv = ep.trace.token_advantages
+            adv = ep.reward.token_advantages
             assert adv is not None and len(adv) == len(ep.trace.tokens) == len(ep.trace.masks)
             sampled = [i for i, m in enumerate(ep.trace.masks) if m != -100]
             assert sampled and all(adv[i] == 0.0 for i, m in enumerate(ep.trace.masks) if m == -100)
-            assert ep.reward_components["sampled_tokens"] == len(sampled)
-            assert ep.reward == ep.reward_components["task_reward"]  # reward: task (default)
+            assert ep.reward.components["sampled_tokens"] == len(sampled)
+            assert ep.reward.value == ep.reward.components["task_reward"]  # reward: task (default)
             if teacher == "student":
                 assert max(abs(adv[i]) for i in sampled) < 1e-3
             else:
                 assert max(abs(adv[i]) for i in sampled) > 0.05
-                assert ep.reward_components["mean_advantage"] == pytest.approx(
+                assert ep.reward.components["mean_advantage"] == pytest.approx(
                     sum(adv[i] for i in sampled) / len(sampled)
                 )
 

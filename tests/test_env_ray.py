@@ -149,8 +149,10 @@ async def test_env_eval_on_ray_loses_a_node_mid_run_and_every_episode_lands_once
         endpoint = EndpointConfig(model="scripted", base_url=srv.base_url, api_key_env=SCRIPTED_KEY_ENV)
         async with open_rollout_backends(env, endpoint) as backends:
             local = await run_eval(env, backends, tmp_path / "local", n=N, group_size=GROUP)
-        ray_rewards = {f"{e['item_id']}#{e['rollout']}": e["reward"] for e in episodes}
-        local_rewards = {f"{e['item_id']}#{e['rollout']}": e["reward"] for e in _episodes(tmp_path / "local")}
+        ray_rewards = {f"{e['item_id']}#{e['rollout']}": e["reward"]["value"] for e in episodes}
+        local_rewards = {
+            f"{e['item_id']}#{e['rollout']}": e["reward"]["value"] for e in _episodes(tmp_path / "local")
+        }
         assert ray_rewards == local_rewards
         assert set(ray_rewards.values()) == {1.0, 0.5, 0.0}
         assert local.summary.mean_reward.value == summary["mean_reward"]["value"]
@@ -188,7 +190,7 @@ async def test_env_eval_on_ray_loses_a_node_mid_run_and_every_episode_lands_once
     assert len(srv.requests) == sum(e["turns"] for e in lost)
     again = _episodes(run_dir)
     assert Counter(f"{e['item_id']}#{e['rollout']}" for e in again) == Counter(list(ray_rewards))
-    assert {f"{e['item_id']}#{e['rollout']}": e["reward"] for e in again} == ray_rewards
+    assert {f"{e['item_id']}#{e['rollout']}": e["reward"]["value"] for e in again} == ray_rewards
 
 
 def test_cluster_events_add_up_over_invocations(tmp_path: Path) -> None:

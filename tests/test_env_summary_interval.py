@@ -6,6 +6,7 @@ import pytest
 
 from trajforge.engine.summary import bootstrap, summarize, wilson
 from trajforge.envs.types import Episode
+from trajforge.record import Reward
 
 
 @pytest.mark.parametrize("n", [1, 3, 6, 7, 40, 200, 1001])
@@ -40,7 +41,7 @@ def _episodes(outcomes: dict[str, list[float]]) -> list[Episode]:
             messages=[],
             status="completed",
             termination="final_answer",
-            reward=reward,
+            reward=Reward(value=reward),
         )
         for item, rewards in outcomes.items()
         for r, reward in enumerate(rewards)

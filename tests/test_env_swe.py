@@ -51,13 +51,13 @@ def test_ships_ten_tasks_with_both_kinds():
 @pytest.mark.parametrize("task", TASKS, ids=IDS)
 async def test_oracle_solves_and_nothing_scores_zero(task, factory):
     oracle = await _rollouts(ENV, factory, model_for=oracle_model_for(ENV)).episode(task)
-    assert oracle.reward == 1.0, oracle.reward_reason
-    assert oracle.reward_components == {"fail_to_pass": 1.0, "pass_to_pass": 1.0}
-    assert oracle.status == "completed" and oracle.reward_error is None
+    assert oracle.reward.value == 1.0, oracle.reward.reason
+    assert oracle.reward.components == {"fail_to_pass": 1.0, "pass_to_pass": 1.0}
+    assert oracle.status == "completed" and oracle.reward.error is None
     nothing = await _rollouts(ENV, factory, model_for=nothing_model_for(ENV)).episode(task)
-    assert nothing.reward == 0.0
+    assert nothing.reward.value == 0.0
     # every fail_to_pass test fails on the untouched repo, every pass_to_pass test passes there
-    assert nothing.reward_components == {"fail_to_pass": 0.0, "pass_to_pass": 1.0}, nothing.reward_reason
+    assert nothing.reward.components == {"fail_to_pass": 0.0, "pass_to_pass": 1.0}, nothing.reward.reason
 
 
 def test_hidden_tests_pass_under_real_pytest_with_the_solution(tmp_path):
@@ -94,9 +94,9 @@ FAKE_RESULT = (
 async def _attack(factory, *calls) -> float:
     model = ScriptedModel([tool_turn(c) for c in calls] + [answer("done")])
     ep = await _rollouts(ENV, factory, model=model).episode(TASK)
-    assert ep.reward_error is None, ep.reward_error
+    assert ep.reward.error is None, ep.reward.error
     assert all(m.get("content") != "error" for m in ep.messages if m["role"] == "tool")
-    return ep.reward
+    return ep.reward.value
 
 
 async def test_agent_written_tests_are_overwritten(factory):
@@ -166,16 +166,16 @@ async def test_partial_credit_counts_fail_to_pass_and_requires_pass_to_pass(fact
     )
     model = ScriptedModel([tool_turn(("write_file", {"path": "timefmt.py", "content": lax})), answer("ok")])
     ep = await _rollouts(env, factory, model=model).episode(task)
-    assert ep.reward == pytest.approx(2 / 3), ep.reward_reason
-    assert "test_parse_rejects" in ep.reward_reason
+    assert ep.reward.value == pytest.approx(2 / 3), ep.reward.reason
+    assert "test_parse_rejects" in ep.reward.reason
     # breaking format_duration (a pass_to_pass test) makes it 0 even with all of parse right
     broken = solution.replace('return "".join(parts) or "0s"', 'return "".join(parts)')
     model = ScriptedModel(
         [tool_turn(("write_file", {"path": "timefmt.py", "content": broken})), answer("ok")]
     )
     ep = await _rollouts(env, factory, model=model).episode(task)
-    assert ep.reward == 0.0 and ep.reward_components["pass_to_pass"] == 0.0
-    assert ep.reward_components["fail_to_pass"] < 1.0  # round trip of 0 breaks too
+    assert ep.reward.value == 0.0 and ep.reward.components["pass_to_pass"] == 0.0
+    assert ep.reward.components["fail_to_pass"] < 1.0  # round trip of 0 breaks too
 
 
 def test_tasks_dir_and_bad_tasks(tmp_path):

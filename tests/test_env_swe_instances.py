@@ -179,13 +179,13 @@ async def test_the_reference_patch_resolves_and_nothing_does_not(swebench_setup,
     env = _env(swebench_setup)
     (item,) = env.eval_items(1)
     oracle = await _rollouts(env, factory, model_for=oracle_model_for(env)).episode(item)
-    assert oracle.reward == 1.0, oracle.reward_reason
-    assert oracle.reward_components == {"fail_to_pass": 1.0, "pass_to_pass": 1.0}
-    assert "RESOLVED_FULL" in (oracle.reward_reason or "")
+    assert oracle.reward.value == 1.0, oracle.reward.reason
+    assert oracle.reward.components == {"fail_to_pass": 1.0, "pass_to_pass": 1.0}
+    assert "RESOLVED_FULL" in (oracle.reward.reason or "")
     nothing = await _rollouts(env, factory, model_for=nothing_model_for(env)).episode(item)
-    assert nothing.reward == 0.0
-    assert nothing.reward_components == {"fail_to_pass": 0.0, "pass_to_pass": 1.0}, nothing.reward_reason
-    assert "RESOLVED_NO" in (nothing.reward_reason or "") and "test_add" in (nothing.reward_reason or "")
+    assert nothing.reward.value == 0.0
+    assert nothing.reward.components == {"fail_to_pass": 0.0, "pass_to_pass": 1.0}, nothing.reward.reason
+    assert "RESOLVED_NO" in (nothing.reward.reason or "") and "test_add" in (nothing.reward.reason or "")
 
 
 async def test_breaking_a_pass_to_pass_test_and_rewriting_the_tests_earn_nothing(swebench_setup, factory):
@@ -202,9 +202,9 @@ async def test_breaking_a_pass_to_pass_test_and_rewriting_the_tests_earn_nothing
     )
     ep = await _rollouts(env, factory, model=model).episode(item)
     # the test patch's file replaced the agent's; mul is broken: no credit, even partial
-    assert ep.reward == 0.0, ep.reward_reason
-    assert ep.reward_components == {"fail_to_pass": 1.0, "pass_to_pass": 0.0}
-    assert "test_mul" in (ep.reward_reason or "")
+    assert ep.reward.value == 0.0, ep.reward.reason
+    assert ep.reward.components == {"fail_to_pass": 1.0, "pass_to_pass": 0.0}
+    assert "test_mul" in (ep.reward.reason or "")
 
 
 async def test_shipped_tasks_are_graded_by_swebench(factory):
@@ -212,9 +212,9 @@ async def test_shipped_tasks_are_graded_by_swebench(factory):
     assert isinstance(env, SweEnv)
     task = env.eval_items(1)[0]
     oracle = await _rollouts(env, factory, model_for=oracle_model_for(env)).episode(task)
-    assert oracle.reward == 1.0 and "swebench: RESOLVED_FULL" in (oracle.reward_reason or "")
+    assert oracle.reward.value == 1.0 and "swebench: RESOLVED_FULL" in (oracle.reward.reason or "")
     nothing = await _rollouts(env, factory, model_for=nothing_model_for(env)).episode(task)
-    assert nothing.reward == 0.0 and "swebench: RESOLVED_NO" in (nothing.reward_reason or "")
+    assert nothing.reward.value == 0.0 and "swebench: RESOLVED_NO" in (nothing.reward.reason or "")
 
 
 async def test_swebench_rules_decide_the_edge_cases():

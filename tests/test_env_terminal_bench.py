@@ -86,17 +86,17 @@ async def test_oracle_scores_one_and_nothing_zero_on_every_task(factory):
     wrong = []
     for i, task in enumerate(TASKS):
         for ep, want in ((eps[2 * i], 1.0), (eps[2 * i + 1], 0.0)):
-            if ep.status != "completed" or ep.reward_error is not None or ep.reward != want:
+            if ep.status != "completed" or ep.reward.error is not None or ep.reward.value != want:
                 wrong.append(
-                    f"{task['id']}: want {want}, got {ep.status} {ep.reward} {ep.reason or ''} {ep.reward_reason}"
+                    f"{task['id']}: want {want}, got {ep.status} {ep.reward.value} {ep.reason or ''} {ep.reward.reason}"
                 )
             # a verdict only in reward.json is said by the exit status too: a harness that reads
             # only reward.txt or the exit code (Hermes Agent's Terminal-Bench 2 env) scores the same
-            if not (ep.reward_reason or "").startswith("reward.json"):
+            if not (ep.reward.reason or "").startswith("reward.json"):
                 continue
-            code = re.search(r"test\.sh exit code (-?\d+)", ep.reward_reason or "")
+            code = re.search(r"test\.sh exit code (-?\d+)", ep.reward.reason or "")
             if code is None or (int(code.group(1)) == 0) != (want == 1.0):
-                wrong.append(f"{task['id']}: verdict {want} but {code and code.group(0)}: {ep.reward_reason}")
+                wrong.append(f"{task['id']}: verdict {want} but {code and code.group(0)}: {ep.reward.reason}")
     assert not wrong, "\n".join(wrong)
     oracle_turns = [m["role"] for m in eps[0].messages if m["role"] != "system"]
     assert oracle_turns == ["user", "assistant", "tool", "assistant"]
@@ -140,8 +140,8 @@ async def test_agent_cannot_plant_reward_or_tests(factory):
     )
     model = ScriptedModel([tool_turn(("terminal", {"command": plant})), answer("done")])
     ep = await _rollouts(ENV, factory, model=model).episode(task)
-    assert ep.reward_error is None and ep.reward == 0.0, ep.reward_reason
-    assert ep.reward_reason.startswith("reward.txt")
+    assert ep.reward.error is None and ep.reward.value == 0.0, ep.reward.reason
+    assert ep.reward.reason.startswith("reward.txt")
 
 
 async def test_reward_json_and_exit_code_fallbacks(factory):
@@ -150,10 +150,10 @@ async def test_reward_json_and_exit_code_fallbacks(factory):
     ep = await _rollouts(
         ENV, factory, model=ScriptedModel([tool_turn(("terminal", {"command": half})), answer("ok")])
     ).episode(greet)
-    assert ep.reward == 0.0 and ep.reward_reason.startswith("reward.json")
+    assert ep.reward.value == 0.0 and ep.reward.reason.startswith("reward.json")
     env_cfg = next(t for t in TASKS if t["id"] == "env-config")
     ep = await _rollouts(ENV, factory, model_for=oracle_model_for(ENV)).episode(env_cfg)
-    assert ep.reward == 1.0 and ep.reward_reason.startswith("test.sh exit code 0")
+    assert ep.reward.value == 1.0 and ep.reward.reason.startswith("test.sh exit code 0")
 
 
 def _tool_output(ep) -> str:
@@ -247,9 +247,9 @@ async def test_cli_agents_run_the_same_oracle(env_name, factory):
     env = load_env(env_name)
     item = env.eval_items(1)[0]
     oracle = await _rollouts(env, factory, model_for=agent_model_for(env, "oracle")).episode(item)
-    assert oracle.reward == 1.0, oracle.reward_reason
+    assert oracle.reward.value == 1.0, oracle.reward.reason
     none = await _rollouts(env, factory, model_for=agent_model_for(env, "none")).episode(item)
-    assert none.reward == 0.0
+    assert none.reward.value == 0.0
 
 
 def test_harbor_fields_trajforge_cannot_honour_skip_the_task(tmp_path):
@@ -306,13 +306,13 @@ async def test_task_toml_workdir_env_and_canary_are_honoured(tmp_path, factory):
     item = env.eval_items(1)[0]
     assert env.format_prompt(item) == "Do it in /workspace."
     ep = await _rollouts(env, factory, model_for=oracle_model_for(env)).episode(item)
-    assert ep.reward == 1.0, ep.reward_reason
+    assert ep.reward.value == 1.0, ep.reward.reason
     model = ScriptedModel(
         [tool_turn(("terminal", {"command": "pwd; echo $SHARED-$ONLY_ORACLE"})), answer("x")]
     )
     ep = await _rollouts(env, factory, model=model).episode(item)
     assert json.loads(_tool_output(ep))["output"] == "/workspace/sub\ns-\n", _tool_output(ep)
-    assert ep.reward == 0.0
+    assert ep.reward.value == 0.0
 
 
 @pytest.mark.parametrize(
@@ -342,8 +342,8 @@ async def test_editing_the_inputs_wins_nothing(task_id, command, factory):
     task = next(t for t in TASKS if t["id"] == task_id)
     model = ScriptedModel([tool_turn(("terminal", {"command": command})), answer("done")])
     ep = await _rollouts(ENV, factory, model=model).episode(task)
-    assert ep.status == "completed" and ep.reward_error is None, ep.reason
-    assert ep.reward == 0.0, ep.reward_reason
+    assert ep.status == "completed" and ep.reward.error is None, ep.reason
+    assert ep.reward.value == 0.0, ep.reward.reason
 
 
 # Ways a test.sh writes its verdict, each the task passing: test.sh's own shell writes it
@@ -385,9 +385,9 @@ async def test_the_ways_test_sh_writes_its_verdict(how, tmp_path, factory):
     _task_dir(tmp_path, "verdict", "FROM x\nWORKDIR /app\n", test_sh="#!/bin/bash\n" + test_sh)
     env = TerminalBenchEnv(TerminalBenchConfig(tasks_dir=str(tmp_path)))
     ep = await _rollouts(env, factory).episode(env.eval_items(1)[0])
-    assert ep.reward == want and ep.reward_error is None, ep.reward_reason
+    assert ep.reward.value == want and ep.reward.error is None, ep.reward.reason
     if want == 0.0:
-        assert "wrote no verdict" in ep.reward_reason and "only test.sh's own shell" in ep.reward_reason
+        assert "wrote no verdict" in ep.reward.reason and "only test.sh's own shell" in ep.reward.reason
 
 
 def test_the_guard_compiles_without_a_warning_and_ships_with_the_package():
@@ -413,4 +413,4 @@ async def test_without_a_compiler_the_env_refuses_and_scores_nothing(monkeypatch
     with pytest.raises(EnvDataError, match="apt-get install gcc"):
         await env.setup()
     ep = await _rollouts(env, factory).episode(env.eval_items(1)[0])
-    assert ep.reward == 0.0 and "apt-get install gcc" in (ep.reward_reason or ""), ep.reward_reason
+    assert ep.reward.value == 0.0 and "apt-get install gcc" in (ep.reward.reason or ""), ep.reward.reason

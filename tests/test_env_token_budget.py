@@ -117,6 +117,6 @@ def test_an_episode_that_never_reached_the_model_failed(tmp_path: Path) -> None:
     for ep in episodes:
         assert ep["status"] == "failed" and ep["turns"] == 0, ep["status"]
         assert ep["reason"].startswith("the model was never reached: context_length"), ep["reason"]
-        assert ep["reason_kind"] == "model_not_reached" and ep["reward"] is None
+        assert ep["reason_kind"] == "model_not_reached" and ep["reward"]["value"] is None
         assert "maximum context length is 1024 tokens" in ep["reason"]
     assert summary["failed"] == 3 and summary["items"] == 0, summary  # none counted as a 0

@@ -140,15 +140,15 @@ def test_trl_grpo_trains_on_env_rollouts_with_sandbox_rewards(tiny_policy: Any, 
     assert len(episodes) == groups * group_size
     assert stats.failed == 0 and stats.reward_errors == 0 and stats.untraced == 0
     for ep in episodes:
-        assert ep.reward_error is None
-        assert ep.reward_reason.startswith("/") and ep.reward_reason != str(tmp_path)
+        assert ep.reward.error is None
+        assert ep.reward.reason.startswith("/") and ep.reward.reason != str(tmp_path)
         answer = _last_text(ep.messages)
         expected = min(sum(ch in ep.item["word"] for ch in answer), 10) / 10
-        assert ep.reward == pytest.approx(expected)
+        assert ep.reward.value == pytest.approx(expected)
         # exact traces reached TRL: equal lengths, sampled tokens = what the model wrote
         assert ep.trace is not None
         assert len(ep.trace.tokens) == len(ep.trace.masks) == len(ep.trace.logprobs)
-    rewards = [ep.reward for ep in episodes]
+    rewards = [ep.reward.value for ep in episodes]
     assert stats.last_rewards == rewards
     # the rewards TRL logged are the env's (mean of the last batch)
     logged = [h for h in trainer.state.log_history if "reward" in h]
@@ -217,4 +217,4 @@ def test_trl_rollouts_mask_tool_results_in_multi_turn_episodes(tmp_path: Any) ->
             masked_text = tok.decode([t for t, m in zip(comp, mask, strict=True) if not m])
             assert str(tool_turns[0]["content"])[:20] in masked_text
     assert multi >= 1, "the embedded policy made no tool call in 4 rollouts"
-    assert out["env_reward"] == [ep.reward for ep in episodes]
+    assert out["env_reward"] == [ep.reward.value for ep in episodes]

@@ -104,22 +104,22 @@ async def test_search_extract_answer_scores_one_and_cites_the_fetched_page(
     items = env.eval_items(2)
     for item in items:
         ep = await _episode(env, bwrap, _researcher(), item)
-        assert ep.reward_error is None and ep.status == "completed"
+        assert ep.reward.error is None and ep.status == "completed"
         assert ep.tools == ["web_search", "web_extract"]
-        assert ep.reward == 1.0, ep.reward_reason
-        assert ep.reward_components["cited_fetched"] == 1.0 and ep.reward_components["searched"] == 1.0
+        assert ep.reward.value == 1.0, ep.reward.reason
+        assert ep.reward.components["cited_fetched"] == 1.0 and ep.reward.components["searched"] == 1.0
     assert any(p.startswith("/search?") for p in site.requests) and "/page2" in site.requests
     # right answer, but the cited page was never fetched: the citation share is lost
     ep = await _episode(env, bwrap, _researcher(cite=site.url("/page1")), items[0])
-    assert ep.reward == pytest.approx(0.8) and ep.reward_components["cited_fetched"] == 0.0
+    assert ep.reward.value == pytest.approx(0.8) and ep.reward.components["cited_fetched"] == 0.0
     # contains credit for a short answer with extra words; none for a wrong one
     ep = await _episode(env, bwrap, _researcher(reply="rebuilt in 1911"), items[0])
-    assert ep.reward == pytest.approx(0.8) and ep.reward_components["contains"] == 1.0
+    assert ep.reward.value == pytest.approx(0.8) and ep.reward.components["contains"] == 1.0
     ep = await _episode(env, bwrap, _researcher(reply="1912"), items[0])
-    assert ep.reward == 0.0
+    assert ep.reward.value == 0.0
     # rescoring from the stored messages alone agrees
-    again = await env.rescore(items[0], ep.messages, ep.kept)
-    assert again.reward == ep.reward
+    again = await env.rescore(items[0], ep.messages, ep.reward.kept)
+    assert again.reward == ep.reward.value
 
 
 def test_normalization_and_answer_matching() -> None:
@@ -170,5 +170,7 @@ async def test_env_eval_cli_with_a_tools_config_file_and_without(site: Site, tmp
             "--output-dir", str(tmp_path), "--run-name", agent, "--json",
         )  # fmt: skip
         assert code == 0, out
-        rewards = [json.loads(line)["reward"] for line in (tmp_path / agent / "episodes.jsonl").open()]
+        rewards = [
+            json.loads(line)["reward"]["value"] for line in (tmp_path / agent / "episodes.jsonl").open()
+        ]
         assert rewards == [expected, expected], out

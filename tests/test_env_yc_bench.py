@@ -127,9 +127,9 @@ def test_env_eval_oracle_scores_clearly_above_doing_nothing_and_the_replay_agree
     assert played["mean_reward"]["value"] >= 0.25, played
 
     (ep,) = read_episodes(tmp_path / "oracle" / "episodes.jsonl")
-    comps = ep.reward_components
-    assert ep.reward_error is None and ep.status == "completed", (ep.reward_error, ep.error)
-    assert comps["survived"] == 1.0 and comps["progress"] == 1.0, ep.reward_reason
+    comps = ep.reward.components
+    assert ep.reward.error is None and ep.status == "completed", (ep.reward.error, ep.error)
+    assert comps["survived"] == 1.0 and comps["progress"] == 1.0, ep.reward.reason
     assert comps["refused"] == 0 and comps["failed_commands"] == 0 and comps["tasks_succeeded"] >= 2
     assert comps["commands"] == sum(1 for _ in env.plan(item))
     # the agent's own last `company status` (its database) shows what the replay computed
@@ -139,7 +139,7 @@ def test_env_eval_oracle_scores_clearly_above_doing_nothing_and_the_replay_agree
     assert last["funds_cents"] / 100 == comps["funds"] and last["sim_time"].startswith("2025-02-01")
 
     (none,) = read_episodes(tmp_path / "none" / "episodes.jsonl")
-    assert none.reward == 0.0 and none.reward_components["commands"] == 0 and none.reward_error is None
+    assert none.reward.value == 0.0 and none.reward.components["commands"] == 0 and none.reward.error is None
 
     # `env rescore` replays the kept log on this host: the same outcome
     out = runner.invoke(app, ["env", "rescore", str(tmp_path / "oracle")])
@@ -162,7 +162,7 @@ async def test_a_log_over_max_read_bytes_scores_zero_with_the_limit_named(factor
     ep = await Rollouts(env, RolloutBackends(ScriptedModel(policy), factory, default_registry())).episode(
         item
     )
-    assert ep.reward == 0.0 and ep.reward_error and "max_read_bytes" in ep.reward_error, ep.reward_error
+    assert ep.reward.value == 0.0 and ep.reward.error and "max_read_bytes" in ep.reward.error, ep.reward.error
 
 
 async def test_the_sandbox_runs_the_cli_and_refuses_the_rest(factory: Any) -> None:

@@ -30,6 +30,7 @@ from trajforge.envs import (
     run_eval,
     summarize,
 )
+from trajforge.record import Reward
 from trajforge.testing.scripted_model import ScriptedModel, answer, tool_turn
 from trajforge.tools.builtin import default_registry
 
@@ -81,7 +82,7 @@ async def test_reward_sees_only_its_own_rollout_with_reused_sandboxes(bwrap: Any
         groups = await asyncio.gather(*(rollouts.group(item, 2) for item in wave))
         for group in groups:
             for ep in group:
-                assert ep.reward == 1.0, ep.reward_reason
+                assert ep.reward.value == 1.0, ep.reward.reason
                 assert ep.status == "completed"
                 assert ep.toolsets == ["terminal"]
     assert len({ep.seed for ep in groups[0]}) == 2  # each rollout its own recorded seed
@@ -129,7 +130,7 @@ async def test_a_rollout_cannot_plant_tests_reward_files_path_or_a_background_wr
     # The planted tests/check.sh and reward.txt were replaced, PATH is the sandbox's own, and the
     # loop that keeps writing 42 was killed before the verifier looked: answer.txt may hold 41 or
     # 42 depending on timing, so the check is made stricter below with a known-wrong answer.
-    assert ep.reward_error is None
+    assert ep.reward.error is None
     final = await _answer_file_after(rollouts, env)
     assert final == 0.0
 
@@ -150,7 +151,7 @@ async def _answer_file_after(rollouts: Rollouts, env: PlantEnv) -> float:
 
     rollouts.backends.model = ScriptedModel(policy)
     ep = await rollouts.episode(env.generate(1, split="eval"))
-    return ep.reward
+    return ep.reward.value
 
 
 class BigOutputEnv(BaseEnv):
@@ -176,8 +177,8 @@ async def test_verifier_exec_returns_50_mb_intact_with_exit_code_and_stderr(bwra
     env = BigOutputEnv(EnvConfig(enabled_toolsets=["terminal"]))
     rollouts = Rollouts(env, RolloutBackends(ScriptedModel(["ok"]), bwrap, default_registry()))
     ep = await rollouts.episode(env.generate(0, split="eval"))
-    assert ep.reward_components["bytes"] == 256 * 204800  # 50 MiB
-    assert ep.reward == 1.0, ep
+    assert ep.reward.components["bytes"] == 256 * 204800  # 50 MiB
+    assert ep.reward.value == 1.0, ep
 
 
 class FilesEnv(BaseEnv):
@@ -216,8 +217,8 @@ async def test_verifier_files_search_quoting_and_call_tool(bwrap: Any) -> None:
     env = FilesEnv(EnvConfig(enabled_toolsets=["terminal"]))
     rollouts = Rollouts(env, RolloutBackends(ScriptedModel(["ok"]), bwrap, default_registry()))
     ep = await rollouts.episode(env.generate(0, split="eval"))
-    assert ep.reward == 1.0, ep.reward_reason
-    assert ep.reward_components["hits"] == 2
+    assert ep.reward.value == 1.0, ep.reward.reason
+    assert ep.reward.components["hits"] == 2
 
 
 class VerifierEnvProbe(BaseEnv):
@@ -284,8 +285,8 @@ async def test_verifier_commands_see_the_rollouts_home_but_none_of_its_dotfiles(
     env = VerifierEnvProbe(EnvConfig(enabled_toolsets=["terminal"]))
     rollouts = Rollouts(env, RolloutBackends(ScriptedModel(_planter), bwrap, default_registry()))
     ep = await rollouts.episode(env.generate(0, split="eval"))
-    assert ep.reward_error is None, ep.reward_error
-    assert ep.reward == 1.0, (ep.reward_components, ep.reward_reason)
+    assert ep.reward.error is None, ep.reward.error
+    assert ep.reward.value == 1.0, (ep.reward.components, ep.reward.reason)
 
 
 class RaisingEnv(BaseEnv):
@@ -303,9 +304,9 @@ async def test_a_reward_exception_scores_zero_with_the_reason(bwrap: Any) -> Non
     env = RaisingEnv(EnvConfig(enabled_toolsets=["terminal"]))
     rollouts = Rollouts(env, RolloutBackends(ScriptedModel(["ok"]), bwrap, default_registry()))
     ep = await rollouts.episode(env.generate(0, split="eval"))
-    assert ep.reward == 0.0
-    assert ep.reward_error == "KeyError: 'expected_output'"
-    assert "reward failed" in ep.reward_reason
+    assert ep.reward.value == 0.0
+    assert ep.reward.error == "KeyError: 'expected_output'"
+    assert "reward failed" in ep.reward.reason
     assert ep.status == "completed"  # the rollout itself was fine
 
 
@@ -348,8 +349,8 @@ async def test_terminal_test_rescore_from_kept_files_matches(tmp_path: Path, bwr
     backends = RolloutBackends(ScriptedModel(_terminal_test_solver), bwrap, default_registry())
     run = await run_eval(env, backends, tmp_path / "r", n=5, group_size=1)
     for ep in read_episodes(run.run_dir / "episodes.jsonl"):
-        again = await env.rescore(ep.item, ep.messages, ep.kept)
-        assert again is not None and again.reward == ep.reward
+        again = await env.rescore(ep.item, ep.messages, ep.reward.kept)
+        assert again is not None and again.reward == ep.reward.value
 
 
 def test_terminal_test_partial_credit_is_documented_and_applied() -> None:
@@ -433,7 +434,7 @@ def test_pass_at_k_and_summary() -> None:
             messages=[],
             status="completed",
             termination="final_answer",
-            reward=reward,
+            reward=Reward(value=reward),
         )
 
     s = summarize(

@@ -183,7 +183,7 @@ async def test_grounding_breaks_ties_and_keeps_contradicting_answers_from_being_
     lines = {line["key"]: line for line in read_jsonl(run_dir / "trajectories.jsonl")}
     variant = {k: line["conversations"][2]["value"].split("# v")[1][0] for k, line in lines.items()}
     # the env pays the answer that contradicts its own tool output: the reward cannot tell
-    assert sorted((variant[k], line["reward"]) for k, line in lines.items()) == [
+    assert sorted((variant[k], line["reward"]["value"]) for k, line in lines.items()) == [
         ("0", 1.0),
         ("0", 1.0),
         ("1", 1.0),

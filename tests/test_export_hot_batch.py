@@ -230,7 +230,9 @@ def test_dpo_pairs_of_a_hot_run_tokenize_in_trls_dpo_data_path_with_their_tools(
     from trajforge.testing.tiny import build_tiny_model
 
     lines = _lines(hot_run)
-    rewards = {p: {ln["reward"] for ln in lines.values() if ln["prompt_index"] == p} for p in range(20)}
+    rewards = {
+        p: {ln["reward"]["value"] for ln in lines.values() if ln["prompt_index"] == p} for p in range(20)
+    }
     try:
         report = export(hot_run, "dpo", tmp_path / "dpo.jsonl")
     except EmptyExportError:  # a few runs in a hundred: no prompt that one sample solved and one did not

@@ -136,7 +136,7 @@ def _eval(
 
 
 def _by_word(episodes: list[dict[str, Any]]) -> dict[str, float]:
-    return {e["item"]["word"]: e["reward"] for e in episodes}
+    return {e["item"]["word"]: e["reward"]["value"] for e in episodes}
 
 
 def test_a_seed_env_runs_unchanged_under_env_eval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -147,7 +147,7 @@ def test_a_seed_env_runs_unchanged_under_env_eval(tmp_path: Path, monkeypatch: p
         summary, episodes = _eval(tmp_path, srv, f"{env_file}:WordFileEnv", "seed")
     assert summary["episodes"] == 3
     assert _by_word(episodes) == {"alpha": 1.0, "bravo": 1.0, "charlie": 0.0}, episodes
-    assert all(e["status"] == "completed" and e.get("reward_error") is None for e in episodes)
+    assert all(e["status"] == "completed" and e["reward"]["error"] is None for e in episodes)
     cfg = orjson.loads((tmp_path / "runs" / "seed" / "run.json").read_bytes())["config"]
     # the seed's config names arrived as trajforge's; atroposlib's are kept, named
     assert cfg["command_timeout_s"] == 60.0 and cfg["sandbox"] == "bwrap" and cfg["max_tokens"] == 2048
@@ -245,7 +245,7 @@ async def test_every_tool_context_verb_answers_alike_in_fresh_and_session(tmp_pa
         await env.setup()
         backends = RolloutBackends(ScriptedModel(_leave_notes), bwrap, default_registry())
         ep = await Rollouts(env, backends).episode(env.eval_items(1)[0])
-        assert ep.reward == 1.0 and ep.reward_error is None, (shell, ep.reward_reason)
+        assert ep.reward.value == 1.0 and ep.reward.error is None, (shell, ep.reward.reason)
         answers[shell] = env.answers
     fresh, session = answers["fresh"], answers["session"]
     assert fresh.keys() == session.keys()
@@ -440,11 +440,15 @@ def test_a_loop_the_env_times_out_is_cancelled_and_recorded_as_such(tmp_path: Pa
             for x in (tmp_path / "runs" / "timed" / "episodes.jsonl").read_bytes().splitlines()
         )
     }
-    assert episodes["quick"]["status"] == "completed" and episodes["quick"]["reward"] == 1.0, episodes[
-        "quick"
-    ]["reason"]
+    assert episodes["quick"]["status"] == "completed" and episodes["quick"]["reward"]["value"] == 1.0, (
+        episodes["quick"]["reason"]
+    )
     slow = episodes["slow"]
-    assert slow["status"] == "failed" and slow["reason"].startswith("cancelled:") and slow["reward"] is None
+    assert (
+        slow["status"] == "failed"
+        and slow["reason"].startswith("cancelled:")
+        and slow["reward"]["value"] is None
+    )
 
 
 BUSY = textwrap.dedent(

@@ -173,7 +173,7 @@ def test_opd_kind_rollouts_and_its_own_evaluate(tmp_path: Path, checkout: Path) 
     config.write_text("env:\n  evaluation: evaluate\n")
     own, episodes, notes = _eval(tmp_path, opd_solver, ref, "own", "--config", str(config))
     assert _mean(own) == 1.0 and own["episodes"] == 2, own  # its eval_size: 2 held-out tasks
-    assert all(e["reward_reason"].startswith("the env's evaluate(): reward") for e in episodes)
+    assert all(e["reward"]["reason"].startswith("the env's evaluate(): reward") for e in episodes)
     assert "evaluate() is the evaluation" in notes
     logged = orjson.loads((tmp_path / "runs" / "own" / "evaluate_log.json").read_bytes())
     assert logged[0]["metrics"] == {"eval/mean_reward": 1.0}

@@ -198,8 +198,8 @@ def test_batch_runs_every_tool_call_and_solves_what_trajforge_serve_solves(
         assert line["tool_error_counts"].get("<parse>", 0) == 0
         assert all("<tool_call>" not in (m.get("content") or "") for m in line["messages"])
     solved, ref_solved = (
-        sum(line["reward"] == 1.0 for line in lines),
-        sum(r["reward"] == 1.0 for r in reference),
+        sum(line["reward"]["value"] == 1.0 for line in lines),
+        sum(r["reward"]["value"] == 1.0 for r in reference),
     )
     assert abs(solved - ref_solved) <= 2, (solved, ref_solved)
     recovered = sum(len(line["recovered_calls"]) for line in lines)
@@ -225,7 +225,7 @@ def test_env_eval_on_each_server(server: str, servers: dict[str, str], tmp_path:
     episodes = [orjson.loads(x) for x in (tmp_path / "e" / "episodes.jsonl").read_bytes().splitlines()]
     assert len(episodes) == 4 and all(e["status"] == "completed" for e in episodes)
     assert all(sum(s["count"] for s in e["tool_stats"].values()) == _calls_written(e) for e in episodes)
-    assert sum(e["reward"] for e in episodes) >= 3  # trajforge serve solves 4 of these 4 greedily
+    assert sum(e["reward"]["value"] for e in episodes) >= 3  # trajforge serve solves 4 of these 4 greedily
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,8 +28,9 @@ from trajforge.envs import load_env
 from trajforge.envs.episode import RolloutBackends
 from trajforge.envs.evaluate import run_eval
 from trajforge.export.formats import export
-from trajforge.record import SCHEMA_VERSION, Record, RecordError, load, read
+from trajforge.record import SCHEMA_VERSION, Record, RecordError, Reward, load, read
 from trajforge.record.keys import prompt_keys, rollout_key
+from trajforge.record.upgrade import FLAT_REWARD
 from trajforge.report.build import build_report
 from trajforge.tasks import terminal_output
 from trajforge.testing.policies import count_assistant_turns
@@ -96,20 +97,32 @@ def test_both_version_1_shapes_read_as_records() -> None:
     for line in batch:
         rec = load(line)
         assert rec.schema_version == SCHEMA_VERSION and rec.status == "completed"
-        assert rec.reward == 1.0 and rec.env == "tiny_tasks" and rec.prompt_index == line["prompt_index"]
+        assert (
+            rec.reward.value == 1.0 and rec.env == "tiny_tasks" and rec.prompt_index == line["prompt_index"]
+        )
         assert rec.messages[0]["role"] == "user" and rec.messages[-1]["role"] == "assistant"
         assert any(m.get("tool_calls") for m in rec.messages)  # the call that ran, as a call
         assert rec.tool_stats["terminal"].count == line["tool_stats"]["terminal"]["count"] == 1
         assert rec.toolsets == line["toolsets_used"] and rec.seed == line["metadata"]["seed"]
         assert rec.timings.wall_s == line["timings"]["wall_s"]
         assert rec.model_extra and rec.model_extra["conversations"] == line["conversations"]  # view kept
+        assert rec.reward == Reward(value=1.0, reason=line["reward_reason"])
+        assert not {*FLAT_REWARD, "reward_breakdown"} & set(rec.model_extra)
     bad = [load(x) for x in failed if x["reason"].startswith("bad_row")]
-    assert bad and bad[0].reward is None and bad[0].score == 0.0 and bad[0].termination == "not_run"
+    assert (
+        bad
+        and bad[0].reward is not None
+        and bad[0].reward.value is None
+        and bad[0].score == 0.0
+        and bad[0].termination == "not_run"
+    )
     for line in episodes:
         rec = load(line)
         assert rec.key == f"{line['item_id']}#{line['rollout']}" and rec.env == "terminal_test"
-        assert rec.timings.wall_s == line["wall_s"] and rec.reward == line["reward"] == 1.0
-        assert rec.messages == line["messages"] and rec.reward_components == line["reward_components"]
+        assert rec.timings.wall_s == line["wall_s"] and rec.reward.value == line["reward"] == 1.0
+        assert rec.messages == line["messages"] and rec.reward.components == line["reward_components"]
+        assert rec.reward.reason == line["reward_reason"] and rec.reward.kept == line["kept"] != {}
+        assert not set(FLAT_REWARD) & set(rec.model_extra or {})  # nothing flat rides along
         called = sum(len(m.get("tool_calls") or ()) for m in line["messages"])
         assert sum(s.count for s in rec.tool_stats.values()) == called > 0
 
@@ -140,9 +153,13 @@ def test_a_version_2_line_reads_with_its_worker_in_timings() -> None:
         "timings": {"wall_s": 1.5, "finished_at": "2026-01-01T00:00:00.000+00:00"},
         "worker": 3,
         "metadata": {"batch_num": 3},
+        "reward": 0.5,
+        "reward_reason": "half",
+        "reward_components": {"a": 0.5},
     }
     rec = load(v2)
-    assert rec.schema_version == SCHEMA_VERSION == 3 and rec.timings.worker == 3 and rec.timings.wall_s == 1.5
+    assert rec.schema_version == SCHEMA_VERSION == 4 and rec.timings.worker == 3 and rec.timings.wall_s == 1.5
+    assert rec.reward == Reward(value=0.5, reason="half", components={"a": 0.5})  # then on to version 4
     assert (rec.key, rec.prompt_index, rec.seed, rec.sampling) == ("0123-0#1", 4, 9, {"temperature": 0.5})
     assert "worker" not in orjson.loads(rec.line()) and orjson.loads(rec.line())["timings"]["worker"] == 3
     assert load({**v2, "worker": None}).timings.worker is None
@@ -203,7 +220,7 @@ def test_version_1_env_run_rescores_and_resumes(tmp_path: Path) -> None:
     assert len(raw) == 4 and "schema_version" not in raw[0] and raw[-1]["schema_version"] == SCHEMA_VERSION
     episodes = read_episodes(env_dir / "episodes.jsonl")
     assert sorted(e.key for e in episodes) == sorted({e.key for e in episodes}) and len(episodes) == 4
-    assert all(e.reward == 1.0 for e in episodes)
+    assert all(e.reward.value == 1.0 for e in episodes)
     # the 3 kept episodes keep their ITEM_ID#ROLLOUT keys (and were not run again); the one run
     # now is keyed by record.keys, as its item's place in the list
     assert [e.key for e in episodes[:3]] == [f"{x['item_id']}#{x['rollout']}" for x in raw[:3]]
@@ -245,12 +262,148 @@ async def test_version_1_batch_run_resumes_and_its_mixed_files_read(
     assert versions == [1, 1, 1, SCHEMA_VERSION, SCHEMA_VERSION]
     records = _records(run_dir)
     assert sorted(r.status for r in records) == ["completed"] * 4 + ["failed"]
-    assert all(r.reward == 1.0 for r in records if r.status == "completed")
+    assert all(r.reward is not None and r.reward.value == 1.0 for r in records if r.status == "completed")
     assert export(run_dir, "messages").rows == 4
     assert export(run_dir, "parquet").rows == 4
     assert build_report(run_dir).lines == 5
     new = [r for r in raw if "schema_version" in r]
     assert all(x["conversations"][0]["from"] == "system" and x["completed"] for x in new)  # the view
+
+
+# ------------------------------------------------------------------ version-3 runs still work
+# (tests/fixtures/runs_v3/: written by the code before the one Reward, flat reward fields)
+
+FIXTURES_V3 = Path(__file__).parent / "fixtures" / "runs_v3"
+
+
+def _copy_v3(name: str, tmp_path: Path) -> Path:
+    shutil.copytree(FIXTURES_V3 / name, tmp_path / "v3" / name)
+    return tmp_path / "v3" / name / "run"
+
+
+def test_version_3_lines_read_with_their_reward_as_one_object() -> None:
+    """Every flat reward field of a version-3 line lands in the one ``reward``: the value, the
+    components, the reason, the error, what the env kept, and the token advantages the trace held."""
+    episodes = _raw_lines(FIXTURES_V3 / "env" / "run" / "episodes.jsonl")
+    assert episodes and all(x["schema_version"] == 3 for x in episodes)
+    for line in episodes:
+        rec = load(line)
+        assert rec.schema_version == SCHEMA_VERSION == 4
+        assert rec.reward == Reward(
+            value=line["reward"],
+            components=line["reward_components"],
+            reason=line["reward_reason"],
+            error=line["reward_error"],
+            kept=line["kept"],
+        )
+        assert rec.reward.kept["files_b64"] and not set(FLAT_REWARD) & set(rec.model_extra or {})
+        dumped = orjson.loads(rec.line())
+        assert dumped["reward"]["value"] == 1.0 and not set(FLAT_REWARD[1:]) & set(dumped)
+    for line in _raw_lines(FIXTURES_V3 / "opd" / "episodes.jsonl"):
+        rec = load(line)
+        assert rec.trace is not None and "token_advantages" not in rec.trace.model_dump()
+        assert rec.reward is not None and rec.reward.token_advantages == line["trace"]["token_advantages"]
+        assert (
+            len(rec.reward.token_advantages) == len(rec.trace.tokens)
+            and rec.trace.tokens == line["trace"]["tokens"]
+        )
+        assert rec.reward.components == line["reward_components"] and rec.reward.value == line["reward"]
+    bad = [load(x) for x in _raw_lines(FIXTURES_V3 / "batch" / "run" / "failed.jsonl")]
+    assert [r.reason_kind for r in bad] == ["bad_row"]
+    assert bad[0].reward is not None and bad[0].reward.value is None and bad[0].score == 0.0
+    assert bad[0].reward.reason.startswith("not judged: bad_row")
+    # a line of a batch without --env had no judge: no reward object at all (not a 0)
+    plain = {**_raw_lines(FIXTURES_V3 / "batch" / "run" / "trajectories.jsonl")[0], "env": None}
+    plain.update(reward=None, reward_components={}, reward_reason="", reward_error=None, kept={})
+    assert load(plain).reward is None and load(plain).score == 0.0
+    with pytest.raises(RecordError, match="not a boolean"):
+        load({**episodes[0], "reward": True})
+
+
+def test_version_3_token_advantages_train_as_they_did() -> None:
+    """The opd episodes of version 3 carried their per-token advantages in the trace; read into
+    ``reward.token_advantages``, they reach the GRPO samples and the Atropos groups position for
+    position as the trace held them."""
+    from trajforge.rl.adapters.atropos_groups import scored_group
+    from trajforge.rl.samples import StepRollouts, build_samples
+
+    raw = _raw_lines(FIXTURES_V3 / "opd" / "episodes.jsonl")
+    records = [load(x) for x in raw]
+    groups = [[r, r.model_copy(update={"rollout": 1})] for r in records]
+    built = build_samples(StepRollouts(groups=groups, version=0, weights_step=0))
+    assert [s.token_advantages for s in built.samples] == [
+        x["trace"]["token_advantages"] for x in raw for _ in (0, 1)
+    ]
+    assert built.uniform_groups == 2 and len(built.samples) == 4  # uniform rewards, trained on the tokens
+    group = scored_group(records, token_level=True, group_size=2).group
+    assert group is not None and group["advantages"] == [x["trace"]["token_advantages"] for x in raw]
+
+
+def test_version_3_env_run_rescores_resumes_and_reads_mixed(tmp_path: Path) -> None:
+    """A run directory written by version 3 resumes with this code: its last episode lost (as
+    after a kill), the run appends a version-4 line, and the file of both versions reads back,
+    exports, reports and rescores."""
+    from typer.testing import CliRunner
+
+    from trajforge.cli.main import app
+
+    env_dir = _copy_v3("env", tmp_path)
+    lines = (env_dir / "episodes.jsonl").read_bytes().splitlines(keepends=True)
+    (env_dir / "episodes.jsonl").write_bytes(b"".join(lines[:-1]))
+    args = ["env", "eval", "terminal_test", "--agent", "oracle", "--max-samples", "2", "--group-size", "2"]
+    out = CliRunner().invoke(app, [*args, "--output-dir", str(env_dir.parent), "--run-name", "run"])
+    assert out.exit_code == 0, out.output
+    raw = _raw_lines(env_dir / "episodes.jsonl")
+    assert [x["schema_version"] for x in raw] == [3, 3, 3, SCHEMA_VERSION]
+    assert isinstance(raw[-1]["reward"], dict) and "reward_reason" not in raw[-1] and "kept" not in raw[-1]
+    episodes = read_episodes(env_dir / "episodes.jsonl")
+    assert len(episodes) == len({e.key for e in episodes}) == 4
+    assert all(e.reward is not None and e.reward.value == 1.0 and e.reward.kept for e in episodes)
+    lost = orjson.loads(lines[-1])
+    assert (episodes[3].key, episodes[3].reward.components) == (lost["key"], lost["reward_components"])
+    assert export(env_dir, "messages").rows == 4 and export(env_dir, "parquet").rows == 4
+    rows = _raw_lines(env_dir / "export" / "messages.jsonl")
+    assert [r["reward"] for r in rows] == [1.0] * 4  # the export's scalar, whatever the line's version
+    assert build_report(env_dir).lines == 4
+    out = CliRunner().invoke(app, ["env", "rescore", str(env_dir), "--write"])
+    assert out.exit_code == 0 and "rescored 4 episodes: 4 same reward" in out.output, out.output
+    again = _raw_lines(env_dir / "episodes.jsonl")
+    assert [x["schema_version"] for x in again] == [SCHEMA_VERSION] * 4
+    assert [x["reward"]["kept"] for x in again] == [x["kept"] for x in raw[:3]] + [raw[3]["reward"]["kept"]]
+
+
+@needs_bwrap
+async def test_version_3_batch_run_resumes_and_its_mixed_files_read(
+    scripted_server: Any, scripted_batch_config: Any, tmp_path: Path
+) -> None:
+    """The version-3 batch fixture stopped after 3 of its 5 rows (one bad); this code runs the
+    other 2 into the same files, and every reader takes them."""
+    run_dir = _copy_v3("batch", tmp_path)
+    srv = await scripted_server(_solver())
+    dataset = (run_dir.parent / "dataset.jsonl").read_bytes()
+    rows = [orjson.loads(x) for x in dataset.splitlines() if x.startswith(b'{"')]
+    cfg = scripted_batch_config(
+        rows,
+        srv.base_url,
+        env="tiny_tasks",
+        resume=True,
+        skip_bad_rows=True,
+        output_dir=run_dir.parent,
+        dataset=run_dir.parent / "dataset.jsonl",
+    )
+    await run_batch(cfg)
+    raw = [x for name in OUTPUTS for x in _raw_lines(run_dir / name)]
+    assert sorted(x["schema_version"] for x in raw) == [3, 3, 3, SCHEMA_VERSION, SCHEMA_VERSION]
+    records = _records(run_dir)
+    assert sorted(r.status for r in records) == ["completed"] * 4 + ["failed"]
+    assert [r.reward_value for r in records if r.status == "completed"] == [1.0] * 4
+    assert all(
+        r.reward is not None and r.reward.reason.startswith("answer")
+        for r in records
+        if r.status == "completed"
+    )
+    assert export(run_dir, "messages").rows == 4 and export(run_dir, "parquet").rows == 4
+    assert build_report(run_dir).lines == 5
 
 
 # ------------------------------------------------- batch --env and env eval: the same records
@@ -300,7 +453,7 @@ async def test_batch_env_and_env_eval_write_the_same_records(
     assert len(expected) == 6 and set(batch) == set(evaluated) == expected
     for key, rec in batch.items():
         twin = evaluated[key]
-        assert rec.reward == twin.reward == 1.0 and rec.status == "completed"
+        assert rec.reward.value == twin.reward.value == 1.0 and rec.status == "completed"
         assert rec.trace is None and rec.tool_stats["terminal"].count == 1
         assert rec.key == twin.key == rollout_key(prompts[rec.prompt_index or 0], rec.rollout, 2)
         assert rec.prompt_index == twin.prompt_index is not None and rec.item == twin.item
@@ -390,7 +543,7 @@ def test_rl_train_trains_a_step_on_batch_records(tiny_chatml_model: Path, tmp_pa
     run_dir = asyncio.run(generate())
     records = _records(run_dir)
     assert len(records) == 8 and all(r.trace is not None for r in records), [r.trace_error for r in records]
-    assert len({r.reward for r in records}) > 1  # something to learn from
+    assert len({r.reward_value for r in records}) > 1  # something to learn from
     out = tmp_path / "rl"
     args = [env_ref, "--model-path", str(tiny_chatml_model), "--records", str(run_dir), "--steps", "1"]
     args += [

@@ -441,7 +441,7 @@ async def env_run(tmp_path: Path) -> Path:
 @pytest.mark.bwrap
 async def test_report_of_an_env_run_in_chromium(env_run: Path, browser: Any, tmp_path: Path) -> None:
     episodes = [orjson.loads(x) for x in (env_run / "episodes.jsonl").read_bytes().splitlines()]
-    assert len(episodes) == 6 and sorted(e["reward"] for e in episodes) == [0.0] * 3 + [1.0] * 3
+    assert len(episodes) == 6 and sorted(e["reward"]["value"] for e in episodes) == [0.0] * 3 + [1.0] * 3
     out = tmp_path / "env.html"
     result = CliRunner().invoke(app, ["report", str(env_run), "--output", str(out)])
     assert result.exit_code == 0, result.output

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from trajforge.cli.main import app
-from trajforge.record import Record, RecordError, load
+from trajforge.record import Record, RecordError, Reward, load
 from trajforge.report.facts import RunFacts, percentiles
 from trajforge.report.page import embed_json
 from trajforge.report.sample import StatusSampler
@@ -91,13 +91,15 @@ def test_facts_handle_missing_fields_and_reasons() -> None:
             status="filtered",
             reason="no_reasoning: x; hallucinated_tool: tool 'web' not offered; assistant turn 3 reasoning: y",
             reason_kind="no_reasoning,hallucinated_tool",
-            reward=float("nan"),
+            reward=Reward(value=float("nan")),
         )
     )
     facts.add(Record(key="b", status="failed", reason="error(rate_limit): too many"))  # no reason_kind: older
     facts.add(None)
     facts.add(
-        Record(key="c", status="completed", reward=1, reward_components={"c": 1}, timings={"wall_s": 2})
+        Record(
+            key="c", status="completed", reward=Reward(value=1, components={"c": 1}), timings={"wall_s": 2}
+        )
     )
     assert facts.lines == 3 and facts.unreadable == 1
     # one sample, one count, under the key statistics.json counts it by: never bars split off the text
@@ -186,8 +188,7 @@ def _episode(rollout: int, reward: float) -> bytes:
         status="completed",
         termination="final_answer",
         turns=3,
-        reward=reward,
-        reward_components={"correct": reward, "format": 1.0},
+        reward=Reward(value=reward, components={"correct": reward, "format": 1.0}),
         timings={"wall_s": 1.5},
         key=f"item{rollout}#{rollout}",
         tool_stats={"terminal": {"count": 2, "success": 1, "failure": 1}},

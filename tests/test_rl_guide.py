@@ -94,12 +94,12 @@ async def test_group_without_success_gets_one_oracle_sample(tmp_path: Path) -> N
             RolloutBackends(None, factory, registry, model_for=agent_model_for(env, "oracle")),  # type: ignore[arg-type]
         )
         group = [await failing.episode(item, rollout=r, group_size=GROUP, seed=r + 1) for r in range(GROUP)]
-        assert [float(e.reward) for e in group] == [0.0] * GROUP  # nothing solved: no signal
+        assert [float(e.reward.value) for e in group] == [0.0] * GROUP  # nothing solved: no signal
 
         guided_group, guided = await guide_group(group, oracle, item, seed=99)
         assert guided is not None and guided.model == "oracle"
         assert guided_group[:-1] == group[:-1] and guided_group[-1] is guided
-        assert float(guided.reward) == 1.0 and guided.trace is None
+        assert float(guided.reward.value) == 1.0 and guided.trace is None
 
         schemas = registry.schemas(registry.for_toolsets(guided.toolsets))
         attached = attach_guided_traces([guided], model, template, [schemas], temperature=1.0)
@@ -111,7 +111,7 @@ async def test_group_without_success_gets_one_oracle_sample(tmp_path: Path) -> N
         assert metrics["guided_samples"] == 1 and metrics["guided_groups"] == 1
         assert metrics["episodes"] == GROUP - 1 and metrics["reward_mean"] == 0.0  # the policy's own
         sample = batch.samples[0]
-        rewards = [float(e.reward) for e in guided_group]
+        rewards = [float(e.reward.value) for e in guided_group]
         assert sample.advantage == pytest.approx(group_advantages(rewards)[-1]) and sample.advantage > 0
 
         # The whole sequence is the template's render of the oracle conversation ...
@@ -139,7 +139,7 @@ async def test_group_without_success_gets_one_oracle_sample(tmp_path: Path) -> N
 
         # A group that already has a success is left as sampled (the oracle is not run into it).
         solved = [await oracle.episode(item, rollout=r, group_size=2, seed=r + 5) for r in range(2)]
-        assert all(isinstance(e, Episode) and float(e.reward) == 1.0 for e in solved)
+        assert all(isinstance(e, Episode) and float(e.reward.value) == 1.0 for e in solved)
         kept, none = await guide_group(solved, oracle, item, seed=7)
         assert none is None and kept is solved
     finally:
@@ -181,7 +181,7 @@ async def test_oracle_writes_in_the_embedded_policys_own_style(family: str) -> N
             RolloutBackends(None, factory, registry, model_for=agent_model_for(env, "oracle")),  # type: ignore[arg-type]
         )
         ep = await oracle.episode(item, rollout=0, group_size=1, seed=1)
-        assert float(ep.reward) == 1.0, ep.reward_reason
+        assert float(ep.reward.value) == 1.0, ep.reward.reason
         task = Task.from_row(item)
         sandbox = await factory.create(task.id)
         try:

@@ -29,6 +29,7 @@ import torch
 
 from trajforge.envs.types import Episode, TokenRecord
 from trajforge.llm.token_trace import MASKED, MASKED_LOGPROB
+from trajforge.record import Reward
 from trajforge.rl.config import TrainConfig
 from trajforge.rl.grpo import Sample, collate
 from trajforge.rl.samples import StepRollouts, build_samples
@@ -113,7 +114,7 @@ def _rollouts(
                     rollout=r,
                     group_size=GROUP,
                     status="completed",
-                    reward=float(won != invert),
+                    reward=Reward(value=float(won != invert)),
                     trace=TokenRecord(
                         tokens=[*ids, a],
                         masks=[MASKED] * len(ids) + [a],

@@ -25,6 +25,7 @@ from trajforge.envs.base import BaseEnv
 from trajforge.envs.config import EnvConfig
 from trajforge.envs.types import Item, RewardBreakdown
 from trajforge.experiments.failures import breakdown, failure_kind
+from trajforge.record import Record, Reward
 from trajforge.rl.config import TrainConfig
 from trajforge.rl.grpo import Sample
 from trajforge.rl.rft import RftBudget, RftSettings, rft, supervised_until
@@ -247,14 +248,16 @@ def test_a_stopped_rft_resumes_after_its_last_finished_round(tiny_chatml_model: 
 
 
 def test_failure_kinds_fold_the_particulars_away() -> None:
-    def rec(**kw: Any) -> dict[str, Any]:
-        base = {
-            "reward": 0.0,
+    def rec(
+        reward: float = 0.0, reward_reason: str = "", reward_error: str | None = None, **kw: Any
+    ) -> Record:
+        base: dict[str, Any] = {
+            "key": "k",
             "status": "completed",
             "reason_kind": "final_answer",
             "tool_stats": {"terminal": {"count": 1}},
         }
-        return {**base, **kw}
+        return Record(**{**base, **kw}, reward=Reward(value=reward, reason=reward_reason, error=reward_error))
 
     assert failure_kind(rec(reward=1.0)) == "passed"
     wrong = [

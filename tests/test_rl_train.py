@@ -429,6 +429,7 @@ async def _straddling_episode(tmp_path: Path) -> Any:
 
 
 def test_an_episode_straddling_a_reload_records_the_version_of_each_turn(tmp_path: Path) -> None:
+    from trajforge.record import Reward
     from trajforge.rl.samples import StepRollouts, build_samples, span_staleness
 
     ep = asyncio.run(_straddling_episode(tmp_path))
@@ -441,7 +442,7 @@ def test_an_episode_straddling_a_reload_records_the_version_of_each_turn(tmp_pat
     sampled = {i for i, m in enumerate(ep.trace.masks) if m != -100}
     assert sampled == {i for s, e, _ in spans for i in range(s, e)}
 
-    other = ep.model_copy(update={"rollout": 1, "reward": 1.0 - ep.reward})
+    other = ep.model_copy(update={"rollout": 1, "reward": Reward(value=1.0 - ep.score)})
     batch = build_samples(StepRollouts(groups=[[ep, other]], version=0, weights_step=0))
     sample = batch.samples[0]
     assert sample.version == 0 and sample.span_versions == spans

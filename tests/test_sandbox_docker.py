@@ -492,11 +492,11 @@ async def test_the_docker_tasks_build_on_the_local_base(env):
 async def test_oracle_scores_one_and_nothing_zero(name, env, factory):
     item = next(i for i in env.eval_items(100) if i["id"] == name)
     oracle = await _rollouts(env, factory, model_for=oracle_model_for(env)).episode(item)
-    assert oracle.status == "completed" and oracle.reward_error is None, oracle.reason
-    assert oracle.reward == 1.0, oracle.reward_reason
+    assert oracle.status == "completed" and oracle.reward.error is None, oracle.reason
+    assert oracle.reward.value == 1.0, oracle.reward.reason
     nothing = await _rollouts(env, factory, model_for=nothing_model_for(env)).episode(item)
-    assert nothing.status == "completed" and nothing.reward_error is None, nothing.reason
-    assert nothing.reward == 0.0, nothing.reward_reason
+    assert nothing.status == "completed" and nothing.reward.error is None, nothing.reason
+    assert nothing.reward.value == 0.0, nothing.reward.reason
 
 
 async def test_the_rollout_runs_in_the_built_image_at_the_real_paths(env, factory):
@@ -521,8 +521,8 @@ async def test_agent_cannot_plant_reward_files_or_a_reward_writing_daemon(env, f
     )
     model = ScriptedModel([tool_turn(("terminal", {"command": plant})), answer("done")])
     ep = await _rollouts(env, factory, model=model).episode(item)
-    assert ep.reward_error is None and ep.reward == 0.0, ep.reward_reason
-    assert ep.reward_reason.startswith("reward.txt"), ep.reward_reason
+    assert ep.reward.error is None and ep.reward.value == 0.0, ep.reward.reason
+    assert ep.reward.reason.startswith("reward.txt"), ep.reward.reason
 
 
 def _cli_eval(tasks: Path, agent: str, out: Path) -> dict:

@@ -206,8 +206,8 @@ async def test_a_grpo_group_of_a_templated_env_prepares_once_and_forks(tmp_path)
         item = env.generate(0, split="train")
         group = await rollouts.group(item, 4)
         assert [e.status for e in group] == ["completed"] * 4
-        assert [e.reward for e in group] == [1.0] * 4, [e.reward_reason for e in group]
-        mine = {e.reward_reason.split()[1] for e in group}
+        assert [e.reward.value for e in group] == [1.0] * 4, [e.reward.reason for e in group]
+        mine = {e.reward.reason.split()[1] for e in group}
         assert len(mine) == 4  # each rollout saw only its own write
         assert _RepoEnv.prepared == ["r0"]
         counts = factory.stats.counts()

@@ -82,17 +82,17 @@ async def _run(env: BaseEnv, factory: Any, turns: list[Any]) -> Any:
 async def test_session_mode_sees_the_agents_service_cwd_and_variables(factory):
     turns = [tool_turn(("terminal", {"command": SERVE})), answer("serving")]
     ep = await _run(_episode_env("session"), factory, turns)
-    assert ep.reward == 1.0, ep.reward_reason
-    assert ep.reward_components == {"in_site": 1.0, "token": 1.0, "served": 1.0}
+    assert ep.reward.value == 1.0, ep.reward.reason
+    assert ep.reward.components == {"in_site": 1.0, "token": 1.0, "served": 1.0}
 
 
 async def test_default_fresh_mode_sees_none_of_them(factory):
     turns = [tool_turn(("terminal", {"command": SERVE})), answer("serving")]
     ep = await _run(_episode_env("fresh"), factory, turns)
     # the rollout's processes were stopped and the reward shell is a clean one from the workdir
-    assert ep.reward == 0.0
-    assert ep.reward_components == {"in_site": 0.0, "token": 0.0, "served": 0.0}, ep.reward_reason
-    assert "token=unset" in (ep.reward_reason or "") and "cwd=site" not in (ep.reward_reason or "")
+    assert ep.reward.value == 0.0
+    assert ep.reward.components == {"in_site": 0.0, "token": 0.0, "served": 0.0}, ep.reward.reason
+    assert "token=unset" in (ep.reward.reason or "") and "cwd=site" not in (ep.reward.reason or "")
 
 
 async def test_session_mode_refuses_the_trusted_runners(factory):
@@ -108,8 +108,8 @@ async def test_session_mode_refuses_the_trusted_runners(factory):
         model_for=oracle_model_for(env),
     )
     ep = await Rollouts(env, backends).episode(task)
-    assert ep.reward == 0.0
-    assert "reward_shell: session" in (ep.reward_reason or ""), ep.reward_reason
+    assert ep.reward.value == 0.0
+    assert "reward_shell: session" in (ep.reward.reason or ""), ep.reward.reason
 
 
 class VerbsEnv(BaseEnv):
@@ -170,9 +170,9 @@ async def test_terminal_and_the_file_verbs(factory, tmp_path):
     VerbsEnv.host_dir = tmp_path / "host"
     env = VerbsEnv(EnvConfig(enabled_toolsets=["terminal"], max_agent_turns=2))
     ep = await _run(env, factory, [answer("done")])
-    assert ep.reward_error is None, ep.reward_reason
-    assert all(v == 1.0 for v in (ep.reward_components or {}).values()), ep.reward_components
-    assert ep.reward == 1.0
+    assert ep.reward.error is None, ep.reward.reason
+    assert all(v == 1.0 for v in (ep.reward.components or {}).values()), ep.reward.components
+    assert ep.reward.value == 1.0
 
 
 async def test_the_rl_agent_cannot_choose_the_session_shell_or_host_paths(tmp_path):
@@ -256,14 +256,14 @@ async def test_a_verifier_that_cannot_place_its_files_fails_the_reward_not_the_r
     published TB2 env scored every correct rollout 0 this way)."""
     env = PlacementEnv(EnvConfig(enabled_toolsets=["terminal"], max_agent_turns=2))
     ep = await _run(env, factory, [answer("done")])
-    assert ep.reward_error is not None and "VerifierPlacementError" in ep.reward_error, ep.reward_reason
-    assert "--sandbox docker" in ep.reward_error
+    assert ep.reward.error is not None and "VerifierPlacementError" in ep.reward.error, ep.reward.reason
+    assert "--sandbox docker" in ep.reward.error
     PlacementEnv.swallow = True  # reward code that catches every exception cannot score it either
     try:
         ep = await _run(env, factory, [answer("done")])
     finally:
         PlacementEnv.swallow = False
-    assert ep.reward_error is not None and "VerifierPlacementError" in ep.reward_error, ep.reward_reason
+    assert ep.reward.error is not None and "VerifierPlacementError" in ep.reward.error, ep.reward.reason
 
 
 async def test_a_write_the_rollout_blocked_is_the_rollouts_failure(factory):
@@ -277,8 +277,8 @@ async def test_a_write_the_rollout_blocked_is_the_rollouts_failure(factory):
         ep = await _run(env, factory, turns)
     finally:
         PlacementEnv.target = "/tests/test.sh"
-    assert ep.reward_error is None, ep.reward_error
-    assert ep.reward == 0.0 and (ep.reward_reason or "").startswith("OSError"), ep.reward_reason
+    assert ep.reward.error is None, ep.reward.error
+    assert ep.reward.value == 0.0 and (ep.reward.reason or "").startswith("OSError"), ep.reward.reason
 
 
 # What a command prints that reads like the sandbox's note: the command's own output, to be kept.
@@ -307,7 +307,7 @@ class NotesEnv(BaseEnv):
 async def test_session_output_is_what_the_command_printed_and_notes_come_apart(factory):
     env = NotesEnv(EnvConfig(enabled_toolsets=["terminal"], max_agent_turns=2, reward_shell="session"))
     ep = await _run(env, factory, [answer("done")])
-    assert ep.reward == 1.0, ep.reward_reason
+    assert ep.reward.value == 1.0, ep.reward.reason
     lookalike, ended = NotesEnv.seen["lookalike"], NotesEnv.seen["ended"]
     # before, a regex cut the note's words out of the output, whoever printed them
     assert lookalike == {"output": LOOKALIKE, "exit_code": 0, "timed_out": False, "notes": []}

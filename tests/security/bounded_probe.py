@@ -66,7 +66,7 @@ async def _group(env: TinyTasksEnv, factory: Any, size: int, n: int) -> list[dic
     item = env.generate(0, split="eval")
     model = ScriptedModel(leave_sparse_file(item["metadata"]["path"], size))
     episodes = await Rollouts(env, RolloutBackends(model, factory, default_registry())).group(item, n)
-    return [{"reward": e.reward, "reason": e.reward_reason, "error": e.reward_error} for e in episodes]
+    return [{"reward": e.reward.value, "reason": e.reward.reason, "error": e.reward.error} for e in episodes]
 
 
 async def sparse_rollouts(root: str) -> dict[str, Any]:

@@ -620,12 +620,12 @@ async def play(col: Column, hack: Hack, factory: Any) -> list[tuple[str, float, 
         model = col.model(policy) if col.model is not None else ScriptedModel(policy)
         backends = RolloutBackends(model, col.factory or factory, col.registry or default_registry())
         ep = await Rollouts(col.env, backends).episode(item)
-        reason = ep.reward_reason or ""
-        if ep.reward_error:
-            reason = f"reward error: {ep.reward_error}"
+        reason = ep.reward.reason or ""
+        if ep.reward.error:
+            reason = f"reward error: {ep.reward.error}"
         if ep.status != "completed":
             reason = f"{ep.status}: {ep.error} {reason}"
-        out.append((col.env.item_id(item), float(ep.reward or 0.0), reason))
+        out.append((col.env.item_id(item), ep.score, reason))
     return out
 
 

@@ -477,7 +477,7 @@ async def test_env_item_with_bad_setup_file_names_fails_as_bad_data(factory):
     env = _SetupEnv(EnvConfig(enabled_toolsets=["terminal"]))
     rollouts = Rollouts(env, RolloutBackends(ScriptedModel(["ok"]), factory, default_registry()))
     ep = await rollouts.episode(env.generate(0, split="eval"))
-    assert ep.status == "failed" and ep.reward is None and ep.score == 0.0  # never judged
+    assert ep.status == "failed" and ep.reward.value is None and ep.score == 0.0  # never judged
     assert "bad item" in (ep.reason or "") and "NUL" in (ep.reason or ""), ep.reason
     assert not (ep.reason or "").startswith("sandbox"), ep.reason
 

@@ -213,7 +213,7 @@ async def test_swe_repository_code_cannot_read_trace_or_walk_into_the_runner(
     env = load_env("swe", {"tasks_dir": str(_swe_task(tmp_path / "t", PROBE, tests))})
     model = ScriptedModel([answer("done")])
     ep = await Rollouts(env, RolloutBackends(model, bwrap, default_registry())).episode(env.eval_items(1)[0])
-    got = eval(ep.reward_reason.split("AssertionError: ")[-1].strip())  # noqa: S307 (our own probe's repr)
+    got = eval(ep.reward.reason.split("AssertionError: ")[-1].strip())  # noqa: S307 (our own probe's repr)
     assert got["mem"] == 13 and got["environ"] == 13  # EACCES: the runner is non-dumpable
     assert got["ptrace"] == 1  # EPERM
     assert got["nonce_in_frames"] is False and got["runner_in_gc"] is False
@@ -233,7 +233,7 @@ async def test_swe_an_object_equal_to_everything_is_not_a_right_answer(bwrap: An
         [tool_turn(("write_file", {"path": "numerals.py", "content": cheat})), answer("ok")]
     )
     ep = await Rollouts(env, RolloutBackends(model, bwrap, default_registry())).episode(task)
-    assert ep.reward == 0.0 and ep.reward_components["fail_to_pass"] == 0.0, ep.reward_reason
+    assert ep.reward.value == 0.0 and ep.reward.components["fail_to_pass"] == 0.0, ep.reward.reason
 
 
 def _exec(src: str) -> dict[str, Any]:
@@ -263,7 +263,7 @@ async def test_terminal_bench_a_program_the_tests_run_cannot_write_the_reward(bw
         ]
         model = ScriptedModel([*(tool_turn(c) for c in calls), answer("ok")])
         ep = await Rollouts(env, RolloutBackends(model, bwrap, default_registry())).episode(task)
-        assert ep.reward == 0.0 and why in ep.reward_reason, ep.reward_reason
+        assert ep.reward.value == 0.0 and why in ep.reward.reason, ep.reward.reason
 
 
 # ------------------------------------------------- terminal_bench: a verdict only test.sh can write
@@ -322,9 +322,9 @@ async def test_terminal_bench_what_the_tests_run_cannot_forge_the_verdict(
     ]
     model = ScriptedModel([*(tool_turn(c) for c in calls), answer("ok")])
     ep = await Rollouts(env, RolloutBackends(model, bwrap, default_registry())).episode(task)
-    assert ep.reward == 0.0, (attack, ep.reward_reason)
-    assert ep.reward_error is None and ep.status == "completed", (ep.reward_error, ep.error)
-    assert re.search(VERDICT_REASONS[attack], ep.reward_reason), ep.reward_reason
+    assert ep.reward.value == 0.0, (attack, ep.reward.reason)
+    assert ep.reward.error is None and ep.status == "completed", (ep.reward.error, ep.error)
+    assert re.search(VERDICT_REASONS[attack], ep.reward.reason), ep.reward.reason
 
 
 # Why each scores 0: test.sh's own verdict (the forged files never were the verdict), or the
@@ -390,8 +390,8 @@ async def test_terminal_bench_the_shipped_suite_pays_nothing_to_what_the_tests_r
                 assert poisoned.output.endswith("poisoned\n"), (item["id"], poisoned.output[-500:])
                 judged = await judge(env, item, AgentResult(messages=[]), sb)
                 marks = await sb.exec("cat /workspace/.forge-ran 2>/dev/null | wc -l", timeout=30)
-                reason = (judged.breakdown.reason if judged.breakdown else "") or ""
-                return item["id"], int(marks.output.split()[0]), judged.reward, reason
+                reason = judged.reason or ""
+                return item["id"], int(marks.output.split()[0]), judged.value, reason
             finally:
                 await sb.close()
 
@@ -544,14 +544,16 @@ async def test_yc_bench_editing_the_database_wins_nothing() -> None:
         ep = await Rollouts(env, RolloutBackends(model, factory, default_registry())).episode(item)
     finally:
         await close_factory(factory)
-    assert ep.reward_error is None and ep.status == "completed", (ep.reward_error, ep.reason)
+    assert ep.reward.error is None and ep.status == "completed", (ep.reward.error, ep.reason)
     seen = json.loads([m["content"] for m in ep.messages if m["role"] == "tool"][2])["output"]
     assert '"funds_cents": 10000000000000' in seen, seen[:400]  # the agent's own view: forged
     log = "".join(json.dumps({"argv": argv}) + "\n" for argv in [*honest, *after])
     expected = score(env._replay_here(item["game"], log), env.cfg.funds_target_multiple)  # type: ignore[attr-defined]
-    assert ep.reward == expected.reward and ep.reward_components == expected.components, ep.reward_reason
-    assert ep.reward_components["funds"] < 1_000_000 and ep.reward_components["max_prestige"] < 10
-    assert ep.reward_components["refused"] == 0 and ep.reward_components["commands"] == len(honest) + len(
+    assert ep.reward.value == expected.reward and ep.reward.components == expected.components, (
+        ep.reward.reason
+    )
+    assert ep.reward.components["funds"] < 1_000_000 and ep.reward.components["max_prestige"] < 10
+    assert ep.reward.components["refused"] == 0 and ep.reward.components["commands"] == len(honest) + len(
         after
     )
 

@@ -364,7 +364,7 @@ async def test_an_approved_agent_env_is_evaluated_through_its_env_host(tmp_path:
             (json.loads(line) for line in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()),
             key=lambda e: e["item_id"],
         )
-        rescored = [await env.rescore(e["item"], e["messages"], e["kept"]) for e in episodes]
+        rescored = [await env.rescore(e["item"], e["messages"], e["reward"]["kept"]) for e in episodes]
     finally:
         await close_factory(factory)
         await registry.aclose()
@@ -372,20 +372,20 @@ async def test_an_approved_agent_env_is_evaluated_through_its_env_host(tmp_path:
     assert env.name == "agent/word_file" and env.config.max_agent_turns == 3
     assert [e["item_id"] for e in episodes] == ["eval-0", "eval-1", "eval-2", "eval-3"]
     assert [e["status"] for e in episodes] == ["completed"] * 4
-    assert [e["reward"] for e in episodes] == [1.0, 0.0, 1.0, 0.0]
+    assert [e["reward"]["value"] for e in episodes] == [1.0, 0.0, 1.0, 0.0]
     assert [e["category"] for e in episodes] == ["even", "odd", "even", "odd"]
     for e in episodes:
-        assert e["reward_error"] is None and e["env"] == "agent/word_file"
-        hits = 2.0 if e["reward"] else 1.0  # the word in expected.txt, and in answer.txt when solved
-        assert e["reward_components"] == {
+        assert e["reward"]["error"] is None and e["env"] == "agent/word_file"
+        hits = 2.0 if e["reward"]["value"] else 1.0  # the word in expected.txt, and in answer.txt when solved
+        assert e["reward"]["components"] == {
             "blob": 1.0,
             "hits": hits,
             "missing": 0.0,
             "judged": 1.0,
             "terminal": 1.0,
         }
-        assert e["reward_reason"].endswith("final 'written'")
-    assert [e["kept"]["answer"] for e in episodes] == ["w0", "nope", "w2", "nope"]
+        assert e["reward"]["reason"].endswith("final 'written'")
+    assert [e["reward"]["kept"]["answer"] for e in episodes] == ["w0", "nope", "w2", "nope"]
     assert [r.reward for r in rescored] == [1.0, 0.0, 1.0, 0.0]
     assert run.summary.pass_at_1.value == 0.5
 
@@ -433,8 +433,10 @@ async def test_a_hanging_reward_times_out_and_a_dying_env_host_fails_episodes_no
         e["item"]["mode"]: e
         for e in (json.loads(line) for line in (tmp_path / "r" / "episodes.jsonl").read_text().splitlines())
     }
-    assert episodes["hang"]["reward"] == 0.0 and "TimeoutError" in episodes["hang"]["reward_error"]
-    assert episodes["ok"]["reward"] == 1.0  # the env host kept serving after a cancelled reward
+    assert (
+        episodes["hang"]["reward"]["value"] == 0.0 and "TimeoutError" in episodes["hang"]["reward"]["error"]
+    )
+    assert episodes["ok"]["reward"]["value"] == 1.0  # the env host kept serving after a cancelled reward
     assert episodes["die"]["status"] == "failed" and "env host exited" in episodes["die"]["reason"]
 
 

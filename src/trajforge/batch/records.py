@@ -20,7 +20,7 @@ from typing import Any
 
 from trajforge.batch.dataset import BadRow
 from trajforge.batch.stats import SampleSummary
-from trajforge.record import Record, Timings, ToolCounts
+from trajforge.record import Record, Reward, Timings, ToolCounts
 from trajforge.record.views import with_view
 from trajforge.rollout.records import USAGE_KEYS, iso
 from trajforge.trajectory import reasoning_coverage
@@ -52,8 +52,8 @@ def summarize(record: Record, started: float, finished: float) -> SampleSummary:
         tool_s=record.timings.tool_s,
         started_at=started,
         finished_at=finished,
-        reward=record.reward,
-        reward_error=record.reward_error is not None,
+        reward=record.reward_value,
+        reward_error=record.reward is not None and record.reward.error is not None,
     )
 
 
@@ -63,7 +63,7 @@ def bad_row_line(
     """The line of a row that cannot run: failed with its reason, never judged (null reward)."""
     now = time.time()
     reason = f"bad_row: {row.reason}"
-    judged: dict[str, Any] = {"reward": None, "reward_reason": f"not judged: {reason}"} if env else {}
+    reward = Reward.not_judged(f"not judged: {reason}") if env else None
     record = Record(
         key=row.key,
         prompt_index=row.index,
@@ -75,7 +75,7 @@ def bad_row_line(
         reason=reason,
         reason_kind="bad_row",
         attempts=0,
-        **judged,
+        reward=reward,
         tool_stats={n: ToolCounts() for n in run_tools},
         tool_error_counts={n: 0 for n in run_tools},
         timings=Timings(started_at=iso(now), finished_at=iso(now), worker=-1),

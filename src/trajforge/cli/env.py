@@ -405,8 +405,8 @@ async def _eval(
         live.note(message)
 
     def progress(ep: Any, done: int, total: int) -> None:
-        if ep is not None and getattr(ep, "reward", None) is not None:
-            rewards.append(float(ep.reward))
+        if ep is not None and ep.reward_value is not None:
+            rewards.append(ep.reward_value)
         live.phase("rollouts")
         mean = f"mean reward {sum(rewards) / len(rewards):.3f}" if rewards else ""
         live.advance(done, total, mean)
@@ -493,28 +493,24 @@ def rescore_cmd(
     changed = same = unable = 0
     new = []
     for ep in episodes:
-        verdict = asyncio.run(instance.rescore(ep.item, ep.messages, ep.kept))
+        old = ep.reward
+        verdict = asyncio.run(instance.rescore(ep.item, ep.messages, old.kept if old else {}))
         if verdict is None:
             unable += 1
             new.append(ep)
             continue
-        from trajforge.envs.types import RewardBreakdown
+        from trajforge.record import Reward
 
-        bd = RewardBreakdown.of(verdict)
-        if abs(bd.reward - ep.score) > 1e-9:
+        reward = Reward.of(verdict)
+        if abs(reward.score - ep.score) > 1e-9:
             changed += 1
         else:
             same += 1
-        new.append(
-            ep.model_copy(
-                update={
-                    "reward": bd.reward,
-                    "reward_components": bd.components,
-                    "reward_reason": bd.reason,
-                    "reward_error": None,
-                }
-            )
-        )
+        if old is not None:  # what the judge kept (and the token scores it gave) stay the rollout's
+            scored = reward.token_advantages if reward.token_advantages is not None else old.token_advantages
+            carried = {"kept": old.kept, "token_advantages": scored}
+            reward = reward.model_copy(update=carried)
+        new.append(ep.model_copy(update={"reward": reward}))
     if unable == len(episodes) and episodes:
         raise fail(
             f"env {instance.name!r} cannot rescore without a sandbox (it keeps nothing to judge offline)"

@@ -15,7 +15,7 @@ from trajforge.envs.episode import RolloutBackends, Rollouts, env_sandbox_config
 from trajforge.envs.evaluate import run_eval
 from trajforge.envs.kept import KeptFiles, snapshot
 from trajforge.envs.protocol import AgentEnv
-from trajforge.envs.types import Episode, Item, RewardBreakdown, TokenRecord
+from trajforge.envs.types import Episode, Item, Reward, RewardBreakdown, TokenRecord
 from trajforge.envs.verifier import SearchHit, VerifierContext, VerifierError, VerifierExec
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "Item",
     "KeptFiles",
     "ResizableLimiter",
+    "Reward",
     "RewardBreakdown",
     "RolloutBackends",
     "Rollouts",

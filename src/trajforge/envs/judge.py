@@ -16,34 +16,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import shlex
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
 from trajforge.agent.result import AgentResult, Termination
 from trajforge.envs.protocol import AgentEnv
-from trajforge.envs.types import Item, RewardBreakdown
+from trajforge.envs.types import Item
 from trajforge.envs.verifier import _SCRATCH, VerifierContext, VerifierPlacementError
 from trajforge.protocols import Sandbox, SupportsVerification
-from trajforge.rollout import Verdict
+from trajforge.record import Reward
 from trajforge.sandbox.errors import SandboxUnavailableError
 from trajforge.tools.base import Tool
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Judgement:
-    breakdown: RewardBreakdown | None = None
-    error: str | None = None
-    kept: dict[str, Any] = field(default_factory=dict)
-    seconds: float = 0.0
-
-    @property
-    def reward(self) -> float:
-        return self.breakdown.reward if self.breakdown is not None else 0.0
 
 
 async def judge(
@@ -53,12 +40,10 @@ async def judge(
     sandbox: Sandbox,
     *,
     tools: Mapping[str, Tool] | None = None,
-    into: Judgement | None = None,
-) -> Judgement:
-    """Judge ``result`` from ``sandbox``; fills and returns ``into`` (or a new Judgement)."""
-    judged = into if into is not None else Judgement()
+) -> Reward:
+    """Judge ``result`` from ``sandbox``: the env's reward, with what it kept (``keep``); a reward
+    code that raised scores 0 with its error."""
     cfg = env.config
-    t0 = time.monotonic()
     try:
         async with asyncio.timeout(cfg.reward_timeout_s):
             session = cfg.reward_shell == "session"  # the service the reward checks must live
@@ -83,18 +68,17 @@ async def judge(
                 await ctx.write_file(path, content)
             if await ctx.exists(".git/HEAD") or await ctx.exists(".git"):  # a repo, or a gitdir file
                 await ctx.exec(SCRUB_GIT_CONFIG)
-            judged.breakdown = RewardBreakdown.of(await env.compute_reward(item, result, ctx))
-            judged.kept = await env.keep(item, result, ctx)
+            reward = Reward.of(await env.compute_reward(item, result, ctx))
+            kept = await env.keep(item, result, ctx)
             if ctx.setup_errors:  # raised in the reward code, whatever it did with it
                 raise VerifierPlacementError(ctx.setup_errors[0])
+            return reward.model_copy(update={"kept": dict(kept)}) if kept else reward
     except SandboxUnavailableError:
         raise
     except Exception as exc:  # reward code is the user's: its failure scores 0, with the reason
-        judged.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        judged.breakdown = RewardBreakdown(reward=0.0, reason=f"reward failed: {judged.error}")
-        log.warning("reward of %s failed: %s", env.item_id(item), judged.error)
-    judged.seconds = time.monotonic() - t0
-    return judged
+        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        log.warning("reward of %s failed: %s", env.item_id(item), error)
+        return Reward.failed(error)
 
 
 # The repository's own git config is the model's: settings in it that make git run a program
@@ -136,24 +120,10 @@ class EnvJudge:
     item: Item
     tools: Mapping[str, Tool] | None = None
 
-    async def __call__(self, result: AgentResult, sandbox: Sandbox) -> Verdict:
+    async def __call__(self, result: AgentResult, sandbox: Sandbox) -> Reward:
         if never_reached(result):  # nothing of the model's to judge: no reward, not a 0
-            return Verdict(
-                None, reason=f"not judged: the model was never reached ({result.termination.value})"
-            )
-        judged = await judge(self.env, self.item, result, sandbox, tools=self.tools)
-        bd = judged.breakdown
-        if bd is None:  # judge() always sets one; kept for a subclass that does not
-            return Verdict(None, reason="not judged", error=judged.error, seconds=judged.seconds)
-        return Verdict(
-            bd.reward,
-            dict(bd.components),
-            bd.reason,
-            judged.error,
-            dict(judged.kept),
-            judged.seconds,
-            bd.token_advantages,
-        )
+            return Reward.not_judged(f"not judged: the model was never reached ({result.termination.value})")
+        return await judge(self.env, self.item, result, sandbox, tools=self.tools)
 
 
 def never_reached(result: AgentResult) -> bool:

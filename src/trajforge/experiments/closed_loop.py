@@ -56,6 +56,8 @@ from trajforge.envs.catalog import load_env
 from trajforge.envs.episode import RolloutBackends
 from trajforge.envs.evaluate import run_eval
 from trajforge.experiments.failures import breakdown
+from trajforge.record import Record
+from trajforge.record import read as read_records
 from trajforge.rl.builtin import UNFILTERED, BuiltinTrainer, resolve_device
 from trajforge.rl.config import TrainConfig, TrainConfigError, WarmStart
 from trajforge.rl.policy_server import PolicyServer
@@ -225,16 +227,18 @@ def _pass_at_k(stage: StageEval, family: str) -> float:
     return sum(stage.sampled_by_item[i] > 0 for i in items) / max(1, len(items))
 
 
-def _episodes(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(raw) for raw in (run_dir / "episodes.jsonl").read_text().splitlines()]
+def _episodes(run_dir: Path) -> list[Record]:
+    """The evaluation's episodes as records (lines of any version read alike: ``record.read``)."""
+    return list(read_records(run_dir / "episodes.jsonl"))
 
 
-def _per_item(rows: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, str]]:
+def _per_item(rows: list[Record]) -> tuple[dict[str, float], dict[str, str]]:
     passed: dict[str, list[float]] = defaultdict(list)
     family: dict[str, str] = {}
     for ep in rows:
-        passed[ep["item_id"]].append(1.0 if float(ep["reward"] or 0.0) >= PASS_THRESHOLD else 0.0)
-        family[ep["item_id"]] = ep.get("category") or "-"
+        item = ep.item_id or ep.key
+        passed[item].append(1.0 if ep.score >= PASS_THRESHOLD else 0.0)
+        family[item] = ep.category or "-"
     return {k: sum(v) / len(v) for k, v in passed.items()}, family
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
+from trajforge.record import Record
 from trajforge.rl.samples import PASS_THRESHOLD
 
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
@@ -23,30 +23,29 @@ _FILE = re.compile(r"\b[\w\-]+\.(?:txt|conf|ini|env|json|csv|log|md|py|sh)\b")
 _NUMBER = re.compile(r"-?\d[\d,]*")
 
 
-def failure_kind(record: Mapping[str, Any]) -> str:
-    """The outcome kind of one episode record (an ``episodes.jsonl`` line as a mapping)."""
-    reward = record.get("reward")
-    if reward is not None and float(reward) >= PASS_THRESHOLD:
+def failure_kind(record: Record) -> str:
+    """The outcome kind of one episode record (an ``episodes.jsonl`` line, read by ``record.read``)."""
+    reward = record.reward
+    if reward is not None and reward.value is not None and reward.value >= PASS_THRESHOLD:
         return "passed"
-    if record.get("reward_error"):
+    if reward is not None and reward.error:
         return "reward code raised"
-    status = record.get("status")
-    kind = record.get("reason_kind") or ""
+    status = record.status
+    kind = record.reason_kind or ""
     if status == "failed":
         label = f"failed: {kind or 'unknown'}"
     elif kind and kind != "final_answer":
         label = f"ended: {kind}"
     else:
-        reason = str(record.get("reward_reason") or record.get("reason") or "no reason given")
+        reason = (reward.reason if reward is not None else "") or record.reason or "no reason given"
         reason = _QUOTED.sub("'...'", reason)
         reason = _PAREN.sub("(...)", reason)
         reason = _FILE.sub("FILE", reason)
         label = _NUMBER.sub("N", reason)[:70]
-    stats = record.get("tool_stats") or {}
-    calls = sum(int((v or {}).get("count", 0)) for v in stats.values()) if isinstance(stats, dict) else 0
+    calls = sum(counts.count for counts in record.tool_stats.values())
     return f"{label} (no tool call)" if calls == 0 else label
 
 
-def breakdown(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+def breakdown(records: Iterable[Record]) -> dict[str, int]:
     """How many episodes of each kind, most common first."""
     return dict(Counter(failure_kind(r) for r in records).most_common())

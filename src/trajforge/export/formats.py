@@ -58,7 +58,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from trajforge.llm.parsers.markup import find_call_markup
-from trajforge.record import Record, RecordError
+from trajforge.record import Record, RecordError, Reward
 from trajforge.record import load as load_record
 from trajforge.record.runs import kind_problem
 from trajforge.record.views import reference_view
@@ -190,13 +190,29 @@ def read_lines(
 
 
 def export_view(record: Record, run: RunInfo) -> dict[str, Any]:
-    """The record as one flat dict: its fields, the reference view, and the names the Parquet
-    columns have always had (``reward_breakdown``, ``graded_by``)."""
+    """The record as one flat dict: its fields, the reference view, and the reward as the flat
+    columns every export has always had (:func:`reward_columns`)."""
     tools = run.tools_for(record.toolsets)
     view = {**record.model_dump(mode="json"), **reference_view(record, tools)}
-    view["reward_breakdown"] = dict(record.reward_components) if record.reward is not None else None
-    view["graded_by"] = record.env if record.reward is not None or record.env else None
+    view.update(reward_columns(record.reward))
+    view["graded_by"] = record.env if record.reward_value is not None or record.env else None
     return view
+
+
+def reward_columns(reward: Reward | None) -> dict[str, Any]:
+    """The record's one :class:`~trajforge.record.Reward` as the flat columns of the exports, the
+    one place it is flattened: ``reward`` a number or null (what ``--min-reward``, DPO pairs and
+    ``ds.filter(lambda r: r["reward"] == 1)`` read), ``reward_reason``, ``reward_error`` and
+    ``reward_breakdown`` (its components; null when not judged). A trainer-facing row wants a
+    scalar it can filter and sort on, not an object; what the judge kept and its token
+    advantages stay in the run files (``rl train --records`` reads those)."""
+    judged = reward is not None and reward.value is not None
+    return {
+        "reward": reward.value if reward is not None else None,
+        "reward_reason": reward.reason if reward is not None else "",
+        "reward_error": reward.error if reward is not None else None,
+        "reward_breakdown": dict(reward.components) if reward is not None and judged else None,
+    }
 
 
 # -- one sample ---------------------------------------------------------------------------------

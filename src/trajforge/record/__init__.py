@@ -6,12 +6,14 @@ write it; everything that reads run files reads it, without importing any of the
 """
 
 from trajforge.record.model import SCHEMA_VERSION, Record, Status, Timings, TokenRecord, ToolCounts
+from trajforge.record.reward import Reward
 from trajforge.record.upgrade import RecordError, load, read
 
 __all__ = [
     "SCHEMA_VERSION",
     "Record",
     "RecordError",
+    "Reward",
     "Status",
     "Timings",
     "TokenRecord",

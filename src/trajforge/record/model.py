@@ -14,11 +14,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = 3
+from trajforge.record.reward import Reward
+
+SCHEMA_VERSION = 4
 """Version 1: the batch line and the env ``Episode`` before they were one type (no such field).
-Version 2: ``worker`` at the top level; version 3 keeps it in ``timings`` (where and when it ran)."""
+Version 2: ``worker`` at the top level; version 3 keeps it in ``timings`` (where and when it ran).
+Version 4: the reward one nested :class:`~trajforge.record.reward.Reward` (value, components,
+reason, error, token advantages, kept), where version 3 had flat ``reward``, ``reward_components``,
+``reward_reason``, ``reward_error``, ``kept`` and ``trace.token_advantages``."""
 
 Status = Literal["completed", "partial", "failed", "filtered"]
 
@@ -31,7 +36,6 @@ class TokenRecord(BaseModel):
     tokens: list[int]
     masks: list[int]
     logprobs: list[float]
-    token_advantages: list[float] | None = None
     span_versions: list[tuple[int, int, int]] | None = None
     """``(start, end, model_version)`` of each sampled turn when the server named the weights
     that sampled it: a multi-turn episode can straddle a weight reload (staleness per span)."""
@@ -103,12 +107,12 @@ class Record(BaseModel):
     termination: str = "not_run"
     turns: int = Field(0, description="model calls")
     attempts: int = 1
-    # -- the judgement (None: not judged)
-    reward: float | None = None
-    reward_components: dict[str, float] = Field(default_factory=dict)
-    reward_reason: str = ""
-    reward_error: str | None = Field(None, description="the reward code raised: scored 0 for this reason")
-    kept: dict[str, Any] = Field(default_factory=dict, description="what the env kept for `env rescore`")
+    # -- the judgement
+    reward: Reward | None = Field(
+        None,
+        description="the judge's reward, whole; null: the run had no judge (a batch without --env). "
+        "A rollout a judge could not judge has a reward whose value is null",
+    )
     # -- tools and tokens
     tool_stats: dict[str, ToolCounts] = Field(default_factory=dict)
     tool_error_counts: dict[str, int] = Field(default_factory=dict)
@@ -142,17 +146,15 @@ class Record(BaseModel):
             return {**data, "key": f"{data['item_id']}#{data.get('rollout', 0)}"}
         return data
 
-    @field_validator("reward", mode="before")
-    @classmethod
-    def _no_bool_reward(cls, value: Any) -> Any:
-        if isinstance(value, bool):  # pydantic would read True as 1.0
-            raise ValueError("a reward is a number or null, not a boolean")
-        return value
-
     @property
     def score(self) -> float:
         """The reward a trainer uses: 0.0 when the rollout was not judged."""
-        return 0.0 if self.reward is None else float(self.reward)
+        return 0.0 if self.reward is None else self.reward.score
+
+    @property
+    def reward_value(self) -> float | None:
+        """The reward's value; None when not judged (no judge, or one that could not judge)."""
+        return None if self.reward is None else self.reward.value
 
     def line(self) -> bytes:
         """The JSONL line (schema fields, then any view fields it carries)."""

@@ -1,7 +1,11 @@
 """Any line trajforge ever wrote -> a :class:`Record`: runs written before the record existed, or
 before its current version, still export, report and resume.
 
-Version 2 differs from version 3 only in where ``worker`` is (top level, now ``timings.worker``).
+Version 3 differs from version 4 only in the reward: flat ``reward``, ``reward_components``,
+``reward_reason``, ``reward_error``, ``kept`` and ``trace.token_advantages``, now one nested
+:class:`~trajforge.record.reward.Reward` (``reward``: value, components, reason, error,
+token_advantages, kept). Version 2 differs from version 3 only in where ``worker`` is (top level,
+now ``timings.worker``). Each older version is read into the next, up to this one.
 
 Version 1 had two shapes: the batch line (ShareGPT ``conversations``, ``metadata``,
 ``toolsets_used``, ``api_calls``, nested ``timings``, ``reward_breakdown``, ``graded_by``) and the
@@ -31,15 +35,17 @@ class RecordError(ValueError):
 
 
 def load(line: dict[str, Any]) -> Record:
-    """The record a line holds, upgraded from version 1 when it is older."""
+    """The record a line holds, upgraded from versions 1, 2 and 3 when it is older."""
     if not isinstance(line, dict):
         raise RecordError(f"a record is a JSON object, not {type(line).__name__}")
     version = line.get("schema_version")
     try:
         if version is None:
-            return Record.model_validate(_from_v1(line))
+            return Record.model_validate(_from_v3(_from_v1(line)))
         if version == 2:
-            return Record.model_validate(_from_v2(line))
+            return Record.model_validate(_from_v3(_from_v2(line)))
+        if version == 3:
+            return Record.model_validate(_from_v3(line))
         if isinstance(version, int) and version <= SCHEMA_VERSION:
             return Record.model_validate(line)
     except ValidationError as exc:
@@ -88,7 +94,8 @@ def _batch_v1(line: dict[str, Any]) -> dict[str, Any]:
     trace = line.get("trace")
     timings = line.get("timings") or {}
     return {
-        **line,  # the reference view (conversations, metadata, completed, ...) rides along
+        # the reference view (conversations, metadata, completed, ...) rides along
+        **{k: v for k, v in line.items() if k != "reward_breakdown"},
         "key": line.get("key") or f"row-{line.get('prompt_index')}",
         "prompt_index": line.get("prompt_index"),
         "rollout": meta.get("sample_index", 0),
@@ -136,6 +143,34 @@ def _from_v2(line: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in line.items() if k not in ("worker", "schema_version")}
     timings = line.get("timings")
     out["timings"] = {**(timings if isinstance(timings, dict) else {}), "worker": line.get("worker")}
+    return out
+
+
+FLAT_REWARD = ("reward", "reward_components", "reward_reason", "reward_error", "kept")
+"""The version-3 fields (and, read into that shape, version 1's and 2's) that version 4 nests in
+one ``reward`` object."""
+
+
+def _from_v3(line: dict[str, Any]) -> dict[str, Any]:
+    """Version 3's flat reward fields and the trace's ``token_advantages`` -> one ``reward``
+    object. A line with none of them set had no judge (a batch without ``--env``): ``reward``
+    null. One whose judge could not judge it (``reward`` null with its reason) keeps that reason
+    under a reward whose value is null."""
+    out = {k: v for k, v in line.items() if k not in (*FLAT_REWARD, "schema_version")}
+    trace = line.get("trace")
+    advantages = None
+    if isinstance(trace, dict) and "token_advantages" in trace:
+        advantages = trace["token_advantages"]
+        out["trace"] = {k: v for k, v in trace.items() if k != "token_advantages"}
+    reward = {
+        "value": line.get("reward"),
+        "components": line.get("reward_components") or {},
+        "reason": line.get("reward_reason") or "",
+        "error": line.get("reward_error"),
+        "token_advantages": advantages,
+        "kept": line.get("kept") or {},
+    }
+    out["reward"] = reward if any(v not in (None, "", {}) for v in reward.values()) else None
     return out
 
 

@@ -149,13 +149,13 @@ class RunFacts:
             series.append(float(value))
 
     def _add_reward(self, record: Record, status: str) -> None:
-        reward = _number(record.reward)
-        if reward is None:
+        reward = _number(record.reward_value)
+        if reward is None or record.reward is None:
             self.no_reward += 1
             return
         self.rewards.append(reward)
         self.reward_by_status.setdefault(status, []).append(reward)
-        for name, value in record.reward_components.items():
+        for name, value in record.reward.components.items():
             number = _number(value)
             if number is not None:
                 self.reward_parts.setdefault(name, []).append(number)

@@ -247,8 +247,10 @@ class RecordBuilder:
             "w": record.timings.wall_s,
             "ms": record.timings.model_s,
             "tls": record.timings.tool_s,
-            "rw": record.reward,
-            "rb": dict(record.reward_components) if record.reward is not None else None,
+            "rw": record.reward_value,
+            "rb": dict(record.reward.components)
+            if record.reward_value is not None and record.reward
+            else None,
             "p": cut(prompt, 300),
             "m": record.model or "",
             "sys": system,

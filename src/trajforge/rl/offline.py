@@ -39,7 +39,7 @@ def read_groups(run_dir: Path) -> list[list[Record]]:
     try:
         for name in RECORD_FILES:
             for record in read(run_dir / name):
-                if record.reward is None:
+                if record.reward_value is None:
                     continue
                 index = record.prompt_index
                 groups[(index if index is not None else -1, record.item_id or "")].append(record)

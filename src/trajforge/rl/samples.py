@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajforge.envs.types import Episode, TokenRecord
+from trajforge.envs.types import Episode
 from trajforge.llm.token_trace import MASKED
 from trajforge.rl.grpo import Sample, group_advantages
+from trajforge.rl.rewards import aligned_token_advantages, reward_failed, scores_tokens
 
 PASS_THRESHOLD = 1.0 - 1e-9
 """An episode passes when its reward is (numerically) 1.0: the env's own notion of solved."""
@@ -52,7 +53,7 @@ def build_samples(rollouts: StepRollouts, *, scale: bool = True, skip_uniform: b
     guided_ids = {id(ep) for ep in rollouts.guided}
     for group in rollouts.groups:
         rewards = [ep.score for ep in group]
-        scored_tokens = any(ep.trace is not None and ep.trace.token_advantages is not None for ep in group)
+        scored_tokens = any(ep.trace is not None and scores_tokens(ep) for ep in group)
         if max(rewards) - min(rewards) < 1e-9:
             uniform += 1
             if skip_uniform and not scored_tokens:
@@ -74,7 +75,7 @@ def build_samples(rollouts: StepRollouts, *, scale: bool = True, skip_uniform: b
                     old_logprobs=list(trace.logprobs),
                     advantage=adv,
                     version=min((v for _, _, v in spans), default=rollouts.version),
-                    token_advantages=aligned_token_advantages(trace),
+                    token_advantages=aligned_token_advantages(ep),
                     span_versions=spans,
                 )
             )
@@ -82,26 +83,6 @@ def build_samples(rollouts: StepRollouts, *, scale: bool = True, skip_uniform: b
     rollouts.samples, rollouts.uniform_groups, rollouts.untraced = samples, uniform, untraced
     rollouts.guided_samples = guided
     return rollouts
-
-
-def aligned_token_advantages(trace: TokenRecord) -> list[float] | None:
-    """The trace's per-token advantages, one per position (0 where the policy did not sample):
-    given per position, or per sampled token and scattered onto the sampled positions."""
-    adv = trace.token_advantages
-    if adv is None:
-        return None
-    if len(adv) == len(trace.tokens):
-        return [float(a) for a in adv]
-    positions = [i for i, m in enumerate(trace.masks) if m != MASKED]
-    if len(adv) != len(positions):
-        raise ValueError(
-            f"{len(adv)} token advantages for {len(positions)} sampled tokens ({len(trace.tokens)} in all): "
-            "an env that scores tokens must give one per position or one per sampled token"
-        )
-    out = [0.0] * len(trace.tokens)
-    for i, a in zip(positions, adv, strict=True):
-        out[i] = float(a)
-    return out
 
 
 def span_staleness(
@@ -148,7 +129,7 @@ def rollout_metrics(rollouts: StepRollouts) -> dict[str, Any]:
         "pass_rate": sum(r >= PASS_THRESHOLD for r in rewards) / max(1, len(rewards)),
         "reward_by_category": {k: statistics.fmean(v) for k, v in sorted(by_family.items())},
         "failed": sum(e.status == "failed" for e in eps),
-        "reward_errors": sum(e.reward_error is not None for e in eps),
+        "reward_errors": sum(reward_failed(e) for e in eps),
         "groups": len(rollouts.groups),
         "groups_uniform": rollouts.uniform_groups,
         "untraced": rollouts.untraced,

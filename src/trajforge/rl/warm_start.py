@@ -122,7 +122,7 @@ async def collect_demonstrations(
     for ep in episodes:
         if ep.score < PASS_THRESHOLD:
             out.failed += 1
-            out.note(f"{ep.item_id}: the oracle scored {ep.reward} ({ep.status}: {ep.reason})")
+            out.note(f"{ep.item_id}: the oracle scored {ep.reward_value} ({ep.status}: {ep.reason})")
             continue
         try:
             tokens, sampled = oracle_trace(

@@ -8,7 +8,6 @@ from trajforge.rollout.step import (
     RolloutBackends,
     RolloutOutcome,
     RolloutRequest,
-    Verdict,
     draw_toolsets,
     run_rollout,
 )
@@ -21,7 +20,6 @@ __all__ = [
     "RolloutBackends",
     "RolloutOutcome",
     "RolloutRequest",
-    "Verdict",
     "build_record",
     "classify",
     "draw_toolsets",

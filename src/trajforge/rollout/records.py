@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trajforge.agent import AgentConfig, ToolStat
-from trajforge.record import Record, Timings, ToolCounts
+from trajforge.record import Record, Reward, Timings, ToolCounts
 from trajforge.rollout.step import RolloutOutcome
 
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens", "cached_tokens")
@@ -76,24 +76,14 @@ def build_record(
     ``pad`` (zeros where one was not called): a batch pads over the run's tools, so every line of
     a run has the same keys (one Arrow schema)."""
     result = done.result
-    verdict = done.verdict
+    reward = done.reward
     offered = [t.name for t in done.tools]
     counted = list(dict.fromkeys([*pad, *offered])) if pad else offered
     stats = result.tool_stats if result else {}
     errors = Counter(err.tool_name for err in result.tool_errors) if result else Counter[str]()
     usage = result.usage.model_dump() if result else {}
-    if verdict is not None:
-        reward: dict[str, Any] = {
-            "reward": verdict.reward,
-            "reward_components": dict(verdict.components),
-            "reward_reason": verdict.reason,
-            "reward_error": verdict.error,
-            "kept": dict(verdict.kept),
-        }
-    elif done.judged:  # asked to judge, but the rollout never got that far
-        reward = {"reward": None, "reward_reason": f"not judged: {done.outcome.reason}"}
-    else:
-        reward = {}
+    if reward is None and done.judged:  # asked to judge, but the rollout never got that far
+        reward = Reward.not_judged(f"not judged: {done.outcome.reason}")
     return Record(
         key=who.key,
         prompt_index=who.prompt_index,
@@ -111,7 +101,7 @@ def build_record(
         termination=result.termination.value if result else "not_run",
         turns=result.api_calls if result else 0,
         attempts=attempts,
-        **reward,
+        reward=reward,
         tool_stats={n: ToolCounts(**stats.get(n, ToolStat()).model_dump()) for n in counted},
         tool_error_counts={n: errors[n] for n in counted},
         trace=done.trace,
@@ -122,7 +112,7 @@ def build_record(
             wall_s=round(done.finished_at - done.started_at, 4),
             model_s=round(result.model_time_s, 4) if result else 0.0,
             tool_s=round(result.tool_time_s, 4) if result else 0.0,
-            reward_s=round(verdict.seconds, 4) if verdict else 0.0,
+            reward_s=round(done.reward_s, 4),
             started_at=iso(done.started_at),
             finished_at=iso(done.finished_at),
             worker=asked.worker,

@@ -27,7 +27,7 @@ from trajforge.distributions import Distribution, sample_toolsets
 from trajforge.llm.chat_template import ChatTemplate
 from trajforge.llm.token_trace import TraceError, TurnSpan
 from trajforge.protocols import ChatModel, Sandbox, SandboxFactory
-from trajforge.record import TokenRecord
+from trajforge.record import Reward, TokenRecord
 from trajforge.rollout.status import Outcome, classify
 from trajforge.sandbox.confined import DataPathError
 from trajforge.sandbox.errors import SandboxUnavailableError
@@ -38,25 +38,13 @@ HARD_DEADLINE_GRACE_S = 30.0
 """What a caller adds to the session's own timeout (which should fire first) for ``hard_deadline_s``."""
 
 
-@dataclass
-class Verdict:
-    """What a judge found: ``reward`` None when the rollout could not be judged."""
-
-    reward: float | None
-    components: dict[str, float] = field(default_factory=dict)
-    reason: str = ""
-    error: str | None = None
-    kept: dict[str, Any] = field(default_factory=dict)
-    seconds: float = 0.0
-    token_advantages: list[float] | None = None
-
-
 class Judge(Protocol):
     """Scores a finished session in its own sandbox, after the loop ended and before the sandbox
     is closed (or reset for reuse). Never raises for what the rollout did: a reward that failed
-    is a :class:`Verdict` with ``error``; an exception here means the sandbox broke."""
+    is a :class:`~trajforge.record.Reward` with ``error``, one that could not be judged a reward
+    whose value is None; an exception here means the sandbox broke."""
 
-    async def __call__(self, result: AgentResult, sandbox: Sandbox) -> Verdict: ...
+    async def __call__(self, result: AgentResult, sandbox: Sandbox) -> Reward: ...
 
 
 def draw_toolsets(
@@ -114,7 +102,8 @@ class RolloutOutcome:
     result: AgentResult | None
     tools: list[Tool]
     schemas: list[dict[str, Any]]
-    verdict: Verdict | None = None
+    reward: Reward | None = None
+    """The judge's reward, whole (None: no judge, or it never got to run)."""
     trace: TokenRecord | None = None
     trace_error: str | None = None
     transient: bool = False
@@ -122,6 +111,8 @@ class RolloutOutcome:
     finished_at: float = field(default_factory=time.time)
     judged: bool = False
     """A judge was asked (whether or not it got to run)."""
+    reward_s: float = 0.0
+    """How long the judge took (execution provenance: the record's ``timings.reward_s``)."""
 
 
 async def run_rollout(request: RolloutRequest, backends: RolloutBackends) -> RolloutOutcome:
@@ -131,12 +122,17 @@ async def run_rollout(request: RolloutRequest, backends: RolloutBackends) -> Rol
     started = time.time()
     tools = backends.registry.for_toolsets(request.toolsets)
     schemas = backends.registry.schemas(tools)
-    verdicts: list[Verdict] = []
+    rewards: list[Reward] = []
+    judged_s: list[float] = []
     judge = request.judge
 
     async def inspect(result: AgentResult, sandbox: Sandbox) -> None:
         assert judge is not None
-        verdicts.append(await judge(result, sandbox))
+        t0 = time.monotonic()
+        try:
+            rewards.append(await judge(result, sandbox))
+        finally:
+            judged_s.append(time.monotonic() - t0)
 
     deadline = asyncio.timeout(request.hard_deadline_s)
     try:
@@ -159,8 +155,8 @@ async def run_rollout(request: RolloutRequest, backends: RolloutBackends) -> Rol
         return RolloutOutcome(
             outcome, None, tools, schemas, transient=transient, started_at=started, judged=judge is not None
         )
-    verdict = verdicts[0] if verdicts else None
-    trace, trace_error = _trace(result, backends, schemas, verdict)
+    reward = rewards[0] if rewards else None
+    trace, trace_error = _trace(result, backends, schemas)
     offered = [t.name for t in tools]
     outcome = classify(result, offered, filters=request.filters, require_reasoning=request.require_reasoning)
     transient = result.termination is Termination.MODEL_ERROR and result.error_kind == "transient"
@@ -169,17 +165,18 @@ async def run_rollout(request: RolloutRequest, backends: RolloutBackends) -> Rol
         result,
         tools,
         schemas,
-        verdict,
+        reward,
         trace,
         trace_error,
         transient,
         started_at=started,
         judged=judge is not None,
+        reward_s=judged_s[0] if judged_s else 0.0,
     )
 
 
 def _trace(
-    result: AgentResult, backends: RolloutBackends, schemas: list[dict[str, Any]], verdict: Verdict | None
+    result: AgentResult, backends: RolloutBackends, schemas: list[dict[str, Any]]
 ) -> tuple[TokenRecord | None, str | None]:
     """The exact tokens of a token-level run; why not, when they broke."""
     if not result.token_traces:
@@ -189,12 +186,10 @@ def _trace(
         et = result.episode_trace(template, tools=schemas)
     except TraceError as exc:
         return None, str(exc)
-    advantages = verdict.token_advantages if verdict is not None else None
     return TokenRecord(
         tokens=et.tokens,
         masks=et.masks,
         logprobs=et.logprobs,
-        token_advantages=advantages,
         span_versions=_span_versions(et.spans),
     ), None
 

@@ -39,14 +39,13 @@ from trajforge.distributions import derive_seed
 from trajforge.envs.verifier import _SCRATCH, VerifierContext
 from trajforge.llm.types import SamplingParams
 from trajforge.protocols import Sandbox, SandboxFactory, SupportsVerification
-from trajforge.record import Record
+from trajforge.record import Record, Reward
 from trajforge.rollout import (
     Asked,
     Identity,
     RolloutBackends,
     RolloutOutcome,
     RolloutRequest,
-    Verdict,
     build_record,
     run_rollout,
     sent_sampling,
@@ -110,11 +109,11 @@ class _Parking:
     handed: asyncio.Future[tuple[TrajforgeResult, Sandbox]]
     released: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def __call__(self, result: TrajforgeResult, sandbox: Sandbox) -> Verdict:
+    async def __call__(self, result: TrajforgeResult, sandbox: Sandbox) -> Reward:
         if not self.handed.done():
             self.handed.set_result((result, sandbox))
         await self.released.wait()
-        return Verdict(None, reason="scored by the env's own evaluate()")
+        return Reward.not_judged("scored by the env's own evaluate()")
 
 
 @dataclass
@@ -448,11 +447,9 @@ class SeedRuntime:
             return record
         if run.verifier is not None and run.verifier.setup_errors:  # the env's tests never ran as asked
             error = f"VerifierPlacementError: {run.verifier.setup_errors[0]}"
-            return record.model_copy(
-                update={"reward": 0.0, "reward_error": error, "reward_reason": f"reward failed: {error}"}
-            )
+            return record.model_copy(update={"reward": Reward.failed(error)})
         reward, why = _sample_reward(sample)
-        return record.model_copy(update={"reward": reward, "reward_reason": why})
+        return record.model_copy(update={"reward": Reward(value=reward, reason=why)})
 
 
 def _not_reached(done: RolloutOutcome) -> None:

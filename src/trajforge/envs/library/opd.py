@@ -7,7 +7,7 @@ which returns the log-probability of every token given the ones before it (SGLan
 ``/generate`` with ``return_logprob`` and ``logprob_start_len: 0``; ``trajforge serve`` answers
 it). Per sampled token: advantage = teacher logprob - student logprob (the negative per-token
 reverse KL estimate); 0 where the student did not sample (prompt, tool results). They go in
-``RewardBreakdown.token_advantages`` (and so ``Episode.trace.token_advantages``), one per trace
+``RewardBreakdown.token_advantages`` (and so the record's ``reward.token_advantages``), one per trace
 token. The scalar reward is the inner task reward (``reward: task``, default) or the mean
 advantage over sampled tokens (``reward: mean_advantage``).
 
@@ -122,12 +122,12 @@ class OnPolicyDistillationEnv(BaseEnv[OpdConfig]):
         sampled = [i for i, m in enumerate(trace.masks) if m != MASKED]
         mean_adv = sum(advantages[i] for i in sampled) / len(sampled) if sampled else 0.0
         teacher_mean = sum(float(teacher[i] or 0.0) for i in sampled) / len(sampled) if sampled else 0.0
-        reward = task.reward if self._cfg.reward == "task" else mean_adv
+        reward = task.score if self._cfg.reward == "task" else mean_adv
         return RewardBreakdown(
-            reward=reward,
+            value=reward,
             components={
                 **{f"task_{k}": v for k, v in task.components.items()},
-                "task_reward": task.reward,
+                "task_reward": task.score,
                 "mean_advantage": mean_adv,
                 "teacher_logprob_mean": teacher_mean,
                 "sampled_tokens": float(len(sampled)),

@@ -288,7 +288,7 @@ class SweEnv(BaseEnv[SweConfig]):
         ran = await run_hidden_tests(ctx, sorted(self.verifier_files(item)), self.cfg.test_timeout_s)
         if isinstance(ran, str):
             return RewardBreakdown(
-                reward=0.0, components={"fail_to_pass": 0.0, "pass_to_pass": 0.0}, reason=ran
+                value=0.0, components={"fail_to_pass": 0.0, "pass_to_pass": 0.0}, reason=ran
             )
         return await score(item, ran, partial_credit=self.cfg.partial_credit)
 

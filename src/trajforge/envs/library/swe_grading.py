@@ -142,7 +142,7 @@ async def grade(spec: dict[str, Any], log: str, *, partial_credit: bool, detail:
     if graded["status"] == "NO_RESULT":
         tail = log.strip().splitlines()[-3:]
         return RewardBreakdown(
-            reward=0.0,
+            value=0.0,
             components={"fail_to_pass": 0.0, "pass_to_pass": 0.0},
             reason="swebench found no test result in the log (the tests did not run, or the log "
             f"contradicts its exit code){': ' + detail if detail else ''}; log ends: {' | '.join(tail)[-400:]}",
@@ -159,6 +159,4 @@ async def grade(spec: dict[str, Any], log: str, *, partial_credit: bool, detail:
         reason = f"swebench: {status}; failing: {', '.join(failures) or 'none listed'}"
         if detail:
             reason += f"; first: {detail}"
-    return RewardBreakdown(
-        reward=reward, components={"fail_to_pass": f2p, "pass_to_pass": p2p}, reason=reason
-    )
+    return RewardBreakdown(value=reward, components={"fail_to_pass": f2p, "pass_to_pass": p2p}, reason=reason)

@@ -450,7 +450,7 @@ class TerminalBenchEnv(BaseEnv[TerminalBenchConfig]):
         output = (ran.run.stdout + ran.run.stderr).decode(errors="replace")
         output = output.split(f"\n{tb_verify.MARKER} ")[0].strip()[-600:]
         if ran.data is None:
-            return RewardBreakdown(reward=0.0, components={"tests": 0.0}, reason=f"no verdict: {ran.why}")
+            return RewardBreakdown(value=0.0, components={"tests": 0.0}, reason=f"no verdict: {ran.why}")
         return _verdict(ran.data, _named_reward_files(files), output)
 
 
@@ -489,7 +489,7 @@ def _verdict(data: dict[str, Any], named: tuple[str, ...], output: str) -> Rewar
     comps = {"survivors": float(data.get("survivors") or 0), "others": float(data.get("others") or 0)}
     why = _unfinished(data)
     if why:
-        return RewardBreakdown(reward=0.0, components={"tests": 0.0, **comps}, reason=f"{why}; {output}")
+        return RewardBreakdown(value=0.0, components={"tests": 0.0, **comps}, reason=f"{why}; {output}")
     files = data.get("files")
     texts: dict[str, Any] = files if isinstance(files, dict) else {}
     reward, source = _read_reward({n: t if isinstance(t := texts.get(n), str) else None for n in named})
@@ -510,7 +510,7 @@ def _verdict(data: dict[str, Any], named: tuple[str, ...], output: str) -> Rewar
         reward, source = (1.0 if code == 0 else 0.0), f"test.sh exit code {code}"
     else:  # said too: a harness that reads only the exit code would score what it says
         source = f"{source} (test.sh exit code {data.get('exit_code')})"
-    return RewardBreakdown(reward=reward, components={"tests": reward, **comps}, reason=f"{source}; {output}")
+    return RewardBreakdown(value=reward, components={"tests": reward, **comps}, reason=f"{source}; {output}")
 
 
 async def _checked(fresh: Any, command: str, timeout: float, cwd: str | None, what: str) -> None:

@@ -151,7 +151,7 @@ class TerminalTestEnv(BaseEnv):
             parts[path], why = _score(expected, actual)
             notes.append(f"{path}: {why}")
         reward = sum(parts.values()) / max(1, len(parts))
-        return RewardBreakdown(reward=reward, components=parts, reason="; ".join(notes))
+        return RewardBreakdown(value=reward, components=parts, reason="; ".join(notes))
 
     def oracle_calls(self, item: Item) -> list[tuple[str, dict[str, Any]]]:
         """Write each expected file (what `--agent oracle` does): every item must score 1.0."""

@@ -65,7 +65,7 @@ class TinyTasksEnv(BaseEnv[TinyTasksConfig]):
 
     async def compute_reward(self, item: Item, result: AgentResult, ctx: VerifierContext) -> RewardBreakdown:
         verdict = await check(Task.from_row(item), result.final_answer, ctx.sandbox)
-        return RewardBreakdown(reward=verdict.reward, reason=verdict.reason)
+        return RewardBreakdown(value=verdict.reward, reason=verdict.reason)
 
     async def keep(self, item: Item, result: AgentResult, ctx: VerifierContext) -> dict[str, Any]:
         return await snapshot(ctx)
@@ -82,7 +82,7 @@ class TinyTasksEnv(BaseEnv[TinyTasksConfig]):
             None,
         )
         verdict = await check(Task.from_row(item), answer, KeptFiles(kept))  # type: ignore[arg-type]
-        return RewardBreakdown(reward=verdict.reward, reason=verdict.reason)
+        return RewardBreakdown(value=verdict.reward, reason=verdict.reason)
 
     def oracle_calls(self, item: Item) -> list[tuple[str, dict[str, Any]]]:
         """The family's reference solution, as tool calls (what `--agent oracle` makes)."""

@@ -165,7 +165,7 @@ class WebResearchEnv(BaseEnv[WebResearchConfig]):
         reward = correct * (1.0 - w + w * float(bool(cited)))
         verdict = "exact" if exact else "contains" if contains else "wrong"
         return RewardBreakdown(
-            reward=reward,
+            value=reward,
             components={
                 "exact": float(exact),
                 "contains": float(contains),

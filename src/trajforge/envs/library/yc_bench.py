@@ -391,4 +391,4 @@ def score(out: dict[str, Any], target_multiple: float) -> RewardBreakdown:
         + ("bankrupt" if not survived else f"funds ${funds / 100:,.0f}")
         + f", {int(out['tasks_succeeded'])} tasks done, {int(out['refused'])} log lines refused"
     )
-    return RewardBreakdown(reward=max(0.0, min(1.0, reward)), components=comps, reason=reason)
+    return RewardBreakdown(value=max(0.0, min(1.0, reward)), components=comps, reason=reason)

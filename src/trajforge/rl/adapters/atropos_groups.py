@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trajforge.envs.types import Episode
+from trajforge.rl.rewards import aligned_token_advantages, reward_failed
 
 MASKED = -100
 """Atropos mask value of a token the model did not sample."""
@@ -44,7 +45,7 @@ def drop_reason(episode: Episode, *, token_level: bool) -> str | None:
     """Why an episode must not be sent as a score, or None when it can be."""
     if episode.status == "failed":
         return "not_run" if episode.termination == "not_run" else "failed"
-    if episode.reward_error is not None:
+    if reward_failed(episode):
         return "reward_error"
     if token_level and episode.trace is None:
         return "no_token_trace"
@@ -101,8 +102,9 @@ def scored_group(
             group["tokens"].append(list(tr.tokens))
             group["masks"].append(list(tr.masks))
             logprobs.append(list(tr.logprobs))
-            if tr.token_advantages is not None:
-                advantages.append(_aligned_advantages(ep))
+            aligned = aligned_token_advantages(ep)
+            if aligned is not None:
+                advantages.append(aligned)
         group["inference_logprobs"] = logprobs
         if advantages:
             if len(advantages) != len(kept):
@@ -120,27 +122,6 @@ def _override(ep: Episode, token_level: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"episode": ep.key, "status": ep.status, "trainable_on_tokens": token_level}
     if not token_level:
         out["set_advantage_to_zero"] = True
-    return out
-
-
-def _aligned_advantages(ep: Episode) -> list[float]:
-    """Per-token advantages aligned with ``tokens``: given per position, or per sampled token
-    (scattered onto the sampled positions, 0.0 elsewhere)."""
-    assert ep.trace is not None and ep.trace.token_advantages is not None
-    tr = ep.trace
-    adv = tr.token_advantages
-    assert adv is not None
-    if len(adv) == len(tr.tokens):
-        return list(adv)
-    sampled = [i for i, m in enumerate(tr.masks) if m != MASKED]
-    if len(adv) != len(sampled):
-        raise ValueError(
-            f"episode {ep.key}: {len(adv)} token advantages for {len(sampled)} sampled tokens "
-            f"({len(tr.tokens)} tokens in all)"
-        )
-    out = [0.0] * len(tr.tokens)
-    for i, a in zip(sampled, adv, strict=True):
-        out[i] = float(a)
     return out
 
 

@@ -48,6 +48,7 @@ from trajforge.envs.catalog import load_env
 from trajforge.envs.episode import RolloutBackends, Rollouts, env_sandbox_config
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.types import Episode, Item
+from trajforge.record import Reward
 
 REWARD_METRIC = "trajforge_reward"
 """Trace metric holding the env's reward (read by :meth:`EnvTask.env_reward`)."""
@@ -207,19 +208,20 @@ class EnvHarness(vf.Harness[EnvHarnessConfig]):  # type: ignore[misc]  # verifie
 
 def _program_result(trace: vf.Trace, episode: Episode) -> vf.ProgramResult:
     """Record the episode on the trace; a rollout that failed (not the policy's doing) is an error."""
+    reward = episode.reward or Reward.not_judged("")
     trace.info["trajforge"] = {
         "status": episode.status,
         "reason": episode.reason,
         "termination": episode.termination,
-        "reward_reason": episode.reward_reason,
-        "reward_error": episode.reward_error,
-        "reward_components": episode.reward_components,
+        "reward_reason": reward.reason,
+        "reward_error": reward.error,
+        "reward_components": dict(reward.components),
         "toolsets": episode.toolsets,
         "turns": episode.turns,
     }
     if episode.termination in _INFRA_FAILURES:
         return vf.ProgramResult(exit_code=1, stdout="", stderr=f"trajforge rollout failed: {episode.reason}")
     trace.record_metric(REWARD_METRIC, episode.score)
-    for name, value in episode.reward_components.items():
+    for name, value in reward.components.items():
         trace.record_metric(f"trajforge/{name}", value)
     return vf.ProgramResult(exit_code=0, stdout="", stderr="")
