@@ -621,7 +621,8 @@ Known, and not a workload's answer:
   terminal's, where `bash -c` starts at 0). `shopt expand_aliases` is on, so aliases work across
   calls. A function's `$BASH_SOURCE` is `main` (`bash -c`: `environment`).
 - **`exit`, a `set -e` failure or a `set -u` error end the shell** as they end `bash -c`: the call
-  reports the exit code and a note, and the next command runs in a new shell with the session as
+  reports the exit code and a note (apart from the output: `ExecResult.notes`; the model reads it
+  after the output, in brackets), and the next command runs in a new shell with the session as
   it was after the last call that finished (the harness keeps no trap in the shell to catch them:
   a command would see it in `trap -p`). Such an error ends the shell with status 1 where `bash -c`
   exits 127.

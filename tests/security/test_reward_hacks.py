@@ -502,8 +502,8 @@ async def test_a_background_job_cannot_answer_for_the_shell(attack: str, tmp_pat
             assert res.exit_code != 0, (i, res)
             if res.exit_code is not None:  # it ran: its own output and exit code
                 assert res.exit_code == 1 and res.output.startswith(f"FAIL {i}\n"), (i, res)
-            else:  # it was interfered with: said so, and nothing of what reached its output
-                assert "FAIL" not in res.output and "not" in res.output, (i, res)
+            else:  # it was interfered with: said so (a note), and nothing of what reached its output
+                assert "FAIL" not in res.output and any("not" in note for note in res.notes), (i, res)
         after = await sb.exec("echo after")
         assert after.exit_code == 0 and after.output.endswith("after\n"), after
     finally:
