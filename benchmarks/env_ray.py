@@ -38,8 +38,8 @@ from batch_throughput import _machine_cpu, _process_cpu, _start_server  # noqa: 
 
 from trajforge.endpoint import EndpointConfig  # noqa: E402
 from trajforge.envs import load_env, run_eval  # noqa: E402
-from trajforge.envs.ray_backend import EnvSpec, run_eval_on_ray  # noqa: E402
-from trajforge.envs.rollout_backends import open_rollout_backends  # noqa: E402
+from trajforge.envs.running.backends import open_rollout_backends  # noqa: E402
+from trajforge.envs.running.ray_backend import EnvSpec, run_eval_on_ray  # noqa: E402
 
 
 async def _eval(

@@ -206,7 +206,7 @@ async def check_batch(row: Row, dataset: Path, out: Path, served: Served, temper
 async def check_eval(row: Row, out: Path, served: Served, items: int, temperature: float) -> None:
     from trajforge.endpoint import EndpointConfig
     from trajforge.envs import load_env, run_eval
-    from trajforge.envs.rollout_backends import open_rollout_backends
+    from trajforge.envs.running.backends import open_rollout_backends
 
     env = load_env("tiny_tasks", {"agent_temperature": temperature})
     endpoint = EndpointConfig(model=SERVED, base_url=served.base_url)

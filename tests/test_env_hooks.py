@@ -30,8 +30,8 @@ from trajforge.envs import (
     run_eval,
 )
 from trajforge.envs.agents import agent_model_for
-from trajforge.envs.episode import _prepared, _PreparingFactory, env_sandbox_config
-from trajforge.envs.rollout_backends import env_registry
+from trajforge.envs.running.backends import env_registry
+from trajforge.envs.running.episode import _prepared, _PreparingFactory, env_sandbox_config
 from trajforge.envs.sandboxed.child import _Server
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.testing.scripted_model import ScriptedModel

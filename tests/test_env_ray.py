@@ -25,7 +25,7 @@ from ray_cluster import Cluster, local_ray_cluster
 from trajforge.cli.main import app
 from trajforge.endpoint import EndpointConfig
 from trajforge.envs import load_env, run_eval
-from trajforge.envs.rollout_backends import open_rollout_backends
+from trajforge.envs.running.backends import open_rollout_backends
 from trajforge.testing.policies import count_assistant_turns
 from trajforge.testing.replies import Reply, ToolCallSpec
 from trajforge.testing.scripted_server import ScriptedServer

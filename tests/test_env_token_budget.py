@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from hermes_seed_envs import TERMINAL_TEST
 from trajforge.cli.main import app
-from trajforge.envs.budget import endpoint_context, fitter
+from trajforge.envs.running.budget import endpoint_context, fitter
 from trajforge.llm.openai_client import OpenAIChatModel, OpenAIModelConfig
 from trajforge.testing.policies import count_assistant_turns, last_user_text
 from trajforge.testing.scripted_server import Reply, ScriptedServer, ToolCallSpec

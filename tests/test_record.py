@@ -25,8 +25,8 @@ from conftest import SCRIPTED_KEY_ENV
 from trajforge.batch.runner import run_batch
 from trajforge.engine.books import read_episodes
 from trajforge.envs import load_env
-from trajforge.envs.episode import RolloutBackends
-from trajforge.envs.evaluate import run_eval
+from trajforge.envs.running.episode import RolloutBackends
+from trajforge.envs.running.evaluate import run_eval
 from trajforge.export.formats import export
 from trajforge.record import SCHEMA_VERSION, Record, RecordError, Reward, load, read
 from trajforge.record.keys import prompt_keys, rollout_key

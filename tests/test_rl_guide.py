@@ -17,7 +17,7 @@ import torch
 
 from trajforge.envs.agents import agent_model_for
 from trajforge.envs.catalog import load_env
-from trajforge.envs.episode import RolloutBackends, Rollouts
+from trajforge.envs.running.episode import RolloutBackends, Rollouts
 from trajforge.envs.types import Episode
 from trajforge.llm.chat_template import ChatTemplate
 from trajforge.llm.token_trace import MASKED, MASKED_LOGPROB

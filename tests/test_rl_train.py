@@ -387,7 +387,7 @@ async def _straddling_episode(tmp_path: Path) -> Any:
     turn (the later turns are sampled by version 1)."""
     from trajforge.endpoint import embedded_weights
     from trajforge.envs.catalog import load_env
-    from trajforge.envs.episode import RolloutBackends, Rollouts
+    from trajforge.envs.running.episode import RolloutBackends, Rollouts
     from trajforge.rl.policy_server import PolicyServer
     from trajforge.sandbox import close_factory, create_sandbox_factory
     from trajforge.sandbox.types import SandboxConfig

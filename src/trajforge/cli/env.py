@@ -27,7 +27,7 @@ from trajforge.cli.errors import fail
 from trajforge.cli.vocab import renamed
 
 if TYPE_CHECKING:
-    from trajforge.envs.ray_backend import RayEvalConfig
+    from trajforge.envs.running.ray_backend import RayEvalConfig
 
 env_app = typer.Typer(
     help="RL and evaluation environments: list, show, eval, rescore, resize, serve, process, evaluate.",
@@ -294,7 +294,7 @@ def _placement(
         if actors_per_node is not None:
             raise fail("--actors-per-node needs --backend ray")
         return None
-    from trajforge.envs.ray_backend import RayEvalConfig
+    from trajforge.envs.running.ray_backend import RayEvalConfig
 
     try:
         where = RayEvalConfig.of(ray_address, 1 if actors_per_node is None else actors_per_node)
@@ -397,7 +397,7 @@ async def _eval(
     """Run the evaluation here, or with ``ray`` = (the env's reference, its ``RayEvalConfig``)
     on rollout actors of a Ray cluster; the ``EvalRun``."""
     from trajforge.envs import run_eval
-    from trajforge.envs.rollout_backends import open_rollout_backends
+    from trajforge.envs.running.backends import open_rollout_backends
 
     rewards: list[float] = []
 
@@ -413,7 +413,7 @@ async def _eval(
 
     live.phase("starting")
     if ray is not None:
-        from trajforge.envs.ray_backend import EnvSpec, run_eval_on_ray
+        from trajforge.envs.running.ray_backend import EnvSpec, run_eval_on_ray
 
         env_ref, where = ray
         return await run_eval_on_ray(

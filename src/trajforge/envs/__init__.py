@@ -11,10 +11,10 @@ from trajforge.engine.summary import EvalSummary, pass_at_k, summarize
 from trajforge.envs.base import BaseEnv, EnvDataError
 from trajforge.envs.catalog import LIBRARY, UnknownEnvError, available, env_class, load_env
 from trajforge.envs.config import EnvConfig, EnvConfigError, load_env_config, parse_env_config
-from trajforge.envs.episode import RolloutBackends, Rollouts, env_sandbox_config
-from trajforge.envs.evaluate import run_eval
 from trajforge.envs.kept import KeptFiles, snapshot
 from trajforge.envs.protocol import AgentEnv
+from trajforge.envs.running.episode import RolloutBackends, Rollouts, env_sandbox_config
+from trajforge.envs.running.evaluate import run_eval
 from trajforge.envs.types import Episode, Item, Reward, RewardBreakdown, TokenRecord
 from trajforge.envs.verifier import SearchHit, VerifierContext, VerifierError, VerifierExec
 

@@ -29,7 +29,6 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from trajforge.envs.episode import ModelFor
 from trajforge.envs.hooks import (
     oracle_answer_hook,
     oracle_calls_hook,
@@ -37,6 +36,7 @@ from trajforge.envs.hooks import (
     oracle_reasoning_hook,
 )
 from trajforge.envs.protocol import AgentEnv
+from trajforge.envs.running.episode import ModelFor
 from trajforge.envs.types import Item
 from trajforge.llm.types import AssistantTurn, SamplingParams, ToolCall
 

@@ -21,7 +21,7 @@ may leave them out.
 
 This module sits below ``episode``, ``runner`` and ``agents`` (they read hooks through it), so it
 names nothing of theirs, not even for typing: ``run_evaluation``'s ``RolloutBackends`` and
-``EvalRun`` are ``Any`` here (the caller, :func:`~trajforge.envs.evaluate.run_eval`, types them), and
+``EvalRun`` are ``Any`` here (the caller, :func:`~trajforge.envs.running.evaluate.run_eval`, types them), and
 a per-item model factory is spelled out as ``ModelFactory`` (``episode.ModelFor``'s shape).
 """
 
@@ -112,7 +112,7 @@ class HasSandboxConfig(Protocol):
     def sandbox_config(self, base: SandboxConfig) -> SandboxConfig:
         """``base`` (the run's sandbox settings) with what this env's commands need added (extra
         read-only binds, ``PATH``): yc_bench binds its benchmark virtualenv. Called by
-        :func:`~trajforge.envs.episode.env_sandbox_config` wherever a sandbox factory is built
+        :func:`~trajforge.envs.running.episode.env_sandbox_config` wherever a sandbox factory is built
         for the env (the CLI, each Ray actor, the trainers), once per factory. Returns a new
         ``SandboxConfig``; never mutates ``base``."""
         ...
@@ -196,7 +196,7 @@ class HasToolRegistry(Protocol):
     def tool_registry(self) -> ToolRegistry:
         """The registry the env's rollouts call tools from, for tools that need configuring
         (web_research: its search provider). Called once per run where the backends are built
-        (:func:`~trajforge.envs.rollout_backends.env_registry`); without it the default
+        (:func:`~trajforge.envs.running.backends.env_registry`); without it the default
         registry. The run closes it."""
         ...
 
@@ -217,7 +217,7 @@ class HasRunEvaluation(Protocol):
     ) -> Any:
         """The whole ``env eval`` of this env, in place of trajforge's rollouts (a Hermes seed
         env whose evaluation is its own ``evaluate()``). Called by
-        :func:`~trajforge.envs.evaluate.run_eval` after the token budget is fitted (``fit`` maps a
+        :func:`~trajforge.envs.running.evaluate.run_eval` after the token budget is fitted (``fit`` maps a
         wanted ``max_tokens`` to what the endpoint allows); it keeps the same books in
         ``run_dir`` (``run_episodes`` does) and returns the run. ``backends`` is the run's
         ``RolloutBackends``, the result an ``EvalRun`` (``Any`` here: see the module's docstring)."""

@@ -53,8 +53,8 @@ from trajforge.distributions import derive_seed
 from trajforge.endpoint import embedded_weights, recipe_weights
 from trajforge.engine.summary import EvalSummary, mean_interval
 from trajforge.envs.catalog import load_env
-from trajforge.envs.episode import RolloutBackends
-from trajforge.envs.evaluate import run_eval
+from trajforge.envs.running.episode import RolloutBackends
+from trajforge.envs.running.evaluate import run_eval
 from trajforge.experiments.failures import breakdown
 from trajforge.record import Record
 from trajforge.record import read as read_records

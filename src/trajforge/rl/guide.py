@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trajforge.envs.episode import Rollouts
+from trajforge.envs.running.episode import Rollouts
 from trajforge.envs.types import Episode, Item, TokenRecord
 from trajforge.llm.chat_template import ChatTemplate, TemplateError
 from trajforge.llm.token_trace import MASKED, MASKED_LOGPROB

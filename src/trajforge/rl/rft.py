@@ -48,9 +48,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trajforge.distributions import derive_seed
 from trajforge.envs.catalog import load_env
-from trajforge.envs.episode import RolloutBackends, Rollouts, env_sandbox_config
-from trajforge.envs.evaluate import run_eval
 from trajforge.envs.protocol import AgentEnv
+from trajforge.envs.running.episode import RolloutBackends, Rollouts, env_sandbox_config
+from trajforge.envs.running.evaluate import run_eval
 from trajforge.envs.types import Episode
 from trajforge.llm.token_trace import MASKED
 from trajforge.rl.builtin import UNFILTERED, resolve_device, training_env

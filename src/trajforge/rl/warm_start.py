@@ -49,7 +49,7 @@ from typing import Any
 from trajforge.distributions import derive_seed
 from trajforge.envs.agents import NoAgent, agent_model_for
 from trajforge.envs.catalog import load_env
-from trajforge.envs.episode import RolloutBackends, Rollouts
+from trajforge.envs.running.episode import RolloutBackends, Rollouts
 from trajforge.llm.chat_template import ChatTemplate
 from trajforge.protocols import SandboxFactory
 from trajforge.rl.checkpoint import RunDir, save_model_dir

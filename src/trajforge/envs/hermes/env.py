@@ -45,7 +45,7 @@ from trajforge.envs.types import Item, RewardBreakdown
 
 if TYPE_CHECKING:
     from trajforge.engine.books import EvalRun
-    from trajforge.envs.episode import RolloutBackends
+    from trajforge.envs.running.episode import RolloutBackends
     from trajforge.sandbox.types import SandboxConfig
 
 EVALUATE_LOG_FILE = "evaluate_log.json"
@@ -464,8 +464,8 @@ class HermesAgentBaseEnv(BaseEnv):
         with ``self.server`` answering and the seed's task tools reaching this run."""
         from dataclasses import replace
 
-        from trajforge.envs.evaluate import evaluate_rollouts
         from trajforge.envs.hermes.evaluation import run_own_evaluation
+        from trajforge.envs.running.evaluate import evaluate_rollouts
 
         async with self._running(backends, fit, announce) as runtime:
             seeded = replace(backends, factory=_runtime.SeedFactory(backends.factory, runtime.exported))

@@ -454,8 +454,8 @@ class SeedRuntime:
 
 def _not_reached(done: RolloutOutcome) -> None:
     """A rollout whose model never answered (a refused request) failed; it is not a 0 reward."""
-    from trajforge.envs.episode import MODEL_NOT_REACHED
     from trajforge.envs.judge import never_reached
+    from trajforge.envs.running.episode import MODEL_NOT_REACHED
     from trajforge.rollout import Outcome
 
     if done.result is not None and never_reached(done.result):

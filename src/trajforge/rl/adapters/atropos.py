@@ -33,9 +33,9 @@ from pydantic import Field, field_validator
 
 from trajforge.engine.summary import summarize
 from trajforge.envs.catalog import load_env
-from trajforge.envs.episode import RolloutBackends, Rollouts, env_sandbox_config
 from trajforge.envs.hooks import env_name
 from trajforge.envs.protocol import AgentEnv
+from trajforge.envs.running.episode import RolloutBackends, Rollouts, env_sandbox_config
 from trajforge.envs.types import Episode, Item
 from trajforge.protocols import ChatModel
 from trajforge.rl.adapters.atropos_groups import GroupTally, describe_phase, scored_group

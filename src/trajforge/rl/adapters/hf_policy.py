@@ -9,7 +9,7 @@ episode. trajforge already has both halves:
 - :class:`~trajforge.llm.completion_model.CompletionChatModel`, which renders the chat template
   itself, extends the previous turn's exact ids instead of re-tokenizing, parses tool calls and
   returns a :class:`~trajforge.llm.types.TokenTrace` per turn, from which
-  :class:`~trajforge.envs.episode.Rollouts` builds the episode's tokens/masks/logprobs.
+  :class:`~trajforge.envs.running.episode.Rollouts` builds the episode's tokens/masks/logprobs.
 
 :class:`LivePolicy` joins them around a model object the caller keeps training: the engine holds
 *that module* (not a copy, not a checkpoint), so an optimizer step is visible to the next

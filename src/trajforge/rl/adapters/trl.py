@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from trajforge.distributions import derive_seed
-from trajforge.envs.episode import RolloutBackends, Rollouts, env_sandbox_config
 from trajforge.envs.protocol import AgentEnv
+from trajforge.envs.running.episode import RolloutBackends, Rollouts, env_sandbox_config
 from trajforge.envs.types import Episode, Item
 from trajforge.llm.token_trace import MASKED
 from trajforge.rl.rewards import reward_failed

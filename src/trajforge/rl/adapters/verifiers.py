@@ -45,8 +45,8 @@ from pydantic import Field
 
 from trajforge.distributions import derive_seed
 from trajforge.envs.catalog import load_env
-from trajforge.envs.episode import RolloutBackends, Rollouts, env_sandbox_config
 from trajforge.envs.protocol import AgentEnv
+from trajforge.envs.running.episode import RolloutBackends, Rollouts, env_sandbox_config
 from trajforge.envs.types import Episode, Item
 from trajforge.record import Reward
 

@@ -46,9 +46,9 @@ from trajforge.engine.ray import ActorPool, ClusterEventLog
 from trajforge.envs.base import BaseEnv
 from trajforge.envs.catalog import env_class, load_env
 from trajforge.envs.config import EnvConfig, parse_env_config
-from trajforge.envs.episode import Rollouts
 from trajforge.envs.protocol import AgentEnv
-from trajforge.envs.rollout_backends import open_rollout_backends
+from trajforge.envs.running.backends import open_rollout_backends
+from trajforge.envs.running.episode import Rollouts
 from trajforge.envs.types import Episode, Item
 from trajforge.raycluster import ActorSlot, cluster_error, connect, import_ray
 from trajforge.record.keys import key_of, rollout_key

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trajforge.engine.books import EvalRun, run_episodes
-from trajforge.envs.budget import fit_token_budget, fitter
-from trajforge.envs.episode import RolloutBackends, Rollouts
 from trajforge.envs.hooks import run_evaluation_hook
 from trajforge.envs.protocol import AgentEnv
+from trajforge.envs.running.budget import fit_token_budget, fitter
+from trajforge.envs.running.episode import RolloutBackends, Rollouts
 from trajforge.envs.types import Episode
 from trajforge.rollout.gc_policy import rollout_gc
 

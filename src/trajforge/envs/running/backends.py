@@ -11,9 +11,9 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 
 from trajforge.endpoint import EndpointConfig, open_chat_model
-from trajforge.envs.episode import RolloutBackends, env_sandbox_config
 from trajforge.envs.hooks import tool_registry_hook
 from trajforge.envs.protocol import AgentEnv
+from trajforge.envs.running.episode import RolloutBackends, env_sandbox_config
 from trajforge.raycluster import share_count, share_rate
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
