@@ -72,6 +72,8 @@ class _Counted:
             await self._inner.close()
         finally:
             self._owner.closed += 1
+        if self._owner.fail_close:
+            raise OSError(5, "the sandbox's directory could not be removed")
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -87,6 +89,7 @@ class Counting:
         self.creates = 0
         self.created = 0
         self.closed = 0
+        self.fail_close = False
 
     async def create(self, task_id: str, *, image: str | None = None, cwd: str | None = None) -> Any:
         self.creates += 1
@@ -174,6 +177,30 @@ async def test_jobs_are_pulled_as_slots_free_and_never_exceed_them(bwrap: Any) -
     assert model.peak == 3, model.peak  # the three slots were used, never more
     assert pulled_at_first_done[0] <= 4, pulled_at_first_done  # a job is pulled when a slot frees
     assert factory.closed == factory.created == 12  # every teardown finished before run_all returned
+
+
+async def test_finished_teardowns_are_not_kept(bwrap: Any) -> None:
+    """A run of a million rollouts must not keep a million finished teardown tasks."""
+    engine = _engine(Gauge(), Counting(bwrap), slots=2)
+    held: list[int] = []
+
+    def done(job: int, ran: Ran) -> None:
+        held.append(len(engine._teardowns or ()))
+
+    await engine.run_all(range(16), _plan, done)
+    assert len(held) == 16 and max(held) <= 4, held  # the ones in flight, never all of them
+
+
+async def test_a_teardown_that_failed_is_raised_when_the_engine_stops(bwrap: Any) -> None:
+    factory = Counting(bwrap)
+    factory.fail_close = True
+    engine = _engine(Gauge(), factory, slots=2)
+    finished: list[int] = []
+    with pytest.raises(OSError, match="could not be removed"):
+        async with engine.running():
+            await asyncio.gather(*(engine.run(_plan(n)) for n in range(4)))
+            finished.append(4)
+    assert finished == [4] and factory.closed == 4  # every rollout ran and every close was tried
 
 
 async def test_slots_resize_while_running(bwrap: Any) -> None:

@@ -108,6 +108,7 @@ class Engine:
     def __post_init__(self) -> None:
         self.slots = ResizableLimiter(self.concurrency)
         self._teardowns: set[asyncio.Task[None]] | None = None
+        self._teardown_failed: Exception | None = None
         self._closing = 0  # sandbox teardowns in flight
         self._closed = asyncio.Condition()
 
@@ -124,28 +125,32 @@ class Engine:
         if self._teardowns is not None:
             yield self
             return
-        teardowns: set[asyncio.Task[None]] = set()
+        teardowns: set[asyncio.Task[None]] = set()  # those in flight (a done one leaves)
         self._teardowns = teardowns
-        failed: BaseException | None = None
+        self._teardown_failed = None
         try:
             yield self
         finally:
             self._teardowns = None
             if teardowns:
-                results = await finish(asyncio.gather(*teardowns, return_exceptions=True))
-                failed = next((r for r in results if isinstance(r, Exception)), None)
-        if failed is not None:
-            raise failed
+                await finish(asyncio.gather(*teardowns, return_exceptions=True))
+        if self._teardown_failed is not None:
+            raise self._teardown_failed
 
     def _close_later(self, teardown: Coroutine[Any, Any, None]) -> None:
-        assert self._teardowns is not None
+        teardowns = self._teardowns
+        assert teardowns is not None
         self._closing += 1
         task = asyncio.create_task(self._teardown(teardown))
-        self._teardowns.add(task)
+        teardowns.add(task)
+        task.add_done_callback(teardowns.discard)  # a million rollouts keep no million tasks
 
     async def _teardown(self, teardown: Coroutine[Any, Any, None]) -> None:
         try:
             await finish(teardown)
+        except Exception as exc:  # raised when the engine stops (running()), the first one
+            if self._teardown_failed is None:
+                self._teardown_failed = exc
         finally:
             async with self._closed:
                 self._closing -= 1
