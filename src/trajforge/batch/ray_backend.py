@@ -90,6 +90,7 @@ class _Driver:
         self.cfg = spec.config
         self.pending: deque[Sample] = deque(samples)
         self.requeued: Counter[str] = Counter()
+        self.in_calls = 0  # samples handed to the pool and not back yet
         self.owner = f"s{spec.session:04d}-ray"
         self.pool = ActorPool(ray, announce, per_actor=self.cfg.concurrency)
 
@@ -146,13 +147,17 @@ class _Driver:
                     writer.aggregate.requeued = Counter(self.requeued)
                     writer.started(key)  # handed out again: counted again
 
+                self.in_calls += 1
                 try:
                     finished = await self.pool.call(sample, on_requeued=requeued)
                 except ClusterError:
-                    raise RunError(
-                        f"every rollout actor was lost; {len(self.pending) + 1} or more sample(s) stay "
-                        "pending, rerun with --resume when the cluster is back"
+                    left = len(self.pending) + self.in_calls  # waiting, and in calls that failed too
+                    raise ClusterError(  # run_on_ray says it as a RunError, whatever group it is in
+                        f"every rollout actor was lost; {left} sample(s) stay pending, rerun with "
+                        "--resume when the cluster is back"
                     ) from None
+                finally:
+                    self.in_calls -= 1
                 writer.submit(finished)
 
         async with asyncio.TaskGroup() as tg:
