@@ -236,13 +236,9 @@ def test_version_1_env_run_rescores_and_resumes(tmp_path: Path) -> None:
     )
 
 
-@needs_bwrap
-async def test_version_1_batch_run_resumes_and_its_mixed_files_read(
-    scripted_server: Any, scripted_batch_config: Any, tmp_path: Path
-) -> None:
-    """The fixture stopped after 3 of its 5 rows (one bad); the resume runs the other 2 with
-    this code, and export, report and the RL reader take the files holding both versions."""
-    run_dir = _copy("batch", tmp_path)
+async def _resume_batch_fixture(run_dir: Path, scripted_server: Any, scripted_batch_config: Any) -> list[Any]:
+    """Resume a fixture's ``batch --env tiny_tasks`` run with this code (its rows, the scripted
+    solver); every raw line of its outputs afterwards."""
     srv = await scripted_server(_solver())
     dataset = (run_dir.parent / "dataset.jsonl").read_bytes()
     rows = [orjson.loads(x) for x in dataset.splitlines() if x.startswith(b'{"')]
@@ -256,7 +252,17 @@ async def test_version_1_batch_run_resumes_and_its_mixed_files_read(
         dataset=run_dir.parent / "dataset.jsonl",
     )
     await run_batch(cfg)
-    raw = [x for name in OUTPUTS for x in _raw_lines(run_dir / name)]
+    return [x for name in OUTPUTS for x in _raw_lines(run_dir / name)]
+
+
+@needs_bwrap
+async def test_version_1_batch_run_resumes_and_its_mixed_files_read(
+    scripted_server: Any, scripted_batch_config: Any, tmp_path: Path
+) -> None:
+    """The fixture stopped after 3 of its 5 rows (one bad); the resume runs the other 2 with
+    this code, and export, report and the RL reader take the files holding both versions."""
+    run_dir = _copy("batch", tmp_path)
+    raw = await _resume_batch_fixture(run_dir, scripted_server, scripted_batch_config)
     assert len(raw) == 5
     versions = sorted(x.get("schema_version", 1) for x in raw)
     assert versions == [1, 1, 1, SCHEMA_VERSION, SCHEMA_VERSION]
@@ -379,20 +385,7 @@ async def test_version_3_batch_run_resumes_and_its_mixed_files_read(
     """The version-3 batch fixture stopped after 3 of its 5 rows (one bad); this code runs the
     other 2 into the same files, and every reader takes them."""
     run_dir = _copy_v3("batch", tmp_path)
-    srv = await scripted_server(_solver())
-    dataset = (run_dir.parent / "dataset.jsonl").read_bytes()
-    rows = [orjson.loads(x) for x in dataset.splitlines() if x.startswith(b'{"')]
-    cfg = scripted_batch_config(
-        rows,
-        srv.base_url,
-        env="tiny_tasks",
-        resume=True,
-        skip_bad_rows=True,
-        output_dir=run_dir.parent,
-        dataset=run_dir.parent / "dataset.jsonl",
-    )
-    await run_batch(cfg)
-    raw = [x for name in OUTPUTS for x in _raw_lines(run_dir / name)]
+    raw = await _resume_batch_fixture(run_dir, scripted_server, scripted_batch_config)
     assert sorted(x["schema_version"] for x in raw) == [3, 3, 3, SCHEMA_VERSION, SCHEMA_VERSION]
     records = _records(run_dir)
     assert sorted(r.status for r in records) == ["completed"] * 4 + ["failed"]
