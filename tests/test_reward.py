@@ -4,18 +4,21 @@ token advantages that every trainer uses (``trajforge.rl.rewards``)."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, ClassVar
 
 import orjson
 import pytest
 from pydantic import ValidationError
 
-from trajforge.envs import RewardBreakdown
+from trajforge.envs import BaseEnv, EnvConfig, Item, RewardBreakdown, RolloutBackends, Rollouts
 from trajforge.envs.types import RewardBreakdown as TypesBreakdown
 from trajforge.record import Record, Reward, TokenRecord, load
 from trajforge.rl.adapters.atropos_groups import scored_group
-from trajforge.rl.rewards import aligned_token_advantages, reward_failed, scores_tokens
+from trajforge.rl.rewards import aligned_token_advantages, scores_tokens
 from trajforge.rl.samples import StepRollouts, build_samples
+from trajforge.testing.scripted_model import ScriptedModel
+from trajforge.tools.builtin import default_registry
 
 
 def test_reward_breakdown_is_the_reward_and_keeps_its_spelling() -> None:
@@ -42,11 +45,17 @@ def test_booleans_and_other_values_are_refused() -> None:
     assert Reward.of(bd) is bd
 
 
-def test_a_reward_is_not_edited_on_its_way() -> None:
-    reward = Reward(value=1.0, reason="ok")
-    with pytest.raises(ValidationError, match="frozen"):
-        reward.value = 0.0  # type: ignore[misc]
-    assert reward.model_copy(update={"kept": {"a": 1}}).kept == {"a": 1} and reward.kept == {}
+def test_a_breakdown_the_env_edits_as_it_goes_keeps_its_score() -> None:
+    """``compute_reward`` code written for the old, mutable ``RewardBreakdown`` sets its fields
+    as it checks: a frozen reward made it raise, and a correct rollout scored 0 as a failure."""
+    bd = RewardBreakdown(reward=0.0, reason="tests not run")
+    bd.reward = 1.0
+    bd.reason = "all tests passed"
+    bd.components["tests"] = 1.0
+    assert (bd.value, bd.reward, bd.reason, bd.components) == (1.0, 1.0, "all tests passed", {"tests": 1.0})
+    with pytest.raises(ValidationError, match="not a boolean"):  # assignments are validated
+        bd.reward = True
+    assert bd.model_copy(update={"kept": {"a": 1}}).kept == {"a": 1} and bd.kept == {}
 
 
 def test_not_judged_failed_and_the_score() -> None:
@@ -64,8 +73,8 @@ def test_not_judged_failed_and_the_score() -> None:
     assert Record(key="b", status="failed", reward=none).score == 0.0
     rec = Record(key="c", status="completed", reward=Reward(value=0.75))
     assert rec.score == rec.reward_value == 0.75
-    assert reward_failed(Record(key="d", status="completed", reward=failed))
-    assert not reward_failed(rec) and not reward_failed(Record(key="e", status="completed"))
+    assert Record(key="d", status="completed", reward=failed).reward_failed
+    assert not rec.reward_failed and not Record(key="e", status="completed").reward_failed
 
 
 def test_the_record_keeps_the_reward_whole_as_one_object() -> None:
@@ -141,3 +150,38 @@ def test_an_env_returning_a_breakdown_with_token_advantages_trains_the_same() ->
         for r in (old, now)
     ]
     assert samples[0] == samples[1] and samples[0][0].token_advantages == [0.0, 0.0, 0.25, -1.0, 0.0]
+
+
+class _OneBreakdownEnv(BaseEnv):
+    """Keeps ONE breakdown at module scope and edits it for every rollout, as env code written
+    against the old mutable ``RewardBreakdown`` may: each item's reward is its own number."""
+
+    name: ClassVar[str] = "one_breakdown"
+    shared: ClassVar[RewardBreakdown] = RewardBreakdown(reward=0.0)
+
+    def generate(self, index: int, *, split: str) -> Item:
+        return {"id": f"i{index}", "prompt": f"item {index}", "value": index / 10}
+
+    async def compute_reward(self, item: Item, result: Any, ctx: Any) -> RewardBreakdown:
+        await asyncio.sleep(0.05 * (3 - item["value"] * 10))  # the first item is judged last
+        bd = type(self).shared
+        bd.reward = float(item["value"])
+        bd.reason = f"scored {item['id']}"
+        return bd
+
+
+async def test_a_breakdown_the_env_reuses_does_not_rewrite_earlier_records(bwrap: Any) -> None:
+    """The record keeps a copy of what ``compute_reward`` returned, not the env's object: before,
+    a frozen reward could not be edited, but an env that edits one object for its next rollout
+    would otherwise rewrite the reward of every record still holding it."""
+    env = _OneBreakdownEnv(EnvConfig(enabled_toolsets=[], max_agent_turns=1))
+    backends = RolloutBackends(ScriptedModel(lambda *_a: "done"), bwrap, default_registry())
+    rollouts = Rollouts(env, backends)
+    items = [env.generate(i, split="eval") for i in range(3)]
+    episodes = await asyncio.gather(*(rollouts.episode(item) for item in items))
+    assert [(ep.reward_value, ep.reward.reason) for ep in episodes] == [
+        (0.0, "scored i0"),
+        (0.1, "scored i1"),
+        (0.2, "scored i2"),
+    ]
+    assert all(ep.reward is not env.shared for ep in episodes)

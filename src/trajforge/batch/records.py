@@ -53,7 +53,7 @@ def summarize(record: Record, started: float, finished: float) -> SampleSummary:
         started_at=started,
         finished_at=finished,
         reward=record.reward_value,
-        reward_error=record.reward is not None and record.reward.error is not None,
+        reward_error=record.reward_failed,
     )
 
 

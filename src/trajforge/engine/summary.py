@@ -136,7 +136,7 @@ def summarize(episodes: Iterable[Episode], env: str) -> EvalSummary:
         if ep.status == "failed" and (ep.termination == "not_run" or ep.reason_kind == "model_not_reached"):
             failed += 1
             continue
-        reward_errors += ep.reward is not None and ep.reward.error is not None
+        reward_errors += ep.reward_failed
         groups[ep.item_id or ep.key].append(ep)
     sizes = sorted({len(g) for g in groups.values()})
     group_size = max(sizes, default=0)

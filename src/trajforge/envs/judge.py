@@ -27,6 +27,7 @@ from trajforge.envs.types import Item
 from trajforge.envs.verifier import _SCRATCH, VerifierContext, VerifierPlacementError
 from trajforge.protocols import Sandbox, SupportsVerification
 from trajforge.record import Reward
+from trajforge.rollout import Outcome, RolloutOutcome
 from trajforge.sandbox.errors import SandboxUnavailableError
 from trajforge.tools.base import Tool
 
@@ -72,7 +73,9 @@ async def judge(
             kept = await env.keep(item, result, ctx)
             if ctx.setup_errors:  # raised in the reward code, whatever it did with it
                 raise VerifierPlacementError(ctx.setup_errors[0])
-            return reward.model_copy(update={"kept": dict(kept)}) if kept else reward
+            # A copy, the record's own: an env may hand back an object it keeps and edits for
+            # its next rollout (a module-level breakdown), which must not rewrite this one's.
+            return reward.model_copy(deep=True, update={"kept": dict(kept)} if kept else None)
     except SandboxUnavailableError:
         raise
     except Exception as exc:  # reward code is the user's: its failure scores 0, with the reason
@@ -131,6 +134,20 @@ def never_reached(result: AgentResult) -> bool:
     refused: a prompt or ``max_tokens`` over the context, an endpoint that kept failing). Such an
     episode failed to run; scoring what the sandbox holds would count it as a completed 0."""
     return result.api_calls == 0 and result.termination is not Termination.FINAL_ANSWER
+
+
+MODEL_NOT_REACHED = "model_not_reached"
+"""The reason kind of an episode whose model never answered (see :func:`never_reached`): status
+``failed``, no reward, left out of the rates as an episode that could not run."""
+
+
+def mark_never_reached(done: RolloutOutcome) -> None:
+    """An env rollout whose model never answered failed to run (:data:`MODEL_NOT_REACHED`); it is
+    not a judged 0. Every env front end (``Rollouts``, a seed env's own loop) says it so."""
+    if done.result is not None and never_reached(done.result):
+        done.outcome = Outcome(
+            "failed", f"the model was never reached: {done.outcome.reason}", MODEL_NOT_REACHED
+        )
 
 
 def registry_tools(registry: Any) -> dict[str, Tool]:

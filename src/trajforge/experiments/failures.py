@@ -26,9 +26,9 @@ _NUMBER = re.compile(r"-?\d[\d,]*")
 def failure_kind(record: Record) -> str:
     """The outcome kind of one episode record (an ``episodes.jsonl`` line, read by ``record.read``)."""
     reward = record.reward
-    if reward is not None and reward.value is not None and reward.value >= PASS_THRESHOLD:
+    if record.reward_value is not None and record.reward_value >= PASS_THRESHOLD:
         return "passed"
-    if reward is not None and reward.error:
+    if record.reward_failed:
         return "reward code raised"
     status = record.status
     kind = record.reason_kind or ""

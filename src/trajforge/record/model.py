@@ -156,6 +156,12 @@ class Record(BaseModel):
         """The reward's value; None when not judged (no judge, or one that could not judge)."""
         return None if self.reward is None else self.reward.value
 
+    @property
+    def reward_failed(self) -> bool:
+        """The reward code raised (or timed out): the rollout is scored 0 for a reason not its
+        own (summaries count these apart; trainers drop or flag them)."""
+        return self.reward is not None and self.reward.error is not None
+
     def line(self) -> bytes:
         """The JSONL line (schema fields, then any view fields it carries)."""
         return self.model_dump_json().encode() + b"\n"

@@ -34,11 +34,15 @@ class Reward(BaseModel):
     times the judge and the record keeps it in ``timings.reward_s``.
 
     Constructed as ``Reward(value=...)``; ``reward=`` is accepted as the same field, the spelling
-    env files have always used (``RewardBreakdown(reward=1.0, components=..., reason=...)``).
-    Frozen: a reward is a judgement, passed along whole, never edited on its way (a rescore or an
-    env's own ``evaluate()`` makes a new one: :meth:`model_copy`)."""
+    env files have always used (``RewardBreakdown(reward=1.0, components=..., reason=...)``), and
+    so is ``breakdown.reward = 1.0`` on one the env is still building: a ``compute_reward``
+    written against the old mutable ``RewardBreakdown`` that sets its fields as it goes must keep
+    scoring what it scored (a frozen reward made such code raise, and a correct rollout scored 0
+    as a reward failure). Assignments are validated as construction is. Past the env, trajforge
+    itself never edits a reward on its way: a rescore or an env's own ``evaluate()`` makes a new
+    one (:meth:`model_copy`)."""
 
-    model_config = ConfigDict(frozen=True, populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True, validate_assignment=True)
 
     value: float | None = Field(
         validation_alias=AliasChoices("value", "reward"),
@@ -83,8 +87,13 @@ class Reward(BaseModel):
 
     @property
     def reward(self) -> float | None:
-        """:attr:`value`, under the name env code has always read it by (``breakdown.reward``)."""
+        """:attr:`value`, under the name env code has always read and set it by
+        (``breakdown.reward``)."""
         return self.value
+
+    @reward.setter
+    def reward(self, value: float | None) -> None:
+        self.value = value
 
     @property
     def judged(self) -> bool:

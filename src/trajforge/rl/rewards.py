@@ -3,20 +3,15 @@ trainers and their adapters need, in one place.
 
 The record carries the judge's reward whole (value, components, reason, error, token
 advantages); the builtin GRPO trainer (:mod:`trajforge.rl.samples`), the Atropos groups, TRL and
-verifiers read it through these functions (and ``Record.score``, the scalar: the value, 0.0 when
-not judged). No torch here: the adapters import it in processes
-that train nothing.
+verifiers read it through these functions (and the record's own ``score``, the scalar: the
+value, 0.0 when not judged; ``reward_failed``: the reward code raised). No torch here: the
+adapters import it in processes that train nothing.
 """
 
 from __future__ import annotations
 
 from trajforge.llm.token_trace import MASKED
 from trajforge.record import Record
-
-
-def reward_failed(record: Record) -> bool:
-    """The reward code raised (or timed out): the rollout is scored 0 for a reason not its own."""
-    return record.reward is not None and record.reward.error is not None
 
 
 def scores_tokens(record: Record) -> bool:

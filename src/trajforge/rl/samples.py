@@ -19,7 +19,7 @@ from typing import Any
 from trajforge.envs.types import Episode
 from trajforge.llm.token_trace import MASKED
 from trajforge.rl.grpo import Sample, group_advantages
-from trajforge.rl.rewards import aligned_token_advantages, reward_failed, scores_tokens
+from trajforge.rl.rewards import aligned_token_advantages, scores_tokens
 
 PASS_THRESHOLD = 1.0 - 1e-9
 """An episode passes when its reward is (numerically) 1.0: the env's own notion of solved."""
@@ -129,7 +129,7 @@ def rollout_metrics(rollouts: StepRollouts) -> dict[str, Any]:
         "pass_rate": sum(r >= PASS_THRESHOLD for r in rewards) / max(1, len(rewards)),
         "reward_by_category": {k: statistics.fmean(v) for k, v in sorted(by_family.items())},
         "failed": sum(e.status == "failed" for e in eps),
-        "reward_errors": sum(reward_failed(e) for e in eps),
+        "reward_errors": sum(e.reward_failed for e in eps),
         "groups": len(rollouts.groups),
         "groups_uniform": rollouts.uniform_groups,
         "untraced": rollouts.untraced,

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from trajforge.agent import AgentConfig
 from trajforge.agent.result import AgentResult as TrajforgeResult
 from trajforge.distributions import derive_seed
+from trajforge.envs.judge import mark_never_reached
 from trajforge.envs.verifier import _SCRATCH, VerifierContext
 from trajforge.llm.types import SamplingParams
 from trajforge.protocols import Sandbox, SandboxFactory, SupportsVerification
@@ -438,7 +439,7 @@ class SeedRuntime:
                 Outcome("failed", f"error: {type(done).__name__}: {done}", "error"), None, [], [], judged=True
             )
         prompt = next((m.get("content") for m in run.request.prompt if m.get("role") == "user"), "")  # type: ignore[union-attr]
-        _not_reached(done)
+        mark_never_reached(done)
         who = self._identity(
             run.index, sample, {"prompt": prompt, "task_id": run.task_id}, f"evaluate-{run.index}"
         )
@@ -450,18 +451,6 @@ class SeedRuntime:
             return record.model_copy(update={"reward": Reward.failed(error)})
         reward, why = _sample_reward(sample)
         return record.model_copy(update={"reward": Reward(value=reward, reason=why)})
-
-
-def _not_reached(done: RolloutOutcome) -> None:
-    """A rollout whose model never answered (a refused request) failed; it is not a 0 reward."""
-    from trajforge.envs.judge import never_reached
-    from trajforge.envs.running.episode import MODEL_NOT_REACHED
-    from trajforge.rollout import Outcome
-
-    if done.result is not None and never_reached(done.result):
-        done.outcome = Outcome(
-            "failed", f"the model was never reached: {done.outcome.reason}", MODEL_NOT_REACHED
-        )
 
 
 def _sample_reward(sample: dict[str, Any] | None) -> tuple[float | None, str]:

@@ -29,7 +29,7 @@ from trajforge.envs.hooks import (
     system_prompt_hook,
     template_key_hook,
 )
-from trajforge.envs.judge import EnvJudge, never_reached, registry_tools
+from trajforge.envs.judge import EnvJudge, mark_never_reached, registry_tools
 from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.types import Episode, Item
 from trajforge.llm.types import SamplingParams
@@ -53,10 +53,6 @@ from trajforge.sandbox.types import SandboxConfig
 log = logging.getLogger(__name__)
 
 DEFAULT_TOOLSETS = ("terminal", "file")
-MODEL_NOT_REACHED = "model_not_reached"
-"""The reason kind of an episode whose model never answered (see :func:`.judge.never_reached`):
-status ``failed``, no reward, left out of the rates as an episode that could not run."""
-
 ModelFor = Callable[[AgentEnv, Item], ChatModel]
 """Picks the model of one rollout (the oracle agent is a model per item)."""
 
@@ -203,14 +199,12 @@ class Rollouts:
 
 def _settle(done: RolloutOutcome) -> None:
     """An env's words for an outcome: its items are its rows (``bad item``), and an episode whose
-    model never answered failed to run (:data:`MODEL_NOT_REACHED`), it is not a judged 0."""
+    model never answered failed to run (:func:`~trajforge.envs.judge.mark_never_reached`)."""
     if done.outcome.reason_kind == "bad_row":
         detail = done.outcome.reason.removeprefix("bad_row: ")
         done.outcome = Outcome("failed", f"bad item: {detail}", "bad_item")
-    elif done.result is not None and never_reached(done.result):
-        done.outcome = Outcome(
-            "failed", f"the model was never reached: {done.outcome.reason}", MODEL_NOT_REACHED
-        )
+    else:
+        mark_never_reached(done)
 
 
 def env_sandbox_config(env: AgentEnv, base: SandboxConfig) -> SandboxConfig:

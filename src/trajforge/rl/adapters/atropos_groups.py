@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trajforge.envs.types import Episode
-from trajforge.rl.rewards import aligned_token_advantages, reward_failed
+from trajforge.rl.rewards import aligned_token_advantages
 
 MASKED = -100
 """Atropos mask value of a token the model did not sample."""
@@ -45,7 +45,7 @@ def drop_reason(episode: Episode, *, token_level: bool) -> str | None:
     """Why an episode must not be sent as a score, or None when it can be."""
     if episode.status == "failed":
         return "not_run" if episode.termination == "not_run" else "failed"
-    if reward_failed(episode):
+    if episode.reward_failed:
         return "reward_error"
     if token_level and episode.trace is None:
         return "no_token_trace"

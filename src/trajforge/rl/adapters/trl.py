@@ -48,7 +48,6 @@ from trajforge.envs.protocol import AgentEnv
 from trajforge.envs.running.episode import RolloutBackends, Rollouts, env_sandbox_config
 from trajforge.envs.types import Episode, Item
 from trajforge.llm.token_trace import MASKED
-from trajforge.rl.rewards import reward_failed
 from trajforge.sandbox import close_factory, create_sandbox_factory
 from trajforge.sandbox.types import SandboxConfig
 from trajforge.tools.builtin import default_registry
@@ -309,7 +308,7 @@ class EnvGRPO:
         for ep, prompt in zip(episodes, prompts, strict=True):
             stats.episodes += 1
             stats.failed += ep.status == "failed"
-            stats.reward_errors += reward_failed(ep)
+            stats.reward_errors += ep.reward_failed
             trace = ep.trace
             if trace is not None:
                 start = next(i for i, m in enumerate(trace.masks) if m != MASKED)
